@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/daemon"
+	"github.com/kvpilot/kvpilot/host/logging"
+)
+
+func init() {
+	registerCommand(command{
+		Name:    "serve",
+		Summary: "run the host beside an engine worker (embedded defaults, or --config FILE)",
+		Run:     runServe,
+	})
+}
+
+func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := newFlagSet("serve", "[--config FILE]",
+		"Starts the kvpilot host: loads the configuration (built-in defaults, then\n"+
+			"FILE, then KVPILOT_* environment variables), opens the cache index and serves\n"+
+			"/healthz and /metrics until interrupted. Invalid configuration fails at start\n"+
+			"with the offending key named.", stderr)
+	path := fs.String("config", os.Getenv(config.EnvConfigFile), "YAML config file (default $"+config.EnvConfigFile+"; none: built-in defaults)")
+	check := fs.Bool("check", false, "load and validate the configuration, print it, and exit")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*path, os.Environ())
+	if err != nil {
+		return err
+	}
+	log := logging.New(stderr, cfg.Log.Level, cfg.Log.Format)
+	if *check {
+		fmt.Fprintf(stderr, "configuration ok: %+v\n", cfg)
+		return nil
+	}
+	d, err := daemon.New(cfg, log)
+	if err != nil {
+		return fmt.Errorf("start host: %w", err)
+	}
+	return d.Run(ctx)
+}

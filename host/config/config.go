@@ -1,0 +1,116 @@
+// Package config loads the host's configuration: built-in defaults, then a
+// YAML file, then KVPILOT_* environment variables, each overriding the last
+// (DESIGN.md §11).
+//
+// Loading is strict. An unknown key, a value of the wrong type or a value out
+// of range fails at start with an error that names the key, so a typo never
+// silently runs the host on a default.
+//
+// Environment variables map to keys by dropping the KVPILOT_ prefix,
+// lower-casing, and reading "__" as the nesting separator:
+// KVPILOT_HTTP__LISTEN sets http.listen, KVPILOT_TIERS__DEVICE__CAPACITY_PAGES
+// sets tiers.device.capacity_pages. KVPILOT_CONFIG names the config file and
+// is not itself a key.
+package config
+
+import (
+	"time"
+)
+
+// Config is the whole host configuration. Field tags are the YAML keys.
+type Config struct {
+	// WorkerID names this host's worker in events and NATS subjects.
+	WorkerID string `koanf:"worker_id"`
+	// DataDir holds the disk tier, the embedded NATS store, the audit log and
+	// persisted metadata.
+	DataDir string    `koanf:"data_dir"`
+	Log     LogConfig `koanf:"log"`
+	HTTP    HTTP      `koanf:"http"`
+	Index   Index     `koanf:"index"`
+	Tiers   Tiers     `koanf:"tiers"`
+	Pins    Pins      `koanf:"pins"`
+}
+
+// LogConfig selects the log level and format.
+type LogConfig struct {
+	// Level is trace, debug, info, warn or error.
+	Level string `koanf:"level"`
+	// Format is auto (JSON unless stderr is a terminal), json or text.
+	Format string `koanf:"format"`
+}
+
+// HTTP is the metrics and health endpoint.
+type HTTP struct {
+	// Listen is host:port for /metrics and /healthz; empty disables it.
+	Listen string `koanf:"listen"`
+}
+
+// Index configures the cache index.
+type Index struct {
+	// PageSize is tokens per page until an engine registers its own layout.
+	PageSize int `koanf:"page_size"`
+	// NamespaceSalt salts block hashes with the tenant, so tenants never share
+	// pages unless a Share directive says so.
+	NamespaceSalt bool `koanf:"namespace_salt"`
+	// WritePolicy is the device tier's: write_through, write_back or none.
+	WritePolicy string `koanf:"write_policy"`
+	// SweepInterval is how often expired pins, retentions and leases are
+	// swept (expiry is also applied lazily at every eviction scan).
+	SweepInterval time.Duration `koanf:"sweep_interval"`
+}
+
+// Tiers configures each tier's size, watermarks and pin budget.
+type Tiers struct {
+	Device Tier `koanf:"device"`
+	Host   Tier `koanf:"host"`
+	Disk   Tier `koanf:"disk"`
+	Remote Tier `koanf:"remote"`
+}
+
+// Tier is one tier's capacity and eviction thresholds.
+type Tier struct {
+	// CapacityPages is the tier's size in pages; 0 disables the tier.
+	CapacityPages int `koanf:"capacity_pages"`
+	// HighWatermark is the used fraction at which eviction starts.
+	HighWatermark float64 `koanf:"high_watermark"`
+	// LowWatermark is the used fraction eviction brings the tier down to.
+	LowWatermark float64 `koanf:"low_watermark"`
+	// PinBudget is the largest fraction of the tier that pins may hold.
+	PinBudget float64 `koanf:"pin_budget"`
+}
+
+// Pins configures TTLs and per-tenant quotas.
+type Pins struct {
+	// DefaultTTL applies when a pin names no TTL (DESIGN.md §5: 300 s).
+	DefaultTTL time.Duration `koanf:"default_ttl"`
+	// MinTTL and MaxTTL clamp every requested TTL.
+	MinTTL time.Duration `koanf:"min_ttl"`
+	MaxTTL time.Duration `koanf:"max_ttl"`
+	// TenantQuotaPages caps the pages one tenant may hold pinned; 0 means no
+	// quota beyond the tier budgets.
+	TenantQuotaPages int `koanf:"tenant_quota_pages"`
+}
+
+// Default returns the built-in configuration: a host that runs on one
+// machine with nothing configured.
+func Default() Config {
+	return Config{
+		WorkerID: "worker-0",
+		DataDir:  "kvpilot-data",
+		Log:      LogConfig{Level: "info", Format: "auto"},
+		HTTP:     HTTP{Listen: "127.0.0.1:9464"},
+		Index: Index{
+			PageSize:      64,
+			NamespaceSalt: true,
+			WritePolicy:   "write_through",
+			SweepInterval: 5 * time.Second,
+		},
+		Tiers: Tiers{
+			Device: Tier{CapacityPages: 4096, HighWatermark: 0.95, LowWatermark: 0.85, PinBudget: 0.5},
+			Host:   Tier{CapacityPages: 16384, HighWatermark: 0.95, LowWatermark: 0.85, PinBudget: 0.8},
+			Disk:   Tier{CapacityPages: 65536, HighWatermark: 0.95, LowWatermark: 0.90, PinBudget: 0.9},
+			Remote: Tier{CapacityPages: 262144, HighWatermark: 0.95, LowWatermark: 0.90, PinBudget: 0.9},
+		},
+		Pins: Pins{DefaultTTL: 300 * time.Second, MinTTL: time.Second, MaxTTL: 24 * time.Hour},
+	}
+}

@@ -1,0 +1,123 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kvpilot.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultsLoadAndValidate(t *testing.T) {
+	c, err := Load("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != Default() {
+		t.Fatalf("defaults changed on the way through koanf:\n got %+v\nwant %+v", c, Default())
+	}
+}
+
+func TestFileThenEnvOverride(t *testing.T) {
+	p := writeFile(t, `
+worker_id: w7
+pins:
+  default_ttl: 5m
+  max_ttl: 7200
+tiers:
+  device:
+    capacity_pages: 100
+`)
+	c, err := Load(p, []string{"KVPILOT_TIERS__DEVICE__CAPACITY_PAGES=200", "KVPILOT_HTTP__LISTEN=", "KVPILOT_CONFIG=/ignored", "OTHER=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.WorkerID != "w7" || c.Pins.DefaultTTL != 5*time.Minute || c.Pins.MaxTTL != 2*time.Hour {
+		t.Fatalf("file values not applied: %+v", c)
+	}
+	if c.Tiers.Device.CapacityPages != 200 {
+		t.Fatalf("env did not override the file: %d", c.Tiers.Device.CapacityPages)
+	}
+	if c.HTTP.Listen != "" {
+		t.Fatalf("env did not clear http.listen: %q", c.HTTP.Listen)
+	}
+	if c.Tiers.Host != Default().Tiers.Host {
+		t.Fatal("untouched keys lost their defaults")
+	}
+}
+
+func TestInvalidNamesTheKey(t *testing.T) {
+	for _, c := range []struct {
+		name, file string
+		env        []string
+		key        string
+	}{
+		{"unknown key", "tiers:\n  device:\n    capcity_pages: 3\n", nil, "capcity_pages"},
+		{"wrong type", "index:\n  page_size: lots\n", nil, "page_size"},
+		{"bad ttl", "pins:\n  default_ttl: soon\n", nil, "default_ttl"},
+		{"out of range", "index:\n  page_size: 0\n", nil, "index.page_size"},
+		{"bad enum", "index:\n  write_policy: sometimes\n", nil, "index.write_policy"},
+		{"watermarks", "tiers:\n  host:\n    low_watermark: 0.99\n    high_watermark: 0.5\n", nil, "tiers.host.low_watermark"},
+		{"budget", "tiers:\n  disk:\n    pin_budget: 1.5\n", nil, "tiers.disk.pin_budget"},
+		{"ttl clamps", "pins:\n  default_ttl: 10h\n  max_ttl: 1h\n", nil, "pins.default_ttl"},
+		{"env typo", "", []string{"KVPILOT_INDEX__PAGESIZE=3"}, "pagesize"},
+		{"env bad value", "", []string{"KVPILOT_LOG__LEVEL=loud"}, "log.level"},
+		{"yaml syntax", "index: [\n", nil, "kvpilot.yaml"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := ""
+			if c.file != "" {
+				path = writeFile(t, c.file)
+			}
+			_, err := Load(path, c.env)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error does not wrap ErrInvalid: %v", err)
+			}
+			if !strings.Contains(err.Error(), c.key) {
+				t.Errorf("error does not name %q: %v", c.key, err)
+			}
+		})
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	if _, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), nil); err == nil || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func FuzzLoadYAML(f *testing.F) {
+	f.Add("worker_id: a\n")
+	f.Add("tiers:\n  device:\n    capacity_pages: -1\n")
+	f.Add("pins: {default_ttl: 1h, min_ttl: 0}\n")
+	f.Add("[1, 2")
+	f.Fuzz(func(t *testing.T, body string) {
+		p := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(p, nil)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("Load returned a config that fails Validate: %v", err)
+		}
+	})
+}

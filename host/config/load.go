@@ -1,0 +1,102 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/providers/structs"
+	"github.com/knadh/koanf/v2"
+
+	"github.com/kvpilot/kvpilot/sdk/ttl"
+)
+
+// EnvPrefix starts every environment override.
+const EnvPrefix = "KVPILOT_"
+
+// EnvConfigFile names the config file when no --config flag is given.
+const EnvConfigFile = "KVPILOT_CONFIG"
+
+// ErrInvalid is wrapped by every configuration error.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Load builds the configuration from defaults, the YAML file at path (none
+// when path is empty) and the environment environ (as from os.Environ).
+func Load(path string, environ []string) (Config, error) {
+	k := koanf.New(".")
+	if err := k.Load(structs.Provider(Default(), "koanf"), nil); err != nil {
+		return Config{}, fmt.Errorf("load defaults: %w", err)
+	}
+	if path != "" {
+		if _, err := os.Stat(path); err != nil {
+			return Config{}, fmt.Errorf("%w: config file: %w", ErrInvalid, err)
+		}
+		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+			return Config{}, fmt.Errorf("%w: config file %s: %w", ErrInvalid, path, err)
+		}
+	}
+	if err := k.Load(envProvider(environ), nil); err != nil {
+		return Config{}, fmt.Errorf("%w: environment: %w", ErrInvalid, err)
+	}
+	var c Config
+	err := k.UnmarshalWithConf("", &c, koanf.UnmarshalConf{DecoderConfig: &mapstructure.DecoderConfig{
+		DecodeHook:       durationHook,
+		ErrorUnused:      true,
+		WeaklyTypedInput: true,
+		Result:           &c,
+		TagName:          "koanf",
+	}})
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// envProvider reads KVPILOT_* variables from env rather than the process
+// environment, so tests stay hermetic.
+func envProvider(environ []string) koanf.Provider {
+	return env.Provider(".", env.Opt{
+		Prefix:      EnvPrefix,
+		EnvironFunc: func() []string { return environ },
+		TransformFunc: func(k, v string) (string, any) {
+			if k == EnvConfigFile {
+				return "", nil
+			}
+			k = strings.ToLower(strings.TrimPrefix(k, EnvPrefix))
+			return strings.ReplaceAll(k, "__", "."), v
+		},
+	})
+}
+
+// durationHook lets durations be written as the TTL syntax ("30s", "5m",
+// bare seconds) or as a YAML number of seconds.
+func durationHook(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeOf(time.Duration(0)) {
+		return data, nil
+	}
+	switch v := data.(type) {
+	case string:
+		return ttl.Parse(v)
+	case int:
+		return ttl.FromSeconds(float64(v))
+	case int64:
+		return ttl.FromSeconds(float64(v))
+	case uint64:
+		return ttl.FromSeconds(float64(v))
+	case float64:
+		return ttl.FromSeconds(v)
+	case time.Duration:
+		return v, nil
+	}
+	return data, nil
+}

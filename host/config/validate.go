@@ -1,0 +1,74 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvpilot/kvpilot/sdk/ttl"
+)
+
+// Validate checks every value's range. Each error names its key.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, key, fmt.Sprintf(format, args...)))
+	}
+	if strings.TrimSpace(c.WorkerID) == "" {
+		bad("worker_id", "must not be empty")
+	}
+	if c.DataDir == "" {
+		bad("data_dir", "must not be empty")
+	}
+	if hclog.LevelFromString(c.Log.Level) == hclog.NoLevel {
+		bad("log.level", "%q is not one of trace, debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "auto", "json", "text":
+	default:
+		bad("log.format", "%q is not one of auto, json, text", c.Log.Format)
+	}
+	if c.Index.PageSize <= 0 || c.Index.PageSize > 4096 {
+		bad("index.page_size", "%d is not in 1..4096", c.Index.PageSize)
+	}
+	switch c.Index.WritePolicy {
+	case "write_through", "write_back", "none":
+	default:
+		bad("index.write_policy", "%q is not one of write_through, write_back, none", c.Index.WritePolicy)
+	}
+	if c.Index.SweepInterval <= 0 {
+		bad("index.sweep_interval", "must be positive, got %v", c.Index.SweepInterval)
+	}
+	for _, t := range []struct {
+		name string
+		t    Tier
+	}{{"device", c.Tiers.Device}, {"host", c.Tiers.Host}, {"disk", c.Tiers.Disk}, {"remote", c.Tiers.Remote}} {
+		key := "tiers." + t.name
+		if t.t.CapacityPages < 0 {
+			bad(key+".capacity_pages", "must not be negative, got %d", t.t.CapacityPages)
+		}
+		if !(t.t.LowWatermark > 0 && t.t.LowWatermark <= t.t.HighWatermark && t.t.HighWatermark <= 1) {
+			bad(key+".low_watermark", "watermarks need 0 < low (%v) <= high (%v) <= 1", t.t.LowWatermark, t.t.HighWatermark)
+		}
+		if !(t.t.PinBudget >= 0 && t.t.PinBudget <= 1) {
+			bad(key+".pin_budget", "%v is not a fraction in [0, 1]", t.t.PinBudget)
+		}
+	}
+	if c.Tiers.Device.CapacityPages == 0 {
+		bad("tiers.device.capacity_pages", "the device tier cannot be disabled")
+	}
+	if err := c.TTLPolicy().Validate(); err != nil {
+		bad("pins.default_ttl", "%v (check pins.min_ttl and pins.max_ttl too)", err)
+	}
+	if c.Pins.TenantQuotaPages < 0 {
+		bad("pins.tenant_quota_pages", "must not be negative, got %d", c.Pins.TenantQuotaPages)
+	}
+	return errors.Join(errs...)
+}
+
+// TTLPolicy returns the pin TTL default and clamps.
+func (c Config) TTLPolicy() ttl.Policy {
+	return ttl.Policy{Default: c.Pins.DefaultTTL, Min: c.Pins.MinTTL, Max: c.Pins.MaxTTL}
+}

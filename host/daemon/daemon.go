@@ -1,0 +1,112 @@
+// Package daemon assembles a kvpilot host from its configuration: it builds
+// each component, serves /healthz and /metrics, and shuts everything down in
+// reverse order when its context ends.
+//
+// Components are added here as they land; each registers a health check so
+// /healthz reports what is actually running.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/metrics"
+)
+
+// Daemon is one running host.
+type Daemon struct {
+	cfg     config.Config
+	log     hclog.Logger
+	metrics *metrics.Metrics
+
+	mu     sync.Mutex
+	checks map[string]func() error
+
+	httpLn  net.Listener
+	closers []func() error
+}
+
+// New builds a host from cfg. It binds its listeners but serves nothing until
+// Run.
+func New(cfg config.Config, log hclog.Logger) (*Daemon, error) {
+	d := &Daemon{cfg: cfg, log: log, metrics: metrics.New(), checks: map[string]func() error{}}
+	if err := d.build(); err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// build constructs the components in dependency order.
+func (d *Daemon) build() error {
+	if d.cfg.HTTP.Listen != "" {
+		ln, err := net.Listen("tcp", d.cfg.HTTP.Listen)
+		if err != nil {
+			return fmt.Errorf("http.listen %s: %w (pick a free address, or set it to \"\" to disable)", d.cfg.HTTP.Listen, err)
+		}
+		d.httpLn = ln
+	}
+	return nil
+}
+
+// AddCheck registers a named health check for /healthz.
+func (d *Daemon) AddCheck(name string, check func() error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.checks[name] = check
+}
+
+// HTTPAddr is the address /metrics and /healthz are served on, or "" when
+// disabled.
+func (d *Daemon) HTTPAddr() string {
+	if d.httpLn == nil {
+		return ""
+	}
+	return d.httpLn.Addr().String()
+}
+
+// Run serves until ctx is done, then shuts down.
+func (d *Daemon) Run(ctx context.Context) error {
+	defer d.close()
+	errc := make(chan error, 1)
+	var srv *http.Server
+	if d.httpLn != nil {
+		srv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { errc <- srv.Serve(d.httpLn) }()
+		d.log.Info("serving metrics and health", "addr", d.HTTPAddr())
+	}
+	d.log.Info("host started", "worker_id", d.cfg.WorkerID, "data_dir", d.cfg.DataDir)
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http server: %w", err)
+		}
+	}
+	d.log.Info("shutting down")
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			d.log.Warn("http shutdown", "error", err)
+		}
+	}
+	return nil
+}
+
+func (d *Daemon) close() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		if err := d.closers[i](); err != nil {
+			d.log.Warn("shutdown step failed", "error", err)
+		}
+	}
+	d.closers = nil
+}
