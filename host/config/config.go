@@ -19,8 +19,9 @@ import (
 
 // Config is the whole host configuration. Field tags are the YAML keys.
 type Config struct {
-	// WorkerID names this host's worker in events and NATS subjects.
-	WorkerID string `koanf:"worker_id"`
+	// WorkerID is this host's worker in Dynamo's numbering: it appears in
+	// KV events and in the NATS subject kv-control-<worker_id>.
+	WorkerID uint64 `koanf:"worker_id"`
 	// DataDir holds the disk tier, the embedded NATS store, the audit log and
 	// persisted metadata.
 	DataDir string    `koanf:"data_dir"`
@@ -29,6 +30,24 @@ type Config struct {
 	Index   Index     `koanf:"index"`
 	Tiers   Tiers     `koanf:"tiers"`
 	Pins    Pins      `koanf:"pins"`
+	// Policies is the set of policy plugins to run. Editing it in the config
+	// file hot-swaps the set while the host keeps serving.
+	Policies []Policy `koanf:"policies"`
+}
+
+// Policy is one policy plugin instance.
+type Policy struct {
+	// Name identifies the instance in logs, metrics and the audit log.
+	Name string `koanf:"name"`
+	// Builtin names a built-in policy run as `kvpilot policy <builtin>`
+	// (truncation, think-evict, idle-pause, auto-pin). Exactly one of
+	// Builtin and Path is set.
+	Builtin string `koanf:"builtin"`
+	// Path is an external plugin binary; SHA256 must be its hex digest.
+	Path   string `koanf:"path"`
+	SHA256 string `koanf:"sha256"`
+	// Params is handed to the policy's Configure as JSON.
+	Params map[string]any `koanf:"params"`
 }
 
 // LogConfig selects the log level and format.
@@ -95,7 +114,7 @@ type Pins struct {
 // machine with nothing configured.
 func Default() Config {
 	return Config{
-		WorkerID: "worker-0",
+		WorkerID: 0,
 		DataDir:  "kvpilot-data",
 		Log:      LogConfig{Level: "info", Format: "auto"},
 		HTTP:     HTTP{Listen: "127.0.0.1:9464"},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -23,14 +24,18 @@ func TestDefaultsLoadAndValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c != Default() {
+	want := Default()
+	if len(c.Policies) == 0 {
+		c.Policies = want.Policies // nil and empty mean the same
+	}
+	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults changed on the way through koanf:\n got %+v\nwant %+v", c, Default())
 	}
 }
 
 func TestFileThenEnvOverride(t *testing.T) {
 	p := writeFile(t, `
-worker_id: w7
+worker_id: 7
 pins:
   default_ttl: 5m
   max_ttl: 7200
@@ -42,7 +47,7 @@ tiers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.WorkerID != "w7" || c.Pins.DefaultTTL != 5*time.Minute || c.Pins.MaxTTL != 2*time.Hour {
+	if c.WorkerID != 7 || c.Pins.DefaultTTL != 5*time.Minute || c.Pins.MaxTTL != 2*time.Hour {
 		t.Fatalf("file values not applied: %+v", c)
 	}
 	if c.Tiers.Device.CapacityPages != 200 {
@@ -73,6 +78,12 @@ func TestInvalidNamesTheKey(t *testing.T) {
 		{"env typo", "", []string{"KVPILOT_INDEX__PAGESIZE=3"}, "pagesize"},
 		{"env bad value", "", []string{"KVPILOT_LOG__LEVEL=loud"}, "log.level"},
 		{"yaml syntax", "index: [\n", nil, "kvpilot.yaml"},
+		{"policy without kind", "policies:\n  - name: a\n", nil, "policies[0].builtin"},
+		{"policy both kinds", "policies:\n  - name: a\n    builtin: truncation\n    path: /x\n", nil, "policies[0].builtin"},
+		{"policy no digest", "policies:\n  - name: a\n    path: /x\n", nil, "policies[0].sha256"},
+		{"policy dup", "policies:\n  - {name: a, builtin: truncation}\n  - {name: a, builtin: auto-pin}\n", nil, "policies[1].name"},
+		{"negative worker", "worker_id: -3\n", nil, "worker_id"},
+		{"negative worker env", "", []string{"KVPILOT_WORKER_ID=-3"}, "worker_id"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := ""
@@ -90,6 +101,24 @@ func TestInvalidNamesTheKey(t *testing.T) {
 				t.Errorf("error does not name %q: %v", c.key, err)
 			}
 		})
+	}
+}
+
+func TestPolicies(t *testing.T) {
+	p := writeFile(t, `
+policies:
+  - name: trunc
+    builtin: truncation
+    params:
+      keep: 3
+      exclude_tools: [Read]
+`)
+	c, err := Load(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Policies) != 1 || c.Policies[0].Builtin != "truncation" || c.Policies[0].Params["keep"] != 3 {
+		t.Fatalf("policies: %+v", c.Policies)
 	}
 }
 

@@ -47,7 +47,7 @@ func Load(path string, environ []string) (Config, error) {
 	}
 	var c Config
 	err := k.UnmarshalWithConf("", &c, koanf.UnmarshalConf{DecoderConfig: &mapstructure.DecoderConfig{
-		DecodeHook:       durationHook,
+		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, unsignedHook),
 		ErrorUnused:      true,
 		WeaklyTypedInput: true,
 		Result:           &c,
@@ -97,6 +97,32 @@ func durationHook(from, to reflect.Type, data any) (any, error) {
 		return ttl.FromSeconds(v)
 	case time.Duration:
 		return v, nil
+	}
+	return data, nil
+}
+
+// unsignedHook refuses negative numbers for unsigned fields, which weak
+// typing would otherwise wrap around.
+func unsignedHook(from, to reflect.Type, data any) (any, error) {
+	switch to.Kind() {
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+	default:
+		return data, nil
+	}
+	v := reflect.ValueOf(data)
+	switch v.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		if v.Int() < 0 {
+			return nil, fmt.Errorf("%d is negative; want an unsigned integer", v.Int())
+		}
+	case reflect.Float32, reflect.Float64:
+		if v.Float() < 0 {
+			return nil, fmt.Errorf("%v is negative; want an unsigned integer", v.Float())
+		}
+	case reflect.String:
+		if strings.HasPrefix(strings.TrimSpace(v.String()), "-") {
+			return nil, fmt.Errorf("%q is negative; want an unsigned integer", v.String())
+		}
 	}
 	return data, nil
 }

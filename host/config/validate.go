@@ -16,9 +16,6 @@ func (c Config) Validate() error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, key, fmt.Sprintf(format, args...)))
 	}
-	if strings.TrimSpace(c.WorkerID) == "" {
-		bad("worker_id", "must not be empty")
-	}
 	if c.DataDir == "" {
 		bad("data_dir", "must not be empty")
 	}
@@ -65,7 +62,36 @@ func (c Config) Validate() error {
 	if c.Pins.TenantQuotaPages < 0 {
 		bad("pins.tenant_quota_pages", "must not be negative, got %d", c.Pins.TenantQuotaPages)
 	}
+	seen := map[string]bool{}
+	for i, p := range c.Policies {
+		key := fmt.Sprintf("policies[%d]", i)
+		switch {
+		case strings.TrimSpace(p.Name) == "":
+			bad(key+".name", "must not be empty")
+		case seen[p.Name]:
+			bad(key+".name", "%q is used twice; names identify instances", p.Name)
+		}
+		seen[p.Name] = true
+		switch {
+		case (p.Builtin == "") == (p.Path == ""):
+			bad(key+".builtin", "set exactly one of builtin and path")
+		case p.Path != "" && !isSHA256(p.SHA256):
+			bad(key+".sha256", "an external plugin needs the hex sha256 of %s (sha256sum prints it)", p.Path)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+func isSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // TTLPolicy returns the pin TTL default and clamps.

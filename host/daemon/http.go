@@ -19,7 +19,7 @@ func (d *Daemon) handler() http.Handler {
 
 type health struct {
 	Status   string            `json:"status"`
-	WorkerID string            `json:"worker_id"`
+	WorkerID uint64            `json:"worker_id"`
 	Checks   map[string]string `json:"checks"`
 }
 
