@@ -30,6 +30,7 @@ type Config struct {
 	Index   Index     `koanf:"index"`
 	Tiers   Tiers     `koanf:"tiers"`
 	Pins    Pins      `koanf:"pins"`
+	Events  Events    `koanf:"events"`
 	// Policies is the set of policy plugins to run. Editing it in the config
 	// file hot-swaps the set while the host keeps serving.
 	Policies []Policy `koanf:"policies"`
@@ -71,7 +72,7 @@ type Index struct {
 	// NamespaceSalt salts block hashes with the tenant, so tenants never share
 	// pages unless a Share directive says so.
 	NamespaceSalt bool `koanf:"namespace_salt"`
-	// WritePolicy is the device tier's: write_through, write_back or none.
+	// WritePolicy is the device tier's: write-through, write-back or none.
 	WritePolicy string `koanf:"write_policy"`
 	// SweepInterval is how often expired pins, retentions and leases are
 	// swept (expiry is also applied lazily at every eviction scan).
@@ -98,6 +99,15 @@ type Tier struct {
 	PinBudget float64 `koanf:"pin_budget"`
 }
 
+// Events says where KV events go: Dynamo RouterEvent JSON published on
+// namespace.<namespace>.component.<component>.kv-events.
+type Events struct {
+	Namespace string `koanf:"namespace"`
+	Component string `koanf:"component"`
+	// DPRank is the data-parallel rank this worker reports.
+	DPRank uint32 `koanf:"dp_rank"`
+}
+
 // Pins configures TTLs and per-tenant quotas.
 type Pins struct {
 	// DefaultTTL applies when a pin names no TTL (DESIGN.md §5: 300 s).
@@ -121,7 +131,7 @@ func Default() Config {
 		Index: Index{
 			PageSize:      64,
 			NamespaceSalt: true,
-			WritePolicy:   "write_through",
+			WritePolicy:   "write-through",
 			SweepInterval: 5 * time.Second,
 		},
 		Tiers: Tiers{
@@ -130,6 +140,7 @@ func Default() Config {
 			Disk:   Tier{CapacityPages: 65536, HighWatermark: 0.95, LowWatermark: 0.90, PinBudget: 0.9},
 			Remote: Tier{CapacityPages: 262144, HighWatermark: 0.95, LowWatermark: 0.90, PinBudget: 0.9},
 		},
-		Pins: Pins{DefaultTTL: 300 * time.Second, MinTTL: time.Second, MaxTTL: 24 * time.Hour},
+		Events: Events{Namespace: "dynamo", Component: "backend"},
+		Pins:   Pins{DefaultTTL: 300 * time.Second, MinTTL: time.Second, MaxTTL: 24 * time.Hour},
 	}
 }

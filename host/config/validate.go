@@ -31,9 +31,9 @@ func (c Config) Validate() error {
 		bad("index.page_size", "%d is not in 1..4096", c.Index.PageSize)
 	}
 	switch c.Index.WritePolicy {
-	case "write_through", "write_back", "none":
+	case "write-through", "write-back", "none":
 	default:
-		bad("index.write_policy", "%q is not one of write_through, write_back, none", c.Index.WritePolicy)
+		bad("index.write_policy", "%q is not one of write-through, write-back, none", c.Index.WritePolicy)
 	}
 	if c.Index.SweepInterval <= 0 {
 		bad("index.sweep_interval", "must be positive, got %v", c.Index.SweepInterval)
@@ -61,6 +61,11 @@ func (c Config) Validate() error {
 	}
 	if c.Pins.TenantQuotaPages < 0 {
 		bad("pins.tenant_quota_pages", "must not be negative, got %d", c.Pins.TenantQuotaPages)
+	}
+	for key, v := range map[string]string{"events.namespace": c.Events.Namespace, "events.component": c.Events.Component} {
+		if v == "" || strings.ContainsAny(v, ".*> \t\r\n") {
+			bad(key, "%q must be a non-empty NATS subject token (no '.', '*', '>' or spaces)", v)
+		}
 	}
 	seen := map[string]bool{}
 	for i, p := range c.Policies {
