@@ -1,0 +1,145 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"sync"
+)
+
+// DType is the storage type of KV elements.
+type DType uint8
+
+const (
+	F32 DType = iota + 1
+	BF16
+	F16
+)
+
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "fp32"
+	case BF16:
+		return "bf16"
+	case F16:
+		return "fp16"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// Size is the element size in bytes (0 for an unknown DType).
+func (d DType) Size() int {
+	switch d {
+	case F32:
+		return 4
+	case BF16, F16:
+		return 2
+	}
+	return 0
+}
+
+// ParseDType accepts fp32|float32, bf16|bfloat16, fp16|float16|half.
+func ParseDType(s string) (DType, error) {
+	switch s {
+	case "fp32", "float32", "f32":
+		return F32, nil
+	case "bf16", "bfloat16":
+		return BF16, nil
+	case "fp16", "float16", "f16", "half":
+		return F16, nil
+	}
+	return 0, fmt.Errorf("dtype %q: want fp32, bf16 or fp16: %w", s, ErrLayout)
+}
+
+// BF16ToF32 widens a bfloat16 exactly.
+func BF16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+// F32ToBF16 rounds to the nearest bfloat16, ties to even; NaN stays a quiet NaN.
+func F32ToBF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+var (
+	f16TableOnce sync.Once
+	f16Table     *[1 << 16]float32
+)
+
+// f16ToF32Table returns the 256 KiB table of every half's float32 value:
+// one load per element is cheaper than decoding subnormals in the hot loop.
+func f16ToF32Table() *[1 << 16]float32 {
+	f16TableOnce.Do(func() {
+		t := new([1 << 16]float32)
+		for i := range t {
+			t[i] = f16Decode(uint16(i))
+		}
+		f16Table = t
+	})
+	return f16Table
+}
+
+// F16ToF32 widens an IEEE half exactly.
+func F16ToF32(h uint16) float32 { return f16ToF32Table()[h] }
+
+func f16Decode(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	exp := uint32(h>>10) & 0x1f
+	man := uint32(h) & 0x3ff
+	switch {
+	case exp == 0x1f: // inf, NaN
+		return math.Float32frombits(sign | 0x7f800000 | man<<13)
+	case exp != 0:
+		return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
+	case man == 0:
+		return math.Float32frombits(sign)
+	}
+	// Subnormal: man·2^-24, exact in float32.
+	v := float32(man) * (1.0 / (1 << 24))
+	if sign != 0 {
+		v = -v
+	}
+	return v
+}
+
+// F32ToF16 rounds to the nearest IEEE half, ties to even, with subnormals,
+// overflow to infinity, and NaN kept a quiet NaN.
+func F32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int32(b>>23) & 0xff
+	man := b & 0x7fffff
+	if exp == 0xff {
+		if man != 0 {
+			return sign | 0x7e00
+		}
+		return sign | 0x7c00
+	}
+	e := exp - 127 + 15
+	if e >= 0x1f {
+		return sign | 0x7c00
+	}
+	if e <= 0 {
+		if e < -10 {
+			return sign // below half the smallest subnormal
+		}
+		m := man | 0x800000
+		shift := uint32(14 - e)
+		q := m >> shift
+		rem := m & (1<<shift - 1)
+		half := uint32(1) << (shift - 1)
+		if rem > half || (rem == half && q&1 == 1) {
+			q++ // may carry into the smallest normal: still the right encoding
+		}
+		return sign | uint16(q)
+	}
+	q := uint32(e)<<10 | man>>13
+	rem := man & 0x1fff
+	if rem > 0x1000 || (rem == 0x1000 && q&1 == 1) {
+		q++ // may carry into the exponent, up to infinity: correct
+	}
+	return sign | uint16(q)
+}
