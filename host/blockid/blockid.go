@@ -9,6 +9,7 @@ package blockid
 
 import (
 	"encoding/binary"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 )
@@ -40,6 +41,14 @@ func (s Salt) Seed() uint64 {
 
 // Local hashes one page of tokens with the given seed.
 func Local(page []uint32, seed uint64) uint64 {
+	if littleEndian {
+		// The in-memory bytes of a []uint32 already are the little-endian
+		// encoding the contract hashes: hash them in place, no copy.
+		if len(page) == 0 {
+			return xxh3.HashSeed(nil, seed)
+		}
+		return xxh3.HashSeed(unsafe.Slice((*byte)(unsafe.Pointer(&page[0])), 4*len(page)), seed)
+	}
 	var stack [256]byte
 	buf := stack[:0]
 	if n := 4 * len(page); n > len(stack) {
@@ -50,6 +59,13 @@ func Local(page []uint32, seed uint64) uint64 {
 	}
 	return xxh3.HashSeed(buf, seed)
 }
+
+// littleEndian reports whether this machine stores a uint32 in
+// little-endian byte order.
+var littleEndian = func() bool {
+	x := uint32(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
 
 // Chain returns the sequence hash of a page whose parent has sequence hash
 // parent and whose own local hash is local.

@@ -5,6 +5,8 @@ import (
 	"os"
 	"slices"
 	"testing"
+
+	"github.com/zeebo/xxh3"
 )
 
 // golden.json was produced by an independent xxh3 implementation (Python's
@@ -140,5 +142,19 @@ func BenchmarkCompute32K(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		h = AppendCompute(Hashes{Local: h.Local[:0], Sequence: h.Sequence[:0]}, toks, 64, Salt{Namespace: "t"})
+	}
+}
+
+func TestLocalMatchesPortableEncoding(t *testing.T) {
+	// The in-place fast path must hash exactly the little-endian bytes.
+	page := []uint32{0, 1, 0xdeadbeef, 0xffffffff, 7}
+	buf := make([]byte, 0, 4*len(page))
+	for _, v := range page {
+		buf = append(buf, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
+	}
+	for _, seed := range []uint64{BaseSeed, 0, ^uint64(0)} {
+		if got, want := Local(page, seed), xxh3.HashSeed(buf, seed); got != want {
+			t.Fatalf("seed %d: %d, want %d", seed, got, want)
+		}
 	}
 }

@@ -1,0 +1,229 @@
+package cache
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/tier"
+)
+
+// This file holds the index workloads shared by the Go benchmarks and
+// `kvpilot bench index` (DESIGN §12: ≤ 50 µs per 32K-token match+commit,
+// ≥ 2M block ops/s per core). Timing uses the wall clock; the index under
+// test still runs on a ManualClock.
+
+// benchIndex returns an index big enough never to evict during a run.
+func benchIndex(pageSize, pages int) *Index {
+	capacity := max(pages*4, 1<<16)
+	ix, err := New(Config{
+		PageSize: pageSize,
+		Tiers: [tier.Count]TierConfig{
+			tier.Device: {Capacity: capacity, High: 1, Low: 1, PinFraction: 1},
+			tier.Host:   {Capacity: capacity, High: 1, Low: 1, PinFraction: 1},
+		},
+		DeviceWrite: WriteNone,
+		Clock:       NewManualClock(time.Second),
+	})
+	if err != nil {
+		panic(err) // the config above is valid by construction
+	}
+	return ix
+}
+
+// matchCommit is one request: Match a prompt, then Commit its pages.
+type matchCommit struct {
+	ix   *Index
+	salt blockid.Salt
+	toks []uint32
+	locs []uint64
+	m    MatchResult
+	res  CommitResult
+}
+
+func newMatchCommit(pages, pageSize int) *matchCommit {
+	w := &matchCommit{ix: benchIndex(pageSize, pages), salt: blockid.Salt{Namespace: "bench"}}
+	w.toks = make([]uint32, pages*pageSize)
+	for i := range w.toks {
+		w.toks[i] = uint32(i*7919 + 13)
+	}
+	w.locs = make([]uint64, pages)
+	for i := range w.locs {
+		w.locs[i] = uint64(i + 1)
+	}
+	return w
+}
+
+// run matches and commits the prompt once. With fresh set, the first token
+// changes so every page is new (a cold prompt); events are drained.
+func (w *matchCommit) run(fresh uint32) error {
+	if fresh != 0 {
+		w.toks[0] = fresh
+	}
+	w.ix.Match("bench", w.salt, w.toks, &w.m)
+	if err := w.ix.Commit("bench", w.m.Hashes, w.locs, &w.res); err != nil {
+		return err
+	}
+	w.ix.events = w.ix.events[:0]
+	return nil
+}
+
+// blockOps drives single-block operations over a forest of short chains:
+// lookup, pin, lock, match of one page, unlock, unpin per round.
+type blockOps struct {
+	ix     *Index
+	seqs   []uint64
+	hashes blockid.Hashes
+	buf    []uint64
+	m      MatchResult
+	i      int
+}
+
+// blockOpsPerRound is the number of block operations one round performs.
+const blockOpsPerRound = 6
+
+func newBlockOps(chains, depth int) *blockOps {
+	const pageSize = 16
+	w := &blockOps{ix: benchIndex(pageSize, chains*depth), buf: make([]uint64, 1)}
+	toks := make([]uint32, depth*pageSize)
+	locs := make([]uint64, depth)
+	var res CommitResult
+	var m MatchResult
+	for c := 0; c < chains; c++ {
+		for i := range toks {
+			toks[i] = uint32(c*1_000_003 + i)
+		}
+		w.ix.Match("bench", blockid.Salt{}, toks, &m)
+		for i := range locs {
+			locs[i] = uint64(c*depth + i + 1)
+		}
+		if err := w.ix.Commit("bench", m.Hashes, locs, &res); err != nil {
+			panic(err)
+		}
+		w.seqs = append(w.seqs, m.Hashes.Sequence...)
+		if c == 0 {
+			w.hashes = blockid.Hashes{Local: m.Hashes.Local[:1:1], Sequence: m.Hashes.Sequence[:1:1]}
+		}
+	}
+	w.ix.events = w.ix.events[:0]
+	return w
+}
+
+func (w *blockOps) round() error {
+	seq := w.seqs[w.i]
+	w.i++
+	if w.i == len(w.seqs) {
+		w.i = 0
+	}
+	if _, ok := w.ix.Lookup("bench", seq); !ok {
+		return fmt.Errorf("bench page %d missing", seq)
+	}
+	w.buf[0] = seq
+	t := Target{Tenant: "bench", Hashes: w.buf}
+	if _, err := w.ix.Pin(t, time.Minute); err != nil {
+		return err
+	}
+	if _, err := w.ix.Lock("bench", seq); err != nil {
+		return err
+	}
+	w.ix.MatchHashes("bench", w.hashes, &w.m)
+	if _, err := w.ix.Unlock("bench", seq); err != nil {
+		return err
+	}
+	_, err := w.ix.Unpin(t)
+	return err
+}
+
+// IndexBenchResult is what `kvpilot bench index` reports.
+type IndexBenchResult struct {
+	Pages    int `json:"pages"`
+	PageSize int `json:"page_size"`
+	Iters    int `json:"iters"`
+	// MatchCommitMicros is one match+commit of a cached prompt (every page
+	// hit), hashing included; MatchCommitColdMicros of a new prompt (every
+	// page inserted).
+	MatchCommitMicros     float64 `json:"match_commit_us"`
+	MatchCommitColdMicros float64 `json:"match_commit_cold_us"`
+	// HashMicros is the baseline: hashing the prompt alone.
+	HashMicros float64 `json:"hash_only_us"`
+	// BlockOpsPerSec counts single-block operations (lookup, pin, lock,
+	// one-page match, unlock, unpin) per second on one goroutine.
+	BlockOpsPerSec float64 `json:"block_ops_per_sec"`
+	// MapOpsPerSec is the baseline: lookups in a plain Go map of the same
+	// size.
+	MapOpsPerSec float64 `json:"map_ops_per_sec"`
+}
+
+// RunIndexBench measures the index workloads. pages and pageSize shape
+// the prompt (512 and 64 make the 32K-token target); iters is the number
+// of timed repetitions of each workload.
+func RunIndexBench(pages, pageSize, iters int) (IndexBenchResult, error) {
+	if pages <= 0 || pageSize <= 0 || iters <= 0 {
+		return IndexBenchResult{}, fmt.Errorf("index bench: pages %d, page size %d and iters %d must be positive: %w",
+			pages, pageSize, iters, ErrBadArgument)
+	}
+	r := IndexBenchResult{Pages: pages, PageSize: pageSize, Iters: iters}
+	perOp := func(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(n) }
+
+	w := newMatchCommit(pages, pageSize)
+	if err := w.run(0); err != nil { // warm: the prompt is cached from here on
+		return r, err
+	}
+	start := time.Now()
+	for i := 0; i < iters; i++ {
+		if err := w.run(0); err != nil {
+			return r, err
+		}
+	}
+	r.MatchCommitMicros = perOp(time.Since(start), iters)
+
+	var hs blockid.Hashes
+	start = time.Now()
+	for i := 0; i < iters; i++ {
+		hs.Local, hs.Sequence = hs.Local[:0], hs.Sequence[:0]
+		hs = blockid.AppendCompute(hs, w.toks, pageSize, w.salt)
+	}
+	r.HashMicros = perOp(time.Since(start), iters)
+
+	cold := newMatchCommit(pages, pageSize)
+	var coldTime time.Duration
+	for i := 0; i < iters; i++ {
+		if i%64 == 0 {
+			cold.ix.Reset()
+		}
+		start = time.Now()
+		if err := cold.run(uint32(1_000_000 + i)); err != nil {
+			return r, err
+		}
+		coldTime += time.Since(start)
+	}
+	r.MatchCommitColdMicros = perOp(coldTime, iters)
+
+	ops := newBlockOps(4096, 8)
+	rounds := max(iters*100, 10000)
+	start = time.Now()
+	for i := 0; i < rounds; i++ {
+		if err := ops.round(); err != nil {
+			return r, err
+		}
+	}
+	r.BlockOpsPerSec = float64(rounds*blockOpsPerRound) / time.Since(start).Seconds()
+
+	plain := make(map[uint64]*node, len(ops.seqs))
+	for _, s := range ops.seqs {
+		plain[s] = &node{}
+	}
+	hits := 0
+	n := rounds * blockOpsPerRound
+	start = time.Now()
+	for i := 0; i < n; i++ {
+		if plain[ops.seqs[i%len(ops.seqs)]] != nil {
+			hits++
+		}
+	}
+	r.MapOpsPerSec = float64(n) / time.Since(start).Seconds()
+	if hits != n {
+		return r, fmt.Errorf("index bench: map baseline missed %d lookups", n-hits)
+	}
+	return r, nil
+}

@@ -1,0 +1,310 @@
+package cache
+
+import (
+	"container/heap"
+	"strings"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/tier"
+)
+
+// Plan returns, appended to dst, the transitions the mover should run now:
+//
+//  1. write-through copies of device pages to the host tier;
+//  2. pause work: copies of leased pages to their pause tier, then drops of
+//     their hotter copies;
+//  3. eviction, hot tier first, on every tier whose usage (resident plus
+//     planned copies in, minus planned drops) exceeds its high watermark,
+//     down to its low watermark.
+//
+// Eviction takes tier leaves only (pages with no child on that tier), never
+// a locked or leased page, nor one with a transition in flight. It takes
+// unprioritized or lapsed pages by LRU first, then pages by ascending
+// retention priority then LRU, and pinned pages last. A device page whose
+// only copy it is gets a demotion (copy to the next tier, then drop) when
+// it is pinned, or when the write policy keeps backups and it is not
+// transient; otherwise it is dropped. A pinned page's last copy is never
+// dropped: when it cannot be demoted it stays. On colder tiers pinned pages
+// are skipped until their pin lapses.
+func (ix *Index) Plan(now time.Duration, dst []Transition) []Transition {
+	dst = ix.planWriteThrough(dst)
+	dst = ix.planPause(dst)
+	for _, t := range tier.All {
+		if ix.present(t) {
+			dst = ix.planEvict(t, now, dst)
+		}
+	}
+	ix.afterMutation()
+	return dst
+}
+
+func (ix *Index) used(t tier.Tier) int {
+	return ix.resident[t] + ix.pendingIn[t] - ix.pendingDrop[t]
+}
+
+// copySource is the hottest tier holding n that no planned drop is freeing.
+func copySource(n *node) (tier.Tier, bool) {
+	return (n.resident &^ n.dropping).Hottest()
+}
+
+// parentReady reports whether n's parent is (or is being copied) on t, and
+// the copy to wait for.
+func parentReady(n *node, t tier.Tier) (after uint64, ok bool) {
+	p := n.parent
+	switch {
+	case p.isRoot || p.resident.Has(t):
+		return 0, true
+	case p.inbound.Has(t):
+		return p.lastCopy, true
+	}
+	return 0, false
+}
+
+func (ix *Index) planWriteThrough(dst []Transition) []Transition {
+	if len(ix.wtQueue) == 0 {
+		return dst
+	}
+	capHost := ix.cfg.Tiers[tier.Host].Capacity
+	keep := ix.wtQueue[:0]
+	for _, n := range ix.wtQueue {
+		switch {
+		case n.dead, n.transient, !n.resident.Has(tier.Device), n.resident.Has(tier.Host),
+			n.inbound.Has(tier.Host), n.dropping.Has(tier.Device):
+			continue // no longer needs it, or already under way
+		}
+		after, ok := parentReady(n, tier.Host)
+		if !ok || ix.used(tier.Host) >= capHost {
+			keep = append(keep, n) // retry once the parent or room is there
+			continue
+		}
+		dst = append(dst, ix.reserve(n, Copy, ReasonWriteThrough, tier.Device, tier.Host, after))
+	}
+	clear(ix.wtQueue[len(keep):])
+	ix.wtQueue = keep
+	return dst
+}
+
+func (ix *Index) planPause(dst []Transition) []Transition {
+	for _, l := range ix.leaseOrder {
+		if l.settled {
+			continue
+		}
+		settled := true
+		P := l.tier
+		for _, n := range l.pages { // root first: parents are copied first
+			if n.dead || n.transient || n.resident.Has(P) {
+				continue
+			}
+			settled = false
+			if n.inbound.Has(P) || n.pending > 0 {
+				continue
+			}
+			after, ok := parentReady(n, P)
+			src, okSrc := copySource(n)
+			if ok && okSrc {
+				dst = append(dst, ix.reserve(n, Copy, ReasonPause, src, P, after))
+			}
+		}
+		// Free hotter copies, deepest first, once the pause copy has landed.
+		for _, t := range tier.All {
+			if !P.Colder(t) {
+				break
+			}
+			epoch := ix.nextEpoch()
+			for i := len(l.pages) - 1; i >= 0; i-- {
+				n := l.pages[i]
+				if n.dead || !n.resident.Has(t) || !n.resident.Has(P) {
+					continue
+				}
+				left := n.childrenOn[t]
+				if n.planMark == epoch {
+					left = n.planLeft
+				}
+				if left > 0 {
+					// Children still on t: either lease pages that are
+					// themselves unsettled, or pages outside the lease
+					// (a shared prefix keeps its hot copies).
+					continue
+				}
+				settled = false
+				if n.pending > 0 || n.lockRef > 0 {
+					continue
+				}
+				dst = append(dst, ix.reserve(n, Drop, ReasonPause, t, 0, 0))
+				ix.notePlannedDrop(n, t, epoch)
+			}
+		}
+		l.settled = settled
+	}
+	return dst
+}
+
+// notePlannedDrop counts a planned drop of n from t against its parent's
+// children on t, so the parent can become a leaf in the same plan.
+func (ix *Index) notePlannedDrop(n *node, t tier.Tier, epoch uint32) (parentFree bool) {
+	p := n.parent
+	if p.isRoot {
+		return false
+	}
+	if p.planMark != epoch {
+		p.planMark = epoch
+		p.planLeft = p.childrenOn[t]
+	}
+	p.planLeft--
+	return p.planLeft == 0
+}
+
+// evictClass orders eviction: 0 unprioritized or lapsed, 1 retained, 2 pinned.
+func evictClass(n *node, now time.Duration) int {
+	switch {
+	case n.pinned(now):
+		return 2
+	case n.prioritized(now):
+		return 1
+	}
+	return 0
+}
+
+type evictHeap struct {
+	nodes []*node
+	now   time.Duration
+}
+
+func (h *evictHeap) Len() int { return len(h.nodes) }
+func (h *evictHeap) Less(i, j int) bool {
+	a, b := h.nodes[i], h.nodes[j]
+	ca, cb := evictClass(a, h.now), evictClass(b, h.now)
+	if ca != cb {
+		return ca < cb
+	}
+	if ca == 1 && a.priority != b.priority {
+		return a.priority < b.priority
+	}
+	if a.lastAccess != b.lastAccess {
+		return a.lastAccess < b.lastAccess
+	}
+	if a.seq != b.seq {
+		return a.seq < b.seq
+	}
+	return strings.Compare(a.tenant.name, b.tenant.name) < 0
+}
+func (h *evictHeap) Swap(i, j int) { h.nodes[i], h.nodes[j] = h.nodes[j], h.nodes[i] }
+func (h *evictHeap) Push(x any)    { h.nodes = append(h.nodes, x.(*node)) }
+func (h *evictHeap) Pop() any {
+	n := h.nodes[len(h.nodes)-1]
+	h.nodes = h.nodes[:len(h.nodes)-1]
+	return n
+}
+
+// evictable: may n be taken from t at all (leafness aside)?
+func evictable(n *node, t tier.Tier, now time.Duration) bool {
+	switch {
+	case n.dead, !n.resident.Has(t), n.pending > 0, n.lockRef > 0, n.leaseRefs > 0:
+		return false
+	case t != tier.Device && n.pinned(now):
+		return false // colder tiers keep pinned pages until the pin lapses
+	}
+	return true
+}
+
+func (ix *Index) planEvict(t tier.Tier, now time.Duration, dst []Transition) []Transition {
+	tc := ix.cfg.Tiers[t]
+	used := ix.used(t)
+	if float64(used) <= tc.High*float64(tc.Capacity) {
+		return dst
+	}
+	target := int(tc.Low * float64(tc.Capacity))
+	h := &evictHeap{now: now}
+	for _, ts := range ix.tenants {
+		for _, n := range ts.bySeq {
+			if n.childrenOn[t] == 0 && evictable(n, t, now) {
+				h.nodes = append(h.nodes, n)
+			}
+		}
+	}
+	heap.Init(h)
+	epoch := ix.nextEpoch()
+	for used > target && h.Len() > 0 {
+		n := heap.Pop(h).(*node)
+		if !evictable(n, t, now) { // an earlier demotion may have reserved it
+			continue
+		}
+		planned := false
+		dst, planned = ix.planEvictOne(n, t, now, dst)
+		if !planned {
+			continue
+		}
+		used--
+		if ix.notePlannedDrop(n, t, epoch) && evictable(n.parent, t, now) {
+			heap.Push(h, n.parent)
+		}
+	}
+	return dst
+}
+
+// planEvictOne plans taking n off t: a drop, or a demotion (copy to the
+// next present colder tier, then drop). It reports whether a drop was
+// planned.
+func (ix *Index) planEvictOne(n *node, t tier.Tier, now time.Duration, dst []Transition) ([]Transition, bool) {
+	last := n.resident == TierSet(0).with(t)
+	if !last {
+		return append(dst, ix.reserve(n, Drop, ReasonEvict, t, 0, 0)), true
+	}
+	pinned := n.pinned(now)
+	if t != tier.Device {
+		// Pinned pages never reach here (evictable); others are dropped.
+		return append(dst, ix.reserve(n, Drop, ReasonEvict, t, 0, 0)), true
+	}
+	backup := pinned || (ix.cfg.DeviceWrite != WriteNone && !n.transient)
+	if backup && !n.transient {
+		if to, ok := ix.colderPresent(t); ok {
+			var copied bool
+			if dst, copied = ix.planCopyChain(n, t, to, dst); copied {
+				cp := dst[len(dst)-1]
+				return append(dst, ix.reserve(n, Drop, ReasonDemote, t, 0, cp.ID)), true
+			}
+		}
+	}
+	if pinned {
+		return dst, false // never drop a pinned page's last copy
+	}
+	return append(dst, ix.reserve(n, Drop, ReasonEvict, t, 0, 0)), true
+}
+
+func (ix *Index) colderPresent(t tier.Tier) (tier.Tier, bool) {
+	for u := t + 1; int(u) < tier.Count; u++ {
+		if ix.present(u) {
+			return u, true
+		}
+	}
+	return 0, false
+}
+
+// planCopyChain plans copies of n and of any ancestors missing on to (root
+// first), when all of them can be copied and fit; the copy of n is last.
+func (ix *Index) planCopyChain(n *node, from, to tier.Tier, dst []Transition) ([]Transition, bool) {
+	chain := ix.nodes[:0]
+	for c := n; !c.isRoot && !c.resident.Has(to) && !c.inbound.Has(to); c = c.parent {
+		if c.transient || (c != n && c.pending > 0) {
+			return dst, false
+		}
+		if _, ok := copySource(c); !ok {
+			return dst, false
+		}
+		chain = append(chain, c)
+	}
+	ix.nodes = chain[:0]
+	if ix.used(to)+len(chain) > ix.cfg.Tiers[to].Capacity {
+		return dst, false
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		c := chain[i]
+		after, _ := parentReady(c, to)
+		src, _ := copySource(c)
+		if c == n {
+			src = from
+		}
+		dst = append(dst, ix.reserve(c, Copy, ReasonDemote, src, to, after))
+	}
+	return dst, true
+}

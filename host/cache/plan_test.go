@@ -1,0 +1,352 @@
+package cache
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/tier"
+)
+
+// fill commits n single-page prompts (distinct first pages) and returns
+// their sequence hashes, advancing the clock between them so LRU order is
+// commit order.
+func (h *harness) fill(tenant string, n, base int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = h.commit(tenant, tokens(base+i*1000, testPage)).Sequence[0]
+		h.clock.Advance(time.Millisecond)
+	}
+	return out
+}
+
+func kinds(ts []Transition) (copies, drops int) {
+	for _, t := range ts {
+		if t.Kind == Copy {
+			copies++
+		} else {
+			drops++
+		}
+	}
+	return
+}
+
+func TestPlanRespectsWatermarks(t *testing.T) {
+	h := newHarness(t) // device 16 pages: high 12, low 8; write policy none
+	h.fill("a", 12, 0)
+	if ts := h.plan(); len(ts) != 0 {
+		t.Fatalf("planned %v at the high watermark", ts)
+	}
+	h.fill("a", 1, 50000)
+	ts := h.plan()
+	if c, d := kinds(ts); c != 0 || d != 5 {
+		t.Fatalf("planned %d copies %d drops, want 5 drops down to the low watermark", c, d)
+	}
+	// Planned drops count as gone: a second plan adds nothing.
+	if more := h.plan(); len(more) != 0 {
+		t.Fatalf("second plan repeated work: %v", more)
+	}
+	if st := h.ix.Stats().Tiers[tier.Device]; st.PendingDrop != 5 {
+		t.Fatalf("stats %+v", st)
+	}
+	h.complete(ts)
+	if got := h.ix.Stats().Tiers[tier.Device].Pages; got != 8 {
+		t.Fatalf("%d device pages after eviction, want 8", got)
+	}
+}
+
+func TestPlanOrder(t *testing.T) {
+	h := newHarness(t)
+	seqs := h.fill("a", 13, 0) // LRU: seqs[0] oldest
+	// Retain the two oldest with priorities; they go after every
+	// unprioritized page, lower priority first.
+	if _, err := h.ix.Retain(TargetHashes("a", seqs[0]), 50, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.ix.Retain(TargetHashes("a", seqs[1]), 10, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	// A lapsed retention counts as unprioritized.
+	if _, err := h.ix.Retain(TargetHashes("a", seqs[2]), 90, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(time.Second)
+	// Touch seqs[3] so it becomes most recently used.
+	h.match("a", tokens(3000, testPage))
+	h.ix.cfg.Tiers[tier.Device].Low = 0 // evict everything evictable
+	ts := h.plan()
+	var order []uint64
+	for _, tr := range ts {
+		order = append(order, tr.Seq)
+	}
+	want := []uint64{seqs[2], seqs[4], seqs[5], seqs[6], seqs[7], seqs[8], seqs[9], seqs[10], seqs[11], seqs[12], seqs[3], seqs[1], seqs[0]}
+	if len(order) != len(want) {
+		t.Fatalf("planned %d, want %d", len(order), len(want))
+	}
+	for i := range want {
+		if order[i] != want[i] {
+			t.Fatalf("eviction order position %d: %d, want %d (order %v)", i, order[i], want[i], order)
+		}
+	}
+}
+
+func TestPlanEvictsLeavesOnly(t *testing.T) {
+	h := newHarness(t)
+	chain := h.commit("a", tokens(0, 13*testPage)) // one deep chain of 13 pages
+	ts := h.plan()
+	if len(ts) != 5 {
+		t.Fatalf("planned %d, want 5", len(ts))
+	}
+	// Deepest first: each drop frees the next leaf up the chain.
+	for i, tr := range ts {
+		if want := chain.Sequence[12-i]; tr.Seq != want {
+			t.Fatalf("drop %d takes page %d, want %d", i, tr.Seq, want)
+		}
+	}
+	h.complete(ts)
+	if got := len(h.match("a", tokens(0, 13*testPage))); got != 8 {
+		t.Fatalf("matched %d pages after eviction, want the first 8", got)
+	}
+}
+
+func TestPinSurvivesEvictEverything(t *testing.T) {
+	for _, policy := range []WritePolicy{WriteNone, WriteBack, WriteThrough} {
+		t.Run(policy.String(), func(t *testing.T) {
+			h := newHarness(t, func(c *Config) {
+				c.DeviceWrite = policy
+				for _, tt := range tier.All {
+					c.Tiers[tt].High, c.Tiers[tt].Low = 0, 0 // evict everything
+				}
+			})
+			vip := tokens(1, 3*testPage)
+			hs := h.commit("a", vip)
+			if _, err := h.ix.Pin(TargetHashes("a", hs.Sequence[2]), time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			h.fill("a", 10, 90000)
+			h.settle(10)
+			if st := h.ix.Stats(); st.Pages != 3 {
+				t.Fatalf("%d pages left after evicting everything, want the 3 pinned: %+v", st.Pages, st)
+			}
+			got := h.match("a", vip)
+			if len(got) != 3 {
+				t.Fatalf("pinned prefix matches %d pages", len(got))
+			}
+			for _, p := range got {
+				if p.Tiers.Has(tier.Device) || !p.Tiers.Has(tier.Host) {
+					t.Fatalf("pinned page should be demoted to host: %+v", p)
+				}
+			}
+			// Once the pin lapses it goes like anything else.
+			h.clock.Advance(2 * time.Hour)
+			h.settle(10)
+			if st := h.ix.Stats(); st.Pages != 0 {
+				t.Fatalf("%d pages left after the pin lapsed", st.Pages)
+			}
+		})
+	}
+}
+
+func TestPlanNeverDropsPinnedLastCopy(t *testing.T) {
+	// No host tier: a pinned device page has nowhere to go and must stay.
+	h := newHarness(t, func(c *Config) {
+		c.Tiers[tier.Host] = TierConfig{}
+		c.Tiers[tier.Disk] = TierConfig{}
+	})
+	hs := h.commit("a", tokens(1, 2*testPage))
+	if _, err := h.ix.Pin(TargetHashes("a", hs.Sequence[1]), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	h.fill("a", 12, 7000)
+	h.ix.cfg.Tiers[tier.Device].Low = 0
+	for _, tr := range h.plan() {
+		if tr.Seq == hs.Sequence[0] || tr.Seq == hs.Sequence[1] {
+			t.Fatalf("planned %v on a pinned page with no colder tier", tr)
+		}
+	}
+}
+
+func TestPlanSkipsLockedAndLeased(t *testing.T) {
+	h := newHarness(t)
+	seqs := h.fill("a", 13, 0)
+	if _, err := h.ix.Lock("a", seqs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.ix.Pause(TargetHashes("a", seqs[1]), "", tier.Disk, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	h.ix.cfg.Tiers[tier.Device].Low = 0
+	for _, tr := range h.plan() {
+		if tr.Seq == seqs[0] {
+			t.Fatalf("planned %v on a locked page", tr)
+		}
+		if tr.Seq == seqs[1] && tr.Reason != ReasonPause {
+			t.Fatalf("eviction planned %v on a leased page", tr)
+		}
+	}
+}
+
+func TestTransientNeverBackedUp(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DeviceWrite = WriteBack })
+	hs := h.commit("a", tokens(1, 2*testPage))
+	if _, err := h.ix.MarkTransient(TargetHashes("a", hs.Sequence[1]), true); err != nil {
+		t.Fatal(err)
+	}
+	h.ix.cfg.Tiers[tier.Device].High, h.ix.cfg.Tiers[tier.Device].Low = 0, 0
+	ts := h.plan()
+	for _, tr := range ts {
+		if tr.Seq == hs.Sequence[1] && tr.Kind == Copy {
+			t.Fatalf("planned %v for a transient page", tr)
+		}
+	}
+	if errs := h.complete(ts); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if h.ix.Contains("a", hs.Sequence[1]) {
+		t.Fatal("transient page survived device eviction")
+	}
+	if pi := h.info("a", hs.Sequence[0]); !pi.Tiers.Has(tier.Host) || pi.Tiers.Has(tier.Device) {
+		t.Fatalf("write-back should have moved the ordinary page to host: %+v", pi)
+	}
+}
+
+func TestWriteBackCopiesMissingAncestors(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DeviceWrite = WriteBack })
+	chain := h.commit("a", tokens(0, 13*testPage))
+	ts := h.plan()
+	// The leaf's demotion needs the whole path on host: 13 copies, one
+	// drop (the rest of the path is not a device leaf until it is dropped).
+	copies, drops := kinds(ts)
+	if copies != 13 || drops < 1 {
+		t.Fatalf("planned %d copies, %d drops: %v", copies, drops, ts)
+	}
+	if ts[0].Seq != chain.Sequence[0] || ts[0].After != 0 {
+		t.Fatalf("first copy should be the root page with no dependency: %v", ts[0])
+	}
+	for i := 1; i < 13; i++ {
+		if ts[i].After != ts[i-1].ID {
+			t.Fatalf("copy %d does not wait for its parent's: %v", i, ts[i])
+		}
+	}
+	h.ix.DrainEvents(nil)
+	if errs := h.complete(ts); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	// stored(host) comes before removed(device) for the moved page.
+	evs := h.ix.DrainEvents(nil)
+	leaf := chain.Sequence[12]
+	storedAt, removedAt := -1, -1
+	for i, e := range evs {
+		if e.Seq == leaf && e.Kind == Stored && e.Tier == tier.Host {
+			storedAt = i
+		}
+		if e.Seq == leaf && e.Kind == Removed && e.Tier == tier.Device {
+			removedAt = i
+		}
+	}
+	if storedAt < 0 || removedAt < storedAt {
+		t.Fatalf("move events out of order: stored %d removed %d in %v", storedAt, removedAt, evs)
+	}
+}
+
+func TestWriteThroughThenEvictDrops(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DeviceWrite = WriteThrough })
+	hs := h.commit("a", tokens(0, 3*testPage))
+	ts := h.plan()
+	if c, d := kinds(ts); c != 3 || d != 0 || ts[0].Reason != ReasonWriteThrough {
+		t.Fatalf("write-through plan %v", ts)
+	}
+	if ts[1].After != ts[0].ID || ts[2].After != ts[1].ID {
+		t.Fatalf("write-through copies must wait for their parents: %v", ts)
+	}
+	h.complete(ts)
+	for _, s := range hs.Sequence {
+		if pi := h.info("a", s); !pi.Tiers.Has(tier.Host) {
+			t.Fatalf("no host copy after write-through: %+v", pi)
+		}
+	}
+	h.fill("a", 12, 50000)
+	h.settle(5)
+	// Eviction dropped device copies only; every page is still matchable.
+	if got := len(h.match("a", tokens(0, 3*testPage))); got != 3 {
+		t.Fatalf("matched %d after eviction under write-through", got)
+	}
+}
+
+func TestCompletionValidation(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DeviceWrite = WriteBack })
+	hs := h.commit("a", tokens(0, 2*testPage))
+	h.ix.cfg.Tiers[tier.Device].High, h.ix.cfg.Tiers[tier.Device].Low = 0, 0
+	ts := h.plan() // copy root, copy leaf, drop leaf (after its copy)
+	if len(ts) != 3 || ts[2].Kind != Drop || ts[2].After != ts[1].ID {
+		t.Fatalf("unexpected plan %v", ts)
+	}
+	// The drop cannot overtake its copy.
+	wantErr(t, h.ix.CompleteDrop(ts[2]), ErrTransitionOrder)
+	// Copies must land parent first.
+	wantErr(t, h.ix.CompleteCopy(ts[1], 500), ErrNotResident)
+	// That copy failed, so the drop waiting for it is cancelled.
+	wantErr(t, h.ix.CompleteDrop(ts[2]), ErrTransitionCancelled)
+	wantErr(t, h.ix.CompleteDrop(ts[2]), ErrUnknownTransition)
+	if err := h.ix.CompleteCopy(ts[0], 501); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, h.ix.CompleteCopy(ts[0], 502), ErrUnknownTransition)
+	if pi := h.info("a", hs.Sequence[1]); !pi.Tiers.Has(tier.Device) || pi.InFlight != 0 {
+		t.Fatalf("leaf after the failed demotion: %+v", pi)
+	}
+	h.check()
+
+	// A page locked after its drop was planned refuses the drop.
+	ts = h.plan()
+	var drop Transition
+	for _, tr := range ts {
+		if tr.Kind == Drop && tr.Seq == hs.Sequence[1] {
+			drop = tr
+		}
+	}
+	for _, tr := range ts {
+		if tr.Kind == Copy {
+			if err := h.ix.CompleteCopy(tr, 600+tr.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := h.ix.Lock("a", hs.Sequence[1]); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, h.ix.CompleteDrop(drop), ErrLocked)
+	h.check()
+	if err := h.ix.FailTransition(drop); err == nil {
+		t.Fatal("failing a transition already refused should be unknown")
+	}
+}
+
+func TestFailTransitionRequeuesWriteThrough(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DeviceWrite = WriteThrough })
+	h.commit("a", tokens(0, testPage))
+	ts := h.plan()
+	if len(ts) != 1 {
+		t.Fatalf("plan %v", ts)
+	}
+	if err := h.ix.FailTransition(ts[0]); err != nil {
+		t.Fatal(err)
+	}
+	if again := h.plan(); len(again) != 1 || again[0].Reason != ReasonWriteThrough {
+		t.Fatalf("failed write-through was not retried: %v", again)
+	}
+	wantErr(t, h.ix.FailTransition(ts[0]), ErrUnknownTransition)
+}
+
+func TestDropRemovedPageCancels(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DeviceWrite = WriteThrough })
+	hs := h.commit("a", tokens(0, 2*testPage))
+	ts := h.plan()
+	if _, err := h.ix.PruneDescendants(TargetHashes("a", hs.Sequence[0])); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ix.CompleteCopy(ts[0], 1); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, h.ix.CompleteCopy(ts[1], 2), ErrTransitionCancelled)
+	h.check()
+}

@@ -1,0 +1,264 @@
+package cache
+
+import (
+	"fmt"
+
+	"github.com/kvpilot/kvpilot/host/tier"
+)
+
+// TransitionKind is what a transition does.
+type TransitionKind uint8
+
+const (
+	// Copy writes the page from tier From to tier To; the source stays.
+	Copy TransitionKind = iota + 1
+	// Drop frees the page's copy on tier From.
+	Drop
+)
+
+func (k TransitionKind) String() string {
+	switch k {
+	case Copy:
+		return "copy"
+	case Drop:
+		return "drop"
+	}
+	return fmt.Sprintf("TransitionKind(%d)", uint8(k))
+}
+
+// Reason says why a transition was planned, for metrics and logs.
+type Reason uint8
+
+const (
+	ReasonEvict        Reason = iota + 1 // a tier above its high watermark
+	ReasonDemote                         // eviction that keeps a copy on a colder tier
+	ReasonWriteThrough                   // device write-through to host
+	ReasonPause                          // a lease moving pages to its pause tier
+	ReasonFetch                          // warm or load-back
+)
+
+var reasonNames = [...]string{"", "evict", "demote", "write-through", "pause", "fetch"}
+
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) && r != 0 {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("Reason(%d)", uint8(r))
+}
+
+// Transition is one step for the mover. The index reserves it when it is
+// planned (the page is not planned again until it ends) and applies it only
+// when the mover reports back:
+//
+//   - Copy: read the page at FromLoc on From, write it to a slot on To, then
+//     call CompleteCopy with the new slot. On an error from CompleteCopy the
+//     mover frees that slot.
+//   - Drop: call CompleteDrop first and free the slot at FromLoc on From only
+//     when it succeeds: the drop is refused if the page became busy (locked,
+//     now the last copy of a pinned page, gained children on From).
+//   - If the work cannot be done, call FailTransition.
+//
+// After, when non-zero, names a transition that must be completed first
+// (a copy of the page's parent to the same tier, or the copy a demotion
+// drop waits for).
+type Transition struct {
+	ID      uint64
+	Kind    TransitionKind
+	Reason  Reason
+	Tenant  string
+	Seq     uint64
+	From    tier.Tier
+	To      tier.Tier // Copy only
+	FromLoc uint64
+	After   uint64
+}
+
+func (t Transition) String() string {
+	if t.Kind == Copy {
+		return fmt.Sprintf("#%d copy %d %s->%s (%s)", t.ID, t.Seq, t.From, t.To, t.Reason)
+	}
+	return fmt.Sprintf("#%d drop %d from %s (%s)", t.ID, t.Seq, t.From, t.Reason)
+}
+
+type pending struct {
+	t    Transition
+	n    *node
+	live bool // false once cancelled; the record stays until the mover reports
+}
+
+func (ix *Index) reserve(n *node, kind TransitionKind, reason Reason, from, to tier.Tier, after uint64) Transition {
+	ix.nextID++
+	t := Transition{ID: ix.nextID, Kind: kind, Reason: reason, Tenant: n.tenant.name, Seq: n.seq,
+		From: from, FromLoc: n.loc[from], After: after}
+	n.pending++
+	if kind == Copy {
+		t.To = to
+		n.inbound = n.inbound.with(to)
+		n.srcBusy[from]++
+		n.lastCopy = t.ID
+		ix.pendingIn[to]++
+	} else {
+		n.dropping = n.dropping.with(from)
+		ix.pendingDrop[from]++
+	}
+	ix.inflight[t.ID] = &pending{t: t, n: n, live: true}
+	return t
+}
+
+// release undoes a live reservation's accounting.
+func (ix *Index) release(p *pending) {
+	if !p.live {
+		return
+	}
+	p.live = false
+	n, t := p.n, p.t
+	n.pending--
+	if t.Kind == Copy {
+		n.inbound = n.inbound.without(t.To)
+		n.srcBusy[t.From]--
+		if n.lastCopy == t.ID {
+			n.lastCopy = 0
+		}
+		ix.pendingIn[t.To]--
+	} else {
+		n.dropping = n.dropping.without(t.From)
+		ix.pendingDrop[t.From]--
+	}
+}
+
+// cancelTransitionsOf cancels every live transition of a node leaving the
+// index.
+func (ix *Index) cancelTransitionsOf(n *node) {
+	for _, p := range ix.inflight {
+		if p.n == n && p.live {
+			ix.release(p)
+		}
+	}
+}
+
+// cancelDependents cancels live transitions that wait for transition id.
+func (ix *Index) cancelDependents(id uint64) {
+	for _, p := range ix.inflight {
+		if p.live && p.t.After == id {
+			ix.release(p)
+			if p.t.Kind == Copy {
+				ix.cancelDependents(p.t.ID)
+			}
+		}
+	}
+}
+
+func (ix *Index) take(op string, t Transition) (*pending, error) {
+	p := ix.inflight[t.ID]
+	if p == nil || p.t.Kind != t.Kind {
+		return nil, fmt.Errorf("%s %v: %w", op, t, ErrUnknownTransition)
+	}
+	return p, nil
+}
+
+// CompleteCopy records that the copy's bytes landed at dstLoc on t.To and
+// emits stored(t.To). It fails, changing nothing, when the page changed
+// under the copy: then the mover frees dstLoc.
+func (ix *Index) CompleteCopy(t Transition, dstLoc uint64) error {
+	p, err := ix.take("complete copy", t)
+	if err != nil {
+		return err
+	}
+	delete(ix.inflight, t.ID)
+	if !p.live {
+		return fmt.Errorf("complete copy %v: the page changed while it ran: %w", p.t, ErrTransitionCancelled)
+	}
+	ix.release(p)
+	defer ix.afterMutation()
+	n, t := p.n, p.t
+	var bad error
+	switch {
+	case !n.resident.Has(t.From) || n.loc[t.From] != t.FromLoc:
+		bad = fmt.Errorf("source copy on %s is gone: %w", t.From, ErrNotResident)
+	case n.resident.Has(t.To):
+		bad = fmt.Errorf("page already on %s: %w", t.To, ErrAlreadyResident)
+	case !n.parent.isRoot && !n.parent.resident.Has(t.To):
+		bad = fmt.Errorf("parent %d is not on %s: %w", n.parent.seq, t.To, ErrNotResident)
+	case n.transient && t.To.Colder(t.From):
+		bad = fmt.Errorf("copy to colder %s: %w", t.To, ErrTransient)
+	}
+	if bad != nil {
+		ix.cancelDependents(t.ID)
+		if t.Reason == ReasonWriteThrough {
+			ix.queueWriteThrough(n)
+		}
+		return fmt.Errorf("complete copy %v: %w", t, bad)
+	}
+	ix.addResidency(n, t.To, dstLoc)
+	return nil
+}
+
+// CompleteDrop applies a planned drop: the page leaves t.From and
+// removed(t.From) is emitted. Call it before freeing the slot; on an error
+// the slot stays in use. ErrTransitionOrder means the copy named by t.After
+// (or one reading this copy) has not completed yet: the drop stays planned
+// and may be completed later.
+func (ix *Index) CompleteDrop(t Transition) error {
+	p, err := ix.take("complete drop", t)
+	if err != nil {
+		return err
+	}
+	if !p.live {
+		delete(ix.inflight, t.ID)
+		return fmt.Errorf("complete drop %v: the page changed while it waited: %w", p.t, ErrTransitionCancelled)
+	}
+	n, t := p.n, p.t
+	if a := ix.inflight[t.After]; t.After != 0 && a != nil && a.live {
+		return fmt.Errorf("complete drop %v: transition #%d must complete first: %w", t, t.After, ErrTransitionOrder)
+	}
+	if n.srcBusy[t.From] > 0 {
+		return fmt.Errorf("complete drop %v: a copy still reads it: %w", t, ErrTransitionOrder)
+	}
+	delete(ix.inflight, t.ID)
+	ix.release(p)
+	defer ix.afterMutation()
+	now := ix.clock.Now()
+	last := n.resident == TierSet(0).with(t.From)
+	var bad error
+	switch {
+	case !n.resident.Has(t.From) || n.loc[t.From] != t.FromLoc:
+		bad = fmt.Errorf("no copy on %s at %d: %w", t.From, t.FromLoc, ErrNotResident)
+	case n.childrenOn[t.From] > 0:
+		bad = fmt.Errorf("%d children on %s: %w", n.childrenOn[t.From], t.From, ErrHasChildren)
+	case n.lockRef > 0:
+		bad = fmt.Errorf("lock_ref %d: %w", n.lockRef, ErrLocked)
+	case last && n.pinned(now):
+		bad = fmt.Errorf("last copy: %w", ErrPinned)
+	case last && n.leaseRefs > 0:
+		bad = fmt.Errorf("last copy: %w", ErrLeased)
+	}
+	if bad != nil {
+		return fmt.Errorf("complete drop %v: %w", t, bad)
+	}
+	ix.removeResidency(n, t.From)
+	return nil
+}
+
+// FailTransition abandons a transition the mover could not carry out.
+// Transitions waiting for it are cancelled; a failed write-through is
+// queued again.
+func (ix *Index) FailTransition(t Transition) error {
+	p := ix.inflight[t.ID]
+	if p == nil {
+		return fmt.Errorf("fail %v: %w", t, ErrUnknownTransition)
+	}
+	delete(ix.inflight, t.ID)
+	wasLive := p.live
+	ix.release(p)
+	if p.t.Kind == Copy {
+		ix.cancelDependents(p.t.ID)
+		if wasLive && p.t.Reason == ReasonWriteThrough && !p.n.dead {
+			ix.queueWriteThrough(p.n)
+		}
+	}
+	ix.afterMutation()
+	return nil
+}
+
+// InFlight returns the number of planned transitions not yet reported.
+func (ix *Index) InFlight() int { return len(ix.inflight) }
