@@ -1,0 +1,250 @@
+package executor
+
+import (
+	"errors"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+)
+
+// run checks and applies ops as one turn, then hands off transitions and
+// freed slots and writes the audit records.
+func (e *Executor) run(turnID, source, tenant string, ops []*op) directive.TurnReply {
+	var (
+		errs  []*errcode.Error
+		trans []cache.Transition
+		freed []cache.Freed
+		turn  *errcode.Error
+	)
+	e.mu.Lock()
+	errs = e.check(tenant, ops)
+	if errs == nil {
+		errs = e.applyReversible(tenant, ops)
+	}
+	if errs == nil {
+		trans, freed, turn = e.applyCommit(tenant, ops)
+	}
+	e.mu.Unlock()
+
+	if len(trans) > 0 {
+		e.cfg.Transitions(trans)
+	}
+	if len(freed) > 0 && e.cfg.Free != nil {
+		e.cfg.Free(freed)
+	}
+	if errs != nil {
+		return e.finish(turnID, source, tenant, ops, errs)
+	}
+	return e.succeed(turnID, source, tenant, ops, turn)
+}
+
+// applyReversible is step 2. On a failure it undoes what it applied, newest
+// first, and returns the per-op errors.
+func (e *Executor) applyReversible(tenant string, ops []*op) []*errcode.Error {
+	ix := e.cfg.Index
+	var done []*op
+	for i, o := range ops {
+		if !o.kind.reversible() {
+			continue
+		}
+		if err := e.applyOne(tenant, o); err != nil {
+			errs := make([]*errcode.Error, len(ops))
+			errs[i] = err.At(i)
+			for j := len(done) - 1; j >= 0; j-- {
+				if uerr := done[j].undo(ix); uerr != nil {
+					// The index refused to restore its own prior state: a
+					// bug. Say so rather than claim nothing changed.
+					errs[done[j].index] = errcode.Wrap(errcode.Internal, uerr, "undo failed; the turn may be partly applied").At(done[j].index)
+				}
+			}
+			return errs
+		}
+		done = append(done, o)
+	}
+	return nil
+}
+
+// applyOne applies a reversible op and sets its effect and undo.
+func (e *Executor) applyOne(tenant string, o *op) *errcode.Error {
+	ix := e.cfg.Index
+	tgt := o.target(tenant)
+	now := ix.Config().Clock.Now()
+	o.eff.Missing = o.missing
+	switch o.kind {
+	case opPin:
+		if _, err := ix.Pin(tgt, o.ttlD); err != nil {
+			return fromCache(err)
+		}
+		o.eff.Blocks, o.eff.TTL = len(o.seqs), directive.TTL(o.ttlD)
+		o.undo = func(ix *cache.Index) error { _, err := ix.Unpin(tgt); return err }
+	case opUnpin:
+		// Remember which targets held a live pin, to pin them back together
+		// (one Pin over the same set restores every pin count exactly; the
+		// expiry comes back as the latest of theirs).
+		var live []uint64
+		var rest int64
+		for _, s := range o.seqs {
+			if p, ok := ix.Lookup(tenant, s); ok && p.PinCount > 0 && p.PinExpiry > now {
+				live = append(live, s)
+				rest = max(rest, int64(p.PinExpiry-now))
+			}
+		}
+		res, err := ix.Unpin(tgt)
+		if err != nil {
+			return fromCache(err)
+		}
+		o.eff.Blocks, o.eff.Skipped = len(o.seqs)-res.NotPinned, res.NotPinned
+		o.undo = func(ix *cache.Index) error {
+			if len(live) == 0 {
+				return nil
+			}
+			_, err := ix.Pin(cache.TargetHashes(tenant, live...), time.Duration(rest))
+			return err
+		}
+	case opMark:
+		var changed []uint64
+		for _, s := range o.seqs {
+			if p, ok := ix.Lookup(tenant, s); ok && p.Transient != o.on {
+				changed = append(changed, s)
+			}
+		}
+		res, err := ix.MarkTransient(tgt, o.on)
+		if err != nil {
+			return fromCache(err)
+		}
+		o.eff.Blocks = res.Pages
+		o.undo = func(ix *cache.Index) error {
+			if len(changed) == 0 {
+				return nil
+			}
+			_, err := ix.MarkTransient(cache.TargetHashes(tenant, changed...), !o.on)
+			return err
+		}
+	default:
+		return errcode.New(errcode.Internal, "op kind %d is not reversible", o.kind)
+	}
+	return nil
+}
+
+// applyCommit is step 3. Check made every op here safe; a block an earlier
+// op of this step removed counts as missing. Any other failure is a bug,
+// reported as internal on that op and as the turn's error.
+func (e *Executor) applyCommit(tenant string, ops []*op) (trans []cache.Transition, freed []cache.Freed, turnErr *errcode.Error) {
+	ix := e.cfg.Index
+	for _, o := range ops {
+		if o.kind.reversible() {
+			continue
+		}
+		tgt := o.target(tenant)
+		o.eff.Missing = o.missing
+		var err error
+		switch o.kind {
+		case opWarm:
+			var res cache.FetchResult
+			trans, res, err = ix.PlanFetch(tgt, o.to, trans)
+			o.eff.Blocks, o.eff.Skipped = res.Planned, res.Already+res.Skipped
+		case opPause:
+			var li cache.LeaseInfo
+			var res cache.Result
+			li, res, err = ix.Pause(tgt, o.lease, e.cfg.PauseTier, o.ttlD)
+			o.eff.Blocks, o.eff.LeaseID, o.eff.TTL = res.Pages, li.ID, directive.TTL(o.ttlD)
+		case opRenew:
+			var li cache.LeaseInfo
+			li, err = ix.RenewLease(o.lease, o.ttlD)
+			o.eff.Blocks, o.eff.LeaseID, o.eff.TTL = li.Pages, li.ID, directive.TTL(o.ttlD)
+		case opRevoke:
+			var res cache.PurgeResult
+			res, err = ix.RevokeLease(o.lease)
+			o.eff.Blocks, o.eff.Skipped, o.eff.LeaseID = res.Removed, res.Locked+res.Pinned+res.Leased+res.Kept, o.lease
+			freed = append(freed, res.Freed...)
+		case opPrune:
+			var res cache.PurgeResult
+			res, err = ix.PruneDescendants(tgt)
+			o.eff.Blocks, o.eff.Skipped = res.Removed, res.Locked+res.Kept
+			freed = append(freed, res.Freed...)
+		case opPurge:
+			var res cache.PurgeResult
+			res, err = ix.PurgeTransientLeaves(tgt)
+			o.eff.Blocks = res.Removed
+			o.eff.Skipped = res.Locked + res.Pinned + res.Leased + res.Interior + res.NotTransient
+			freed = append(freed, res.Freed...)
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, cache.ErrUnknownBlock):
+			o.eff.Missing += len(o.seqs)
+		default:
+			e := fromCache(err).At(o.index)
+			if e.Code != errcode.Internal {
+				e = errcode.Wrap(errcode.Internal, err, "commit step refused an op the check passed").At(o.index)
+			}
+			if turnErr == nil {
+				turnErr = e
+			}
+		}
+	}
+	return trans, freed, turnErr
+}
+
+// succeed builds the reply and audit records of an applied turn. turnErr
+// is set only if the commit step hit a bug; the reply then says error,
+// since "all applied" would be false.
+func (e *Executor) succeed(turnID, source, tenant string, ops []*op, turnErr *errcode.Error) directive.TurnReply {
+	reply := directive.TurnReply{Status: directive.StatusOK, TurnID: turnID, WorkerID: e.cfg.WorkerID, Results: make([]directive.Result, len(ops))}
+	if turnErr != nil {
+		reply.Status, reply.Error = directive.StatusError, turnErr
+	}
+	recs := make([]Record, len(ops))
+	now := e.cfg.Now()
+	for i, o := range ops {
+		r := directive.Result{Index: i, Verb: directive.Verb(o.verb), Status: directive.StatusOK, Effect: o.eff}
+		if turnErr != nil && turnErr.Index == i {
+			r.Status, r.Error = directive.StatusError, turnErr
+		}
+		reply.Results[i] = r
+		recs[i] = e.record(now, turnID, source, tenant, o, r)
+	}
+	e.audit(recs)
+	return reply
+}
+
+// finish builds the reply and audit records of a refused turn: ops with an
+// error carry it, the others turn_aborted.
+func (e *Executor) finish(turnID, source, tenant string, ops []*op, errs []*errcode.Error) directive.TurnReply {
+	reply := directive.TurnReply{Status: directive.StatusError, TurnID: turnID, WorkerID: e.cfg.WorkerID, Results: make([]directive.Result, len(ops))}
+	var first *errcode.Error
+	for _, err := range errs {
+		if err != nil {
+			first = err
+			break
+		}
+	}
+	if first == nil { // callers always pass at least one error; stay truthful if not
+		first = errcode.New(errcode.Internal, "turn refused without a reason")
+	}
+	reply.Error = first
+	recs := make([]Record, len(ops))
+	now := e.cfg.Now()
+	for i, o := range ops {
+		err := errs[i]
+		if err == nil {
+			err = errcode.New(errcode.TurnAborted, "directive %d failed", first.Index).At(i)
+		}
+		r := directive.Result{Index: i, Verb: directive.Verb(o.verb), Status: directive.StatusError, Error: err}
+		reply.Results[i] = r
+		recs[i] = e.record(now, turnID, source, tenant, o, r)
+	}
+	e.audit(recs)
+	return reply
+}
+
+func (e *Executor) record(now time.Time, turnID, source, tenant string, o *op, r directive.Result) Record {
+	rec := Record{Time: now, TurnID: turnID, Source: source, Tenant: tenant, Index: o.index, Verb: o.verb, Mode: o.mode,
+		Target: o.describe(), Status: r.Status, Effect: r.Effect}
+	if r.Error != nil {
+		rec.Code, rec.Detail = r.Error.Code, r.Error.Error()
+	}
+	return rec
+}

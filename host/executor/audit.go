@@ -1,0 +1,181 @@
+package executor
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+)
+
+// Record is one audit log entry: one directive of one turn, applied or
+// refused. Refused turns are recorded too: who tried what matters most then.
+type Record struct {
+	Time   time.Time `json:"time"`
+	TurnID string    `json:"turn_id,omitempty"`
+	Source string    `json:"source"`
+	Tenant string    `json:"tenant"`
+	Index  int       `json:"index"`
+	// Verb is the directive's verb, or the cache_control action.
+	Verb   string           `json:"verb"`
+	Mode   string           `json:"mode,omitempty"`
+	Target string           `json:"target,omitempty"` // a short description: hashes, lease, span
+	Status string           `json:"status"`
+	Effect directive.Effect `json:"effect"`
+	Code   errcode.Code     `json:"code,omitempty"`
+	Detail string           `json:"detail,omitempty"`
+}
+
+// AuditLog receives the records of each turn, in order. Append is called
+// once per turn, after the turn was applied or refused, outside the index
+// lock; implementations must be safe for concurrent use.
+type AuditLog interface {
+	Append(recs []Record) error
+}
+
+// FileAudit appends JSON lines to a file opened O_APPEND with mode 0600.
+// Each turn is written with one write call, so concurrent writers (or a
+// crash) never interleave a turn's lines with another's. With Sync set it
+// fsyncs after every turn.
+type FileAudit struct {
+	mu   sync.Mutex
+	f    *os.File
+	buf  []byte
+	sync bool
+}
+
+// OpenFileAudit opens (creating if needed) the audit log at path.
+func OpenFileAudit(path string, fsync bool) (*FileAudit, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open audit log: %w", err)
+	}
+	return &FileAudit{f: f, sync: fsync}, nil
+}
+
+// Append writes recs as JSON lines.
+func (a *FileAudit) Append(recs []Record) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.f == nil {
+		return fmt.Errorf("audit log: %w", os.ErrClosed)
+	}
+	a.buf = a.buf[:0]
+	for i := range recs {
+		line, err := json.Marshal(&recs[i])
+		if err != nil {
+			return fmt.Errorf("audit log: encode record: %w", err)
+		}
+		a.buf = append(append(a.buf, line...), '\n')
+	}
+	if _, err := a.f.Write(a.buf); err != nil {
+		return fmt.Errorf("audit log: write %s: %w", a.f.Name(), err)
+	}
+	if a.sync {
+		if err := a.f.Sync(); err != nil {
+			return fmt.Errorf("audit log: fsync %s: %w", a.f.Name(), err)
+		}
+	}
+	return nil
+}
+
+// Close closes the file.
+func (a *FileAudit) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.f == nil {
+		return nil
+	}
+	err := a.f.Close()
+	a.f = nil
+	return err
+}
+
+// ReadAuditFile reads a JSON-lines audit log back, for tools and tests.
+func ReadAuditFile(path string) ([]Record, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read audit log: %w", err)
+	}
+	defer f.Close()
+	var out []Record
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for line := 1; sc.Scan(); line++ {
+		var r Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return out, fmt.Errorf("read audit log %s line %d: %w", path, line, err)
+		}
+		out = append(out, r)
+	}
+	return out, sc.Err()
+}
+
+// Ring keeps the last N records in memory: for tests, and for a `ctl` view
+// of recent directives without reading the file.
+type Ring struct {
+	mu    sync.Mutex
+	recs  []Record
+	next  int
+	full  bool
+	total uint64
+}
+
+// NewRing returns a ring holding the last n records (n >= 1).
+func NewRing(n int) *Ring {
+	if n < 1 {
+		n = 1
+	}
+	return &Ring{recs: make([]Record, n)}
+}
+
+// Append adds recs, overwriting the oldest.
+func (r *Ring) Append(recs []Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range recs {
+		r.recs[r.next] = rec
+		r.next++
+		r.total++
+		if r.next == len(r.recs) {
+			r.next, r.full = 0, true
+		}
+	}
+	return nil
+}
+
+// Records returns the held records, oldest first.
+func (r *Ring) Records() []Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.full {
+		return append([]Record(nil), r.recs[:r.next]...)
+	}
+	return append(append([]Record(nil), r.recs[r.next:]...), r.recs[:r.next]...)
+}
+
+// Total counts every record ever appended.
+func (r *Ring) Total() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total
+}
+
+// Tee appends to every log in order and returns the first error, after
+// trying them all.
+type Tee []AuditLog
+
+// Append implements AuditLog.
+func (t Tee) Append(recs []Record) error {
+	var first error
+	for _, l := range t {
+		if err := l.Append(recs); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

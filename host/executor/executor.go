@@ -1,0 +1,193 @@
+// Package executor applies directive turns to the cache index: it validates
+// them, applies each turn all or none, records every directive in the audit
+// log, and answers with one result per directive (DESIGN.md §3, §5).
+//
+// A turn runs in three steps under the index lock:
+//
+//  1. Check: the sdk's static validation (directive.ValidateTurn), then a
+//     read-only pass over the index: hash lists are resolved (DESIGN §4),
+//     leases are looked up (following the turn's own Pauses and Revokes),
+//     tiers must be configured, and tenants must match. Span verbs whose
+//     mechanism is not built yet are refused here with not_supported_yet.
+//     Any failure ends the turn before anything changed.
+//  2. Reversible verbs, in turn order: pins and unpins (Cache, pin_blocks,
+//     pin_prefix, ...) and transient marks. Only these can still fail
+//     (a pin over budget or quota); then every one already applied is
+//     undone, newest first, and the turn is refused.
+//  3. Commit-only verbs, in turn order: Warm, Pause, RenewLease,
+//     RevokeLease, Prune, purge (Think transient=false), evict_descendants.
+//     Step 1 made sure they cannot fail, and they cannot be undone (they
+//     free pages, or hand copies to the mover), so they run last. A later
+//     one finding its blocks already removed by an earlier one counts them
+//     as missing.
+//
+// So within a turn, destructive verbs take effect after the pins and marks,
+// whatever their position: a turn that prunes a branch and pins a block
+// under it ends with the block gone.
+package executor
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+	"github.com/kvpilot/kvpilot/sdk/ttl"
+)
+
+// Config configures an Executor.
+type Config struct {
+	// Index is the cache index the directives act on. Required.
+	Index *cache.Index
+	// Lock guards Index; the host shares one lock between the executor and
+	// the engine service. Nil: the executor's own mutex.
+	Lock sync.Locker
+	// Limits bound requests and set the protected sink prefix.
+	Limits directive.Limits
+	// PinTTL resolves pin TTLs (0 = its default) and clamps them.
+	// Zero value: ttl.DefaultPolicy.
+	PinTTL ttl.Policy
+	// LeaseTTL resolves Pause and RenewLease TTLs; a Pause without a TTL
+	// (the seed's indefinite lease) gets LeaseTTL.Max. Zero value: 1 h
+	// default, clamped to [1 s, 7 days].
+	LeaseTTL ttl.Policy
+	// PauseTier is where Pause keeps its copies: Disk by default (the zero
+	// value, Device, cannot hold a pause and means Disk), Host, or Remote
+	// for leases any worker can resume.
+	PauseTier tier.Tier
+	// Salt gives the hashing salt of a tenant for pin_prefix/unpin_prefix.
+	// Nil: blockid.Salt{Namespace: tenant} (the tenant is the namespace).
+	Salt func(tenant string) blockid.Salt
+	// WorkerID is echoed in cache_control replies and checked against the
+	// requests' worker_id.
+	WorkerID directive.WorkerID
+	// Audit receives every directive's record. Nil: no audit log (tests
+	// only; the host always configures one).
+	Audit AuditLog
+	// OnAuditError is told when Audit fails; the turn's result stands.
+	OnAuditError func(error)
+	// Transitions receives the copies Warm planned, outside the lock; the
+	// mover runs them and reports to the index. Nil: Warm is refused with
+	// unavailable, since nothing would carry out the copies.
+	Transitions func([]cache.Transition)
+	// Free receives the slots freed by Prune, purge and RevokeLease,
+	// outside the lock, for the pools to release.
+	Free func([]cache.Freed)
+	// Now stamps audit records. Nil: time.Now.
+	Now func() time.Time
+}
+
+// DefaultLeaseTTL is the lease policy used when Config.LeaseTTL is zero.
+var DefaultLeaseTTL = ttl.Policy{Default: time.Hour, Min: time.Second, Max: 7 * 24 * time.Hour}
+
+// Executor applies turns. It is safe for concurrent use.
+type Executor struct {
+	cfg Config
+	mu  sync.Locker
+}
+
+// New checks cfg and returns an Executor.
+func New(cfg Config) (*Executor, error) {
+	if cfg.Index == nil {
+		return nil, fmt.Errorf("executor: Index is required")
+	}
+	if cfg.PinTTL == (ttl.Policy{}) {
+		cfg.PinTTL = ttl.DefaultPolicy
+	}
+	if cfg.LeaseTTL == (ttl.Policy{}) {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if err := cfg.PinTTL.Validate(); err != nil {
+		return nil, fmt.Errorf("executor: pin ttl policy: %w", err)
+	}
+	if err := cfg.LeaseTTL.Validate(); err != nil {
+		return nil, fmt.Errorf("executor: lease ttl policy: %w", err)
+	}
+	if cfg.PauseTier == tier.Device {
+		cfg.PauseTier = tier.Disk
+	}
+	if !cfg.PauseTier.Valid() {
+		return nil, fmt.Errorf("executor: pause tier %v is not a tier", cfg.PauseTier)
+	}
+	if cfg.Salt == nil {
+		cfg.Salt = func(tenant string) blockid.Salt { return blockid.Salt{Namespace: tenant} }
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	e := &Executor{cfg: cfg, mu: cfg.Lock}
+	if e.mu == nil {
+		e.mu = new(sync.Mutex)
+	}
+	return e, nil
+}
+
+// Limits returns the limits requests are checked against, for transports
+// that decode JSON themselves.
+func (e *Executor) Limits() directive.Limits { return e.cfg.Limits }
+
+// Apply applies one turn all or none and answers per directive. The turn's
+// Source and Tenant must be what the transport verified. A refused turn is
+// a normal reply (Status error), never a Go error. ctx is checked before the
+// turn starts; once started a turn runs to the end (it is short and
+// in-memory, and stopping halfway would break all-or-none).
+func (e *Executor) Apply(ctx context.Context, t directive.Turn) directive.TurnReply {
+	if err := ctx.Err(); err != nil {
+		return e.refuseWhole(t, errcode.Wrap(errcode.DeadlineExceeded, err, "before the turn started"))
+	}
+	if err := directive.ValidateTurn(t, e.cfg.Limits); err != nil {
+		te, _ := err.(*directive.TurnError)
+		if te == nil || te.Each == nil {
+			return e.refuseWhole(t, errcode.From(err))
+		}
+		return e.finish(t.ID, t.Source, t.Tenant, opsOf(t), te.Each)
+	}
+	ops := opsOf(t)
+	return e.run(t.ID, t.Source, t.Tenant, ops)
+}
+
+// ApplyJSON decodes a turn in any directive.DecodeTurn form and applies it
+// with source and tenant from the transport. A decoding failure is answered
+// as a refused turn and audited.
+func (e *Executor) ApplyJSON(ctx context.Context, source, tenant string, data []byte) directive.TurnReply {
+	t, err := directive.DecodeTurn(data, e.cfg.Limits)
+	if err != nil {
+		return e.refuseWhole(directive.Turn{Source: source, Tenant: tenant}, errcode.From(err))
+	}
+	t.Source, t.Tenant = source, tenant
+	return e.Apply(ctx, t)
+}
+
+// refuseWhole answers a turn refused as a whole (undecodable, too many
+// directives, cancelled), with one audit record for it.
+func (e *Executor) refuseWhole(t directive.Turn, err *errcode.Error) directive.TurnReply {
+	reply := directive.TurnReply{Status: directive.StatusError, TurnID: t.ID, Error: err, WorkerID: e.cfg.WorkerID}
+	reply.Results = make([]directive.Result, len(t.Directives))
+	for i, d := range t.Directives {
+		reply.Results[i] = directive.Result{Index: i, Verb: verbOf(d), Status: directive.StatusError, Error: err.At(i)}
+	}
+	e.audit([]Record{{Time: e.cfg.Now(), TurnID: t.ID, Source: t.Source, Tenant: t.Tenant, Index: -1,
+		Verb: "turn", Target: t.String(), Status: directive.StatusError, Code: err.Code, Detail: err.Error()}})
+	return reply
+}
+
+func (e *Executor) audit(recs []Record) {
+	if e.cfg.Audit == nil {
+		return
+	}
+	if err := e.cfg.Audit.Append(recs); err != nil && e.cfg.OnAuditError != nil {
+		e.cfg.OnAuditError(err)
+	}
+}
+
+func verbOf(d directive.Directive) directive.Verb {
+	if d == nil {
+		return ""
+	}
+	return d.Verb()
+}

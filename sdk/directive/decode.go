@@ -1,0 +1,342 @@
+package directive
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+)
+
+// The decoders are strict: payloads over Limits.MaxPayload, unknown "type"
+// tags, unknown fields, wrong JSON types, missing required fields and
+// trailing data are refused with registry errors, before anything is
+// applied. They decode only; ValidateTurn and CacheControl.Validate judge
+// the values. Note that encoding/json matches field names without regard to
+// case; the "type" and "action" tags themselves are matched exactly.
+
+// DecodeCommand decodes one seed-style command: {"type":"Cache",...}.
+func DecodeCommand(data []byte, l Limits) (Directive, error) {
+	if err := checkSize(data, l); err != nil {
+		return nil, err
+	}
+	return decodeCommand(data)
+}
+
+// DecodeTurn decodes a turn in any of three forms: one command object, a
+// JSON array of commands, or an envelope
+// {"id":"...","source":"...","tenant":"...","directives":[...]}. Transports
+// should overwrite Source (and Tenant, unless they trust the sender) with
+// what they verified, since the audit log records it.
+func DecodeTurn(data []byte, l Limits) (Turn, error) {
+	if err := checkSize(data, l); err != nil {
+		return Turn{}, err
+	}
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		var raws []json.RawMessage
+		if err := strictDecode(data, &raws); err != nil {
+			return Turn{}, err
+		}
+		ds, err := decodeList(raws, l)
+		return Turn{Directives: ds}, err
+	}
+	var p struct {
+		Type       *string         `json:"type"`
+		Directives json.RawMessage `json:"directives"`
+	}
+	if err := json.Unmarshal(data, &p); err != nil {
+		return Turn{}, jsonError(err, "turn")
+	}
+	switch {
+	case p.Type != nil:
+		d, err := decodeCommand(data)
+		if err != nil {
+			return Turn{}, err
+		}
+		return Turn{Directives: []Directive{d}}, nil
+	case p.Directives != nil:
+		var env struct {
+			ID         string            `json:"id"`
+			Source     string            `json:"source"`
+			Tenant     string            `json:"tenant"`
+			Directives []json.RawMessage `json:"directives"`
+		}
+		if err := strictDecode(data, &env); err != nil {
+			return Turn{}, err
+		}
+		ds, err := decodeList(env.Directives, l)
+		return Turn{ID: env.ID, Source: env.Source, Tenant: env.Tenant, Directives: ds}, err
+	}
+	return Turn{}, errcode.New(errcode.BadRequest, "want a command with \"type\", a turn with \"directives\", or an array of commands")
+}
+
+// DecodeCacheControl decodes a router cache_control request.
+func DecodeCacheControl(data []byte, l Limits) (CacheControl, error) {
+	if err := checkSize(data, l); err != nil {
+		return CacheControl{}, err
+	}
+	var c CacheControl
+	if err := strictDecode(data, &c); err != nil {
+		return CacheControl{}, err
+	}
+	return c, nil
+}
+
+func decodeList(raws []json.RawMessage, l Limits) ([]Directive, error) {
+	if len(raws) > l.maxDirectives() {
+		return nil, errcode.New(errcode.TooMany, "%d directives in one turn, limit %d", len(raws), l.maxDirectives())
+	}
+	ds := make([]Directive, len(raws))
+	for i, raw := range raws {
+		d, err := decodeCommand(raw)
+		if err != nil {
+			e, _ := errcode.As(err)
+			return nil, e.At(i)
+		}
+		ds[i] = d
+	}
+	return ds, nil
+}
+
+func checkSize(data []byte, l Limits) error {
+	if len(data) > l.maxPayload() {
+		return errcode.New(errcode.PayloadTooLarge, "%d bytes, limit %d", len(data), l.maxPayload())
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return errcode.New(errcode.BadRequest, "empty payload")
+	}
+	return nil
+}
+
+type tag struct {
+	Type Verb `json:"type"`
+}
+
+// decodeCommand reads the tag, then decodes strictly into the verb's type.
+// Fields whose absence would silently mean something (Cache.pin false would
+// unpin, Splice.start 0 would cut from the beginning) are required: the
+// wrappers shadow them with pointers to see whether they were sent.
+func decodeCommand(data []byte) (Directive, error) {
+	var t struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(data, &t); err != nil {
+		return nil, jsonError(err, "command")
+	}
+	if t.Type == nil {
+		return nil, errcode.New(errcode.MissingField, "type")
+	}
+	switch Verb(*t.Type) {
+	case VerbWarm:
+		var w struct {
+			tag
+			Warm
+		}
+		if err := strictDecode(data, &w); err != nil {
+			return nil, err
+		}
+		return w.Warm, nil
+	case VerbPrune:
+		var w struct {
+			tag
+			Prune
+			H *Hash `json:"after_block_hash"`
+		}
+		if err := strictDecode(data, &w); err != nil {
+			return nil, err
+		}
+		if w.H == nil {
+			return nil, missing("Prune.after_block_hash")
+		}
+		return Prune{AfterBlockHash: *w.H}, nil
+	case VerbCache:
+		var w struct {
+			tag
+			Cache
+			Pin *bool `json:"pin"`
+		}
+		if err := strictDecode(data, &w); err != nil {
+			return nil, err
+		}
+		if w.Pin == nil {
+			return nil, missing("Cache.pin")
+		}
+		w.Cache.Pin = *w.Pin
+		return w.Cache, nil
+	case VerbThink:
+		var w struct {
+			tag
+			Think
+			Transient *bool `json:"transient"`
+		}
+		if err := strictDecode(data, &w); err != nil {
+			return nil, err
+		}
+		if w.Transient == nil {
+			return nil, missing("Think.transient")
+		}
+		w.Think.Transient = *w.Transient
+		return w.Think, nil
+	case VerbPause:
+		var w struct {
+			tag
+			Pause
+		}
+		if err := strictDecode(data, &w); err != nil {
+			return nil, err
+		}
+		return w.Pause, nil
+	case VerbRenewLease:
+		var w struct {
+			tag
+			RenewLease
+			NewTTL *TTL `json:"new_ttl_seconds"`
+		}
+		if err := strictDecode(data, &w); err != nil {
+			return nil, err
+		}
+		if w.NewTTL == nil {
+			return nil, missing("RenewLease.new_ttl_seconds")
+		}
+		w.RenewLease.NewTTL = *w.NewTTL
+		return w.RenewLease, nil
+	case VerbRevokeLease:
+		var w struct {
+			tag
+			RevokeLease
+		}
+		if err := strictDecode(data, &w); err != nil {
+			return nil, err
+		}
+		return w.RevokeLease, nil
+	case VerbSplice:
+		var w struct {
+			tag
+			Splice
+			Start *int64 `json:"start"`
+			End   *int64 `json:"end"`
+		}
+		if err := strictDecode(data, &w); err != nil {
+			return nil, err
+		}
+		if w.Start == nil || w.End == nil {
+			return nil, missing("Splice.start and Splice.end")
+		}
+		w.Splice.Start, w.Splice.End = *w.Start, *w.End
+		return w.Splice, nil
+	case VerbPin:
+		var w struct {
+			tag
+			Pin
+		}
+		if err := strictDecode(data, &w); err != nil {
+			return nil, err
+		}
+		return w.Pin, nil
+	case VerbRetain:
+		var w struct {
+			tag
+			Retain
+			Start    *int64 `json:"start"`
+			End      *int64 `json:"end"`
+			Priority *int   `json:"priority"`
+		}
+		if err := strictDecode(data, &w); err != nil {
+			return nil, err
+		}
+		if w.Start == nil || w.End == nil || w.Priority == nil {
+			return nil, missing("Retain.start, Retain.end and Retain.priority")
+		}
+		w.Retain.Start, w.Retain.End, w.Retain.Priority = *w.Start, *w.End, *w.Priority
+		return w.Retain, nil
+	case VerbEvict:
+		var w struct {
+			tag
+			Evict
+			Start *int64 `json:"start"`
+			End   *int64 `json:"end"`
+		}
+		if err := strictDecode(data, &w); err != nil {
+			return nil, err
+		}
+		if w.Start == nil || w.End == nil {
+			return nil, missing("Evict.start and Evict.end")
+		}
+		w.Evict.Start, w.Evict.End = *w.Start, *w.End
+		return w.Evict, nil
+	case VerbResume:
+		var w struct {
+			tag
+			Resume
+		}
+		if err := strictDecode(data, &w); err != nil {
+			return nil, err
+		}
+		return w.Resume, nil
+	case VerbShare:
+		var w struct {
+			tag
+			Share
+		}
+		if err := strictDecode(data, &w); err != nil {
+			return nil, err
+		}
+		return w.Share, nil
+	}
+	return nil, errcode.New(errcode.UnknownVerb, "type %s: want one of %s", quoteShort(*t.Type), verbList())
+}
+
+// strictDecode decodes exactly one JSON value with no unknown fields.
+func strictDecode(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err, "")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errcode.New(errcode.BadRequest, "trailing data after the JSON value at offset %d", dec.InputOffset())
+	}
+	return nil
+}
+
+// jsonError turns an encoding/json failure into a registry error. Errors
+// from our own UnmarshalJSON methods are registry errors already.
+func jsonError(err error, what string) error {
+	if e, ok := errcode.As(err); ok {
+		return e
+	}
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return errcode.New(errcode.BadRequest, "invalid JSON at offset %d: %s", syn.Offset, syn.Error())
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = what
+		}
+		return errcode.New(errcode.BadRequest, "field %s: got JSON %s, want %s", quoteShort(field), typ.Value, typ.Type)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return errcode.New(errcode.BadRequest, "truncated JSON")
+	case strings.HasPrefix(err.Error(), "json: unknown field"):
+		return errcode.New(errcode.BadRequest, "%s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return errcode.Wrap(errcode.BadRequest, err, "%s", what)
+}
+
+func missing(field string) error { return errcode.New(errcode.MissingField, "%s", field) }
+
+func verbList() string {
+	var b strings.Builder
+	for i, v := range Verbs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprint(&b, v)
+	}
+	return b.String()
+}

@@ -1,0 +1,125 @@
+package directive
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+)
+
+// The fuzz targets hold three properties for any input a peer can send:
+// no panic; every rejection is a registered error; and what is accepted
+// re-encodes to a canonical form that decodes to the same canonical form.
+// Seed corpora live in testdata/fuzz/<Target>; f.Add adds the seed examples.
+
+func fuzzSeeds(f *testing.F) {
+	for _, c := range seedCommands {
+		f.Add([]byte(c.json))
+	}
+	f.Add([]byte(seedCacheControl))
+}
+
+func requireRegistered(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	e, ok := errcode.As(err)
+	if !ok {
+		t.Fatalf("%s: %v (%T) is not a registry error", what, err, err)
+	}
+	if _, ok := errcode.Lookup(e.Code); !ok {
+		t.Fatalf("%s: code %q is not registered", what, e.Code)
+	}
+}
+
+func FuzzDecodeCommand(f *testing.F) {
+	fuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := DecodeCommand(data, Limits{})
+		requireRegistered(t, "decode", err)
+		if err != nil {
+			return
+		}
+		requireRegistered(t, "validate", d.Validate(Limits{}))
+		requireStable(t, d)
+	})
+}
+
+func FuzzDecodeTurn(f *testing.F) {
+	fuzzSeeds(f)
+	f.Add([]byte(`{"id":"t","tenant":"a","directives":[{"type":"Splice","session":"s","start":4,"end":9,"replacement":"x"},{"type":"Evict","session":"s","start":8,"end":12}]}`))
+	f.Add([]byte(`[{"type":"Pin","session":"s","end":64,"ttl":"5m"},{"type":"Splice","session":"s","start":3,"end":3,"replacement":[1,2]}]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		turn, err := DecodeTurn(data, Limits{MaxDirectives: 64})
+		requireRegistered(t, "decode", err)
+		if err != nil {
+			return
+		}
+		verr := ValidateTurn(turn, Limits{SinkTokens: 4, MaxDirectives: 64})
+		if verr != nil {
+			te, ok := verr.(*TurnError)
+			if !ok {
+				t.Fatalf("ValidateTurn returned %T", verr)
+			}
+			requireRegistered(t, "validate", te.Err)
+			for _, e := range te.Each {
+				if e != nil {
+					requireRegistered(t, "validate each", e)
+				}
+			}
+		}
+		out, err := json.Marshal(turn)
+		if err != nil {
+			t.Fatalf("marshal %v: %v", turn, err)
+		}
+		back, err := DecodeTurn(out, Limits{MaxPayload: 8 << 20, MaxDirectives: 64})
+		if err != nil {
+			t.Fatalf("re-decode %s: %v", out, err)
+		}
+		if again, _ := json.Marshal(back); !bytes.Equal(again, out) {
+			t.Fatalf("unstable turn encoding:\n%s\n%s", out, again)
+		}
+	})
+}
+
+func FuzzDecodeCacheControl(f *testing.F) {
+	fuzzSeeds(f)
+	f.Add([]byte(`{"action":"pin_prefix","token_ids":[1,2,3],"ttl_seconds":"5m"}`))
+	f.Add([]byte(`{"action":"evict_descendants","block_hashes":["0xff",-1],"worker_id":"w1"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := DecodeCacheControl(data, Limits{})
+		requireRegistered(t, "decode", err)
+		if err != nil {
+			return
+		}
+		requireRegistered(t, "validate", c.Validate(Limits{}))
+		out, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := DecodeCacheControl(out, Limits{MaxPayload: 8 << 20})
+		if err != nil {
+			t.Fatalf("re-decode %s: %v", out, err)
+		}
+		if again, _ := json.Marshal(back); !bytes.Equal(again, out) {
+			t.Fatalf("unstable encoding:\n%s\n%s", out, again)
+		}
+	})
+}
+
+func requireStable(t *testing.T, d Directive) {
+	t.Helper()
+	out, err := json.Marshal(d)
+	if err != nil {
+		t.Fatalf("marshal %#v: %v", d, err)
+	}
+	back, err := DecodeCommand(out, Limits{MaxPayload: 8 << 20})
+	if err != nil {
+		t.Fatalf("re-decode %s: %v", out, err)
+	}
+	if again, _ := json.Marshal(back); !bytes.Equal(again, out) {
+		t.Fatalf("unstable encoding:\n%s\n%s", out, again)
+	}
+}

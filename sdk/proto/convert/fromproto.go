@@ -1,0 +1,192 @@
+package convert
+
+import (
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
+	"github.com/kvpilot/kvpilot/sdk/ttl"
+)
+
+// DirectiveFromProto converts one directive. A message with no verb set (an
+// empty oneof, or a verb added by a newer client) is unknown_verb; durations
+// outside sdk/ttl's range are invalid_ttl.
+func DirectiveFromProto(m *pb.Directive) (directive.Directive, error) {
+	d, err := directiveFromProto(m)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func directiveFromProto(m *pb.Directive) (directive.Directive, error) {
+	if m == nil {
+		return nil, errcode.New(errcode.MissingField, "directive")
+	}
+	switch v := m.GetVerb().(type) {
+	case *pb.Directive_Warm:
+		keys := make([]directive.BlockKey, len(v.Warm.GetBlockKeys()))
+		for i, k := range v.Warm.GetBlockKeys() {
+			keys[i] = directive.BlockKey(k)
+		}
+		return directive.Warm{BlockKeys: keys, TargetTier: v.Warm.GetTargetTier()}, nil
+	case *pb.Directive_Prune:
+		return directive.Prune{AfterBlockHash: directive.Hash(v.Prune.GetAfterBlockHash())}, nil
+	case *pb.Directive_Cache:
+		t, err := ttlFromProto(v.Cache.GetTtl(), "Cache.ttl")
+		return directive.Cache{BlockHashes: hashesFromProto(v.Cache.GetBlockHashes()), Pin: v.Cache.GetPin(), TTL: t}, err
+	case *pb.Directive_Think:
+		return directive.Think{BlockHashes: hashesFromProto(v.Think.GetBlockHashes()), Transient: v.Think.GetTransient()}, nil
+	case *pb.Directive_Pause:
+		t, err := ttlFromProto(v.Pause.GetTtl(), "Pause.ttl")
+		return directive.Pause{BlockHashes: hashesFromProto(v.Pause.GetBlockHashes()), TTL: t, LeaseID: v.Pause.GetLeaseId()}, err
+	case *pb.Directive_RenewLease:
+		if v.RenewLease.GetNewTtl() == nil {
+			return nil, errcode.New(errcode.MissingField, "RenewLease.new_ttl")
+		}
+		t, err := ttlFromProto(v.RenewLease.GetNewTtl(), "RenewLease.new_ttl")
+		if err != nil {
+			return nil, err
+		}
+		return directive.RenewLease{LeaseID: v.RenewLease.GetLeaseId(), NewTTL: *t}, nil
+	case *pb.Directive_RevokeLease:
+		return directive.RevokeLease{LeaseID: v.RevokeLease.GetLeaseId()}, nil
+	case *pb.Directive_Splice:
+		s := v.Splice
+		r := directive.Replacement{Tokens: s.GetReplacement().GetTokens(), Text: s.GetReplacement().GetText()}
+		return directive.Splice{Session: s.GetSession(), Start: s.GetStart(), End: s.GetEnd(), Replacement: r, Mode: directive.Mode(s.GetMode())}, nil
+	case *pb.Directive_Pin:
+		t, err := ttlFromProto(v.Pin.GetTtl(), "Pin.ttl")
+		return directive.Pin{Session: v.Pin.GetSession(), End: v.Pin.GetEnd(), TTL: t}, err
+	case *pb.Directive_Retain:
+		r := v.Retain
+		t, err := ttlFromProto(r.GetDuration(), "Retain.duration")
+		return directive.Retain{Session: r.GetSession(), Start: r.GetStart(), End: r.GetEnd(), Priority: int(r.GetPriority()), Duration: t}, err
+	case *pb.Directive_Evict:
+		e := v.Evict
+		return directive.Evict{Session: e.GetSession(), Start: e.GetStart(), End: e.GetEnd(), Mode: directive.Mode(e.GetMode())}, nil
+	case *pb.Directive_Resume:
+		return directive.Resume{LeaseID: v.Resume.GetLeaseId()}, nil
+	case *pb.Directive_Share:
+		return directive.Share{Session: v.Share.GetSession(), End: v.Share.GetEnd(), Scope: directive.Scope(v.Share.GetScope())}, nil
+	}
+	return nil, errcode.New(errcode.UnknownVerb, "directive has no verb this host knows")
+}
+
+// TurnFromApply converts an ApplyRequest. The caller sets Source from the
+// verified peer. Errors name the directive's index.
+func TurnFromApply(req *pb.ApplyRequest, l directive.Limits) (directive.Turn, error) {
+	t := directive.Turn{ID: req.GetTurnId(), Tenant: req.GetTenant()}
+	n := len(req.GetDirectives())
+	max := l.MaxDirectives
+	if max <= 0 {
+		max = directive.DefaultMaxDirectives
+	}
+	if n > max {
+		return t, errcode.New(errcode.TooMany, "%d directives in one turn, limit %d", n, max)
+	}
+	t.Directives = make([]directive.Directive, n)
+	for i, m := range req.GetDirectives() {
+		d, err := DirectiveFromProto(m)
+		if err != nil {
+			e, _ := errcode.As(err)
+			return t, e.At(i)
+		}
+		t.Directives[i] = d
+	}
+	return t, nil
+}
+
+// ApplyResponseToReply converts a server's answer back for Go clients.
+func ApplyResponseToReply(resp *pb.ApplyResponse) directive.TurnReply {
+	r := directive.TurnReply{Status: directive.StatusError, TurnID: resp.GetTurnId(), Error: ErrorFromProto(resp.GetError())}
+	if resp.GetOk() {
+		r.Status = directive.StatusOK
+	}
+	r.Results = make([]directive.Result, len(resp.GetResults()))
+	for i, m := range resp.GetResults() {
+		r.Results[i] = ResultFromProto(m)
+	}
+	return r
+}
+
+// ResultFromProto converts one directive's result.
+func ResultFromProto(m *pb.DirectiveResult) directive.Result {
+	e := m.GetEffect()
+	r := directive.Result{
+		Index: int(m.GetIndex()), Verb: directive.Verb(m.GetVerb()), Status: directive.StatusError, Error: ErrorFromProto(m.GetError()),
+		Effect: directive.Effect{Blocks: int(e.GetBlocks()), Skipped: int(e.GetSkipped()), Missing: int(e.GetMissing()), Tokens: e.GetTokens(), LeaseID: e.GetLeaseId()},
+	}
+	if m.GetOk() {
+		r.Status = directive.StatusOK
+	}
+	if d := e.GetTtl(); d != nil {
+		r.Effect.TTL = directive.TTL(d.AsDuration())
+	}
+	return r
+}
+
+// ErrorFromProto converts an error message; nil converts to nil. The code is
+// kept even if this client's registry does not know it yet.
+func ErrorFromProto(m *pb.Error) *errcode.Error {
+	if m == nil {
+		return nil
+	}
+	return &errcode.Error{Code: errcode.Code(m.GetCode()), Detail: m.GetDetail(), Index: int(m.GetIndex())}
+}
+
+// CacheControlFromProto converts a cache_control request and returns the
+// tenant it names.
+func CacheControlFromProto(m *pb.CacheControlRequest) (directive.CacheControl, string, error) {
+	t, err := ttlFromProto(m.GetTtl(), "ttl")
+	c := directive.CacheControl{
+		Action: directive.Action(m.GetAction()), BlockHashes: hashesFromProto(m.GetBlockHashes()),
+		TokenIDs: m.GetTokenIds(), TTL: t, WorkerID: directive.WorkerID(m.GetWorkerId()),
+	}
+	return c, m.GetTenant(), err
+}
+
+// CacheControlReplyFromProto converts a cache_control reply back.
+func CacheControlReplyFromProto(m *pb.CacheControlResponse) directive.CacheControlReply {
+	r := directive.CacheControlReply{Status: m.GetStatus(), Message: m.GetMessage(), WorkerID: directive.WorkerID(m.GetWorkerId())}
+	n := int(m.GetCount())
+	switch m.GetCountField() {
+	case "pinned_count":
+		r.PinnedCount = &n
+	case "unpinned_count":
+		r.UnpinnedCount = &n
+	case "evicted_count":
+		r.EvictedCount = &n
+	}
+	if tb := int(m.GetTotalBlocks()); tb != 0 {
+		r.TotalBlocks = &tb
+	}
+	if e := m.GetError(); e != nil {
+		r.Code = errcode.Code(e.GetCode())
+	}
+	return r
+}
+
+// TierFromProto maps the enum to a tier name.
+func TierFromProto(t pb.Tier) (directive.TierName, error) {
+	if n, ok := tierNames[t]; ok {
+		return n, nil
+	}
+	return "", errcode.New(errcode.InvalidTier, "%v", t)
+}
+
+func ttlFromProto(d *durationpb.Duration, field string) (*directive.TTL, error) {
+	if d == nil {
+		return nil, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return nil, errcode.Wrap(errcode.InvalidTTL, err, "%s", field)
+	}
+	v := d.AsDuration()
+	if v < 0 || v > ttl.Max {
+		return nil, errcode.New(errcode.InvalidTTL, "%s %v: want 0 (default) up to %v", field, v, ttl.Max)
+	}
+	t := directive.TTL(v)
+	return &t, nil
+}

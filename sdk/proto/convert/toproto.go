@@ -1,0 +1,150 @@
+package convert
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
+)
+
+// DirectiveToProto converts one directive; nil converts to nil.
+func DirectiveToProto(d directive.Directive) *pb.Directive {
+	switch d := d.(type) {
+	case directive.Warm:
+		keys := make([]string, len(d.BlockKeys))
+		for i, k := range d.BlockKeys {
+			keys[i] = string(k)
+		}
+		return &pb.Directive{Verb: &pb.Directive_Warm{Warm: &pb.Warm{BlockKeys: keys, TargetTier: d.TargetTier}}}
+	case directive.Prune:
+		return &pb.Directive{Verb: &pb.Directive_Prune{Prune: &pb.Prune{AfterBlockHash: uint64(d.AfterBlockHash)}}}
+	case directive.Cache:
+		return &pb.Directive{Verb: &pb.Directive_Cache{Cache: &pb.Cache{BlockHashes: hashesToProto(d.BlockHashes), Pin: d.Pin, Ttl: ttlToProto(d.TTL)}}}
+	case directive.Think:
+		return &pb.Directive{Verb: &pb.Directive_Think{Think: &pb.Think{BlockHashes: hashesToProto(d.BlockHashes), Transient: d.Transient}}}
+	case directive.Pause:
+		return &pb.Directive{Verb: &pb.Directive_Pause{Pause: &pb.Pause{BlockHashes: hashesToProto(d.BlockHashes), Ttl: ttlToProto(d.TTL), LeaseId: d.LeaseID}}}
+	case directive.RenewLease:
+		return &pb.Directive{Verb: &pb.Directive_RenewLease{RenewLease: &pb.RenewLease{LeaseId: d.LeaseID, NewTtl: durationpb.New(d.NewTTL.Duration())}}}
+	case directive.RevokeLease:
+		return &pb.Directive{Verb: &pb.Directive_RevokeLease{RevokeLease: &pb.RevokeLease{LeaseId: d.LeaseID}}}
+	case directive.Splice:
+		var r *pb.Replacement
+		if !d.Replacement.Empty() {
+			r = &pb.Replacement{Tokens: d.Replacement.Tokens, Text: d.Replacement.Text}
+		}
+		return &pb.Directive{Verb: &pb.Directive_Splice{Splice: &pb.Splice{Session: d.Session, Start: d.Start, End: d.End, Replacement: r, Mode: string(d.Mode)}}}
+	case directive.Pin:
+		return &pb.Directive{Verb: &pb.Directive_Pin{Pin: &pb.Pin{Session: d.Session, End: d.End, Ttl: ttlToProto(d.TTL)}}}
+	case directive.Retain:
+		return &pb.Directive{Verb: &pb.Directive_Retain{Retain: &pb.Retain{Session: d.Session, Start: d.Start, End: d.End, Priority: int32(d.Priority), Duration: ttlToProto(d.Duration)}}}
+	case directive.Evict:
+		return &pb.Directive{Verb: &pb.Directive_Evict{Evict: &pb.Evict{Session: d.Session, Start: d.Start, End: d.End, Mode: string(d.Mode)}}}
+	case directive.Resume:
+		return &pb.Directive{Verb: &pb.Directive_Resume{Resume: &pb.Resume{LeaseId: d.LeaseID}}}
+	case directive.Share:
+		return &pb.Directive{Verb: &pb.Directive_Share{Share: &pb.Share{Session: d.Session, End: d.End, Scope: string(d.Scope)}}}
+	}
+	return nil
+}
+
+// TurnToApply builds an ApplyRequest; the source is not sent, since the
+// server takes it from the verified peer.
+func TurnToApply(t directive.Turn) *pb.ApplyRequest {
+	req := &pb.ApplyRequest{TurnId: t.ID, Tenant: t.Tenant, Directives: make([]*pb.Directive, len(t.Directives))}
+	for i, d := range t.Directives {
+		req.Directives[i] = DirectiveToProto(d)
+	}
+	return req
+}
+
+// TurnReplyToProto converts the executor's answer to a turn.
+func TurnReplyToProto(r directive.TurnReply) *pb.ApplyResponse {
+	resp := &pb.ApplyResponse{Ok: r.OK(), TurnId: r.TurnID, Error: ErrorToProto(r.Error), Results: make([]*pb.DirectiveResult, len(r.Results))}
+	for i, res := range r.Results {
+		resp.Results[i] = ResultToProto(res)
+	}
+	return resp
+}
+
+// ResultToProto converts one directive's result.
+func ResultToProto(r directive.Result) *pb.DirectiveResult {
+	e := r.Effect
+	out := &pb.DirectiveResult{
+		Index: int32(r.Index), Verb: string(r.Verb), Ok: r.OK(), Error: ErrorToProto(r.Error),
+		Effect: &pb.Effect{Blocks: int64(e.Blocks), Skipped: int64(e.Skipped), Missing: int64(e.Missing), Tokens: e.Tokens, LeaseId: e.LeaseID},
+	}
+	if e.TTL != 0 {
+		out.Effect.Ttl = durationpb.New(e.TTL.Duration())
+	}
+	return out
+}
+
+// ErrorToProto converts a registry error; nil converts to nil.
+func ErrorToProto(e *errcode.Error) *pb.Error {
+	if e == nil {
+		return nil
+	}
+	ent := e.Entry()
+	detail := e.Detail
+	if e.Err != nil {
+		if detail != "" {
+			detail += ": "
+		}
+		detail += e.Err.Error()
+	}
+	return &pb.Error{Code: string(ent.Code), Number: uint32(ent.Number), Message: ent.Message, Hint: ent.Hint, Detail: detail, Index: int32(e.Index)}
+}
+
+// CacheControlToProto converts a cache_control request.
+func CacheControlToProto(c directive.CacheControl, tenant string) *pb.CacheControlRequest {
+	return &pb.CacheControlRequest{
+		Action: string(c.Action), BlockHashes: hashesToProto(c.BlockHashes), TokenIds: c.TokenIDs,
+		Ttl: ttlToProto(c.TTL), WorkerId: string(c.WorkerID), Tenant: tenant,
+	}
+}
+
+// CacheControlReplyToProto converts a cache_control reply.
+func CacheControlReplyToProto(r directive.CacheControlReply) *pb.CacheControlResponse {
+	out := &pb.CacheControlResponse{Status: r.Status, Message: r.Message, WorkerId: string(r.WorkerID)}
+	switch {
+	case r.PinnedCount != nil:
+		out.Count, out.CountField = int64(*r.PinnedCount), "pinned_count"
+	case r.UnpinnedCount != nil:
+		out.Count, out.CountField = int64(*r.UnpinnedCount), "unpinned_count"
+	case r.EvictedCount != nil:
+		out.Count, out.CountField = int64(*r.EvictedCount), "evicted_count"
+	}
+	if r.TotalBlocks != nil {
+		out.TotalBlocks = int64(*r.TotalBlocks)
+	}
+	if r.Code != "" {
+		out.Error = ErrorToProto(&errcode.Error{Code: r.Code, Detail: r.Message, Index: -1})
+	}
+	return out
+}
+
+// TierToProto maps a tier name (any ParseTierName spelling) to the enum;
+// unknown names map to TIER_UNSPECIFIED.
+func TierToProto(name string) pb.Tier {
+	n, err := directive.ParseTierName(name)
+	if err != nil {
+		return pb.Tier_TIER_UNSPECIFIED
+	}
+	for t, tn := range tierNames {
+		if tn == n {
+			return t
+		}
+	}
+	return pb.Tier_TIER_UNSPECIFIED
+}
+
+func ttlToProto(t *directive.TTL) *durationpb.Duration {
+	if t == nil {
+		return nil
+	}
+	return durationpb.New(time.Duration(*t))
+}
