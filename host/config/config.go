@@ -31,6 +31,8 @@ type Config struct {
 	Tiers   Tiers     `koanf:"tiers"`
 	Pins    Pins      `koanf:"pins"`
 	Events  Events    `koanf:"events"`
+	NATS    NATS      `koanf:"nats"`
+	Control Control   `koanf:"control"`
 	// Policies is the set of policy plugins to run. Editing it in the config
 	// file hot-swaps the set while the host keeps serving.
 	Policies []Policy `koanf:"policies"`
@@ -108,6 +110,45 @@ type Events struct {
 	DPRank uint32 `koanf:"dp_rank"`
 }
 
+// NATS selects the embedded server (the default) or an existing cluster,
+// and configures the command plane on it.
+type NATS struct {
+	// URL of an existing cluster; empty starts the embedded server.
+	URL          string `koanf:"url"`
+	CredsFile    string `koanf:"creds_file"`
+	NKeySeedFile string `koanf:"nkey_seed_file"`
+	TLSCAFile    string `koanf:"tls_ca_file"`
+	TLSCertFile  string `koanf:"tls_cert_file"`
+	TLSKeyFile   string `koanf:"tls_key_file"`
+	// Listen is the embedded server's client address; "" keeps it
+	// in-process only.
+	Listen string `koanf:"listen"`
+	// WorkerSubject receives commands for this worker; {worker_id} is
+	// replaced by config worker_id.
+	WorkerSubject string `koanf:"worker_subject"`
+	// BroadcastSubject receives commands for every worker.
+	BroadcastSubject string `koanf:"broadcast_subject"`
+	// JetStreamCommands makes commands durable and deduplicated by
+	// Nats-Msg-Id, through a stream over both command subjects.
+	JetStreamCommands bool `koanf:"jetstream_commands"`
+	// CommandStream names that stream.
+	CommandStream string `koanf:"command_stream"`
+	// RateLimit is commands per second per source; 0 disables limiting.
+	RateLimit float64 `koanf:"rate_limit"`
+	// RateBurst is the burst each source may send at once.
+	RateBurst int `koanf:"rate_burst"`
+}
+
+// Control is the gRPC kvpilot.v1.Control service on a Unix socket.
+type Control struct {
+	// Socket is the socket path; empty means <data_dir>/run/control.sock.
+	Socket string `koanf:"socket"`
+	// Group, when set, makes the socket 0660 owned by this group.
+	Group string `koanf:"group"`
+	// AllowUIDs are peer uids accepted besides the host's own.
+	AllowUIDs []int `koanf:"allow_uids"`
+}
+
 // Pins configures TTLs and per-tenant quotas.
 type Pins struct {
 	// DefaultTTL applies when a pin names no TTL (DESIGN.md §5: 300 s).
@@ -141,6 +182,14 @@ func Default() Config {
 			Remote: Tier{CapacityPages: 262144, HighWatermark: 0.95, LowWatermark: 0.90, PinBudget: 0.9},
 		},
 		Events: Events{Namespace: "dynamo", Component: "backend"},
-		Pins:   Pins{DefaultTTL: 300 * time.Second, MinTTL: time.Second, MaxTTL: 24 * time.Hour},
+		NATS: NATS{
+			Listen:           "127.0.0.1:4222",
+			WorkerSubject:    "kv-control-{worker_id}",
+			BroadcastSubject: "kv-control-broadcast",
+			CommandStream:    "KVPILOT_COMMANDS",
+			RateLimit:        1000,
+			RateBurst:        200,
+		},
+		Pins: Pins{DefaultTTL: 300 * time.Second, MinTTL: time.Second, MaxTTL: 24 * time.Hour},
 	}
 }

@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
@@ -67,6 +69,25 @@ func (c Config) Validate() error {
 			bad(key, "%q must be a non-empty NATS subject token (no '.', '*', '>' or spaces)", v)
 		}
 	}
+	for key, v := range map[string]string{"nats.worker_subject": c.NATS.WorkerSubject, "nats.broadcast_subject": c.NATS.BroadcastSubject} {
+		if v == "" || strings.ContainsAny(v, "*> \t\r\n") || strings.HasPrefix(v, ".") || strings.HasSuffix(v, ".") {
+			bad(key, "%q is not a NATS subject without wildcards", v)
+		}
+	}
+	if c.NATS.RateLimit < 0 {
+		bad("nats.rate_limit", "must not be negative, got %v", c.NATS.RateLimit)
+	}
+	if c.NATS.RateBurst < 1 {
+		bad("nats.rate_burst", "must be at least 1, got %d", c.NATS.RateBurst)
+	}
+	if c.NATS.JetStreamCommands && c.NATS.CommandStream == "" {
+		bad("nats.command_stream", "must name a stream when nats.jetstream_commands is on")
+	}
+	for i, u := range c.Control.AllowUIDs {
+		if u < 0 {
+			bad(fmt.Sprintf("control.allow_uids[%d]", i), "uid %d is negative", u)
+		}
+	}
 	seen := map[string]bool{}
 	for i, p := range c.Policies {
 		key := fmt.Sprintf("policies[%d]", i)
@@ -102,4 +123,17 @@ func isSHA256(s string) bool {
 // TTLPolicy returns the pin TTL default and clamps.
 func (c Config) TTLPolicy() ttl.Policy {
 	return ttl.Policy{Default: c.Pins.DefaultTTL, Min: c.Pins.MinTTL, Max: c.Pins.MaxTTL}
+}
+
+// WorkerSubject is the NATS subject of this worker's commands.
+func (c Config) WorkerSubject() string {
+	return strings.ReplaceAll(c.NATS.WorkerSubject, "{worker_id}", strconv.FormatUint(c.WorkerID, 10))
+}
+
+// ControlSocket is the Control service's socket path.
+func (c Config) ControlSocket() string {
+	if c.Control.Socket != "" {
+		return c.Control.Socket
+	}
+	return filepath.Join(c.DataDir, "run", "control.sock")
 }
