@@ -76,6 +76,9 @@ type Index struct {
 	NamespaceSalt bool `koanf:"namespace_salt"`
 	// WritePolicy is the device tier's: write-through, write-back or none.
 	WritePolicy string `koanf:"write_policy"`
+	// PauseTier is where Pause keeps a session's pages: disk, host, or
+	// remote (any worker sharing the remote bucket can resume it).
+	PauseTier string `koanf:"pause_tier"`
 	// SweepInterval is how often expired pins, retentions and leases are
 	// swept (expiry is also applied lazily at every eviction scan).
 	SweepInterval time.Duration `koanf:"sweep_interval"`
@@ -173,6 +176,7 @@ func Default() Config {
 			PageSize:      64,
 			NamespaceSalt: true,
 			WritePolicy:   "write-through",
+			PauseTier:     "disk",
 			SweepInterval: 5 * time.Second,
 		},
 		Tiers: Tiers{

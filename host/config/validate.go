@@ -37,6 +37,11 @@ func (c Config) Validate() error {
 	default:
 		bad("index.write_policy", "%q is not one of write-through, write-back, none", c.Index.WritePolicy)
 	}
+	switch c.Index.PauseTier {
+	case "host", "disk", "remote":
+	default:
+		bad("index.pause_tier", "%q is not one of host, disk, remote", c.Index.PauseTier)
+	}
 	if c.Index.SweepInterval <= 0 {
 		bad("index.sweep_interval", "must be positive, got %v", c.Index.SweepInterval)
 	}

@@ -17,8 +17,12 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/events"
+	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/metrics"
+	"github.com/kvpilot/kvpilot/host/natsembed"
 )
 
 // Daemon is one running host.
@@ -29,6 +33,8 @@ type Daemon struct {
 
 	mu     sync.Mutex
 	checks map[string]func() error
+
+	core core
 
 	httpLn  net.Listener
 	closers []func() error
@@ -47,6 +53,9 @@ func New(cfg config.Config, log hclog.Logger) (*Daemon, error) {
 
 // build constructs the components in dependency order.
 func (d *Daemon) build() error {
+	if err := d.buildCore(); err != nil {
+		return err
+	}
 	if d.cfg.HTTP.Listen != "" {
 		ln, err := net.Listen("tcp", d.cfg.HTTP.Listen)
 		if err != nil {
@@ -56,6 +65,28 @@ func (d *Daemon) build() error {
 	}
 	return nil
 }
+
+// Index returns the cache index and the lock that must be held while
+// calling it.
+func (d *Daemon) Index() (*cache.Index, sync.Locker) { return d.core.index, &d.core.mu }
+
+// Executor returns the directive executor.
+func (d *Daemon) Executor() *executor.Executor { return d.core.exec }
+
+// NATS returns the host's NATS connection (embedded server or cluster).
+func (d *Daemon) NATS() *natsembed.NATS { return d.core.nats }
+
+// Events returns the queue of index events waiting to be published.
+func (d *Daemon) Events() *events.Queue { return d.core.events }
+
+// Config returns the configuration the host was built from.
+func (d *Daemon) Config() config.Config { return d.cfg }
+
+// Log returns the host's logger.
+func (d *Daemon) Log() hclog.Logger { return d.log }
+
+// Metrics returns the host's metrics.
+func (d *Daemon) Metrics() *metrics.Metrics { return d.metrics }
 
 // AddCheck registers a named health check for /healthz.
 func (d *Daemon) AddCheck(name string, check func() error) {
@@ -83,7 +114,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go func() { errc <- srv.Serve(d.httpLn) }()
 		d.log.Info("serving metrics and health", "addr", d.HTTPAddr())
 	}
-	d.log.Info("host started", "worker_id", d.cfg.WorkerID, "data_dir", d.cfg.DataDir)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() { defer wg.Done(); d.sweep(ctx) }()
+	d.log.Info("host started", "worker_id", d.cfg.WorkerID, "data_dir", d.cfg.DataDir,
+		"page_size", d.cfg.Index.PageSize, "device_pages", d.cfg.Tiers.Device.CapacityPages)
 	select {
 	case <-ctx.Done():
 	case err := <-errc:

@@ -1,0 +1,133 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/events"
+	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/natsembed"
+	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+)
+
+// core is the part of the host every front end shares: the cache index and
+// the one lock that serializes it, the directive executor, the event queue
+// and the NATS connection.
+type core struct {
+	mu     sync.Mutex
+	clock  cache.Clock
+	index  *cache.Index
+	exec   *executor.Executor
+	audit  *executor.FileAudit
+	events *events.Queue
+	nats   *natsembed.NATS
+}
+
+// buildCore opens the index, the audit log and NATS.
+func (d *Daemon) buildCore() error {
+	c := &d.core
+	if err := os.MkdirAll(d.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data_dir %s: %w", d.cfg.DataDir, err)
+	}
+	wp, err := cache.ParseWritePolicy(d.cfg.Index.WritePolicy)
+	if err != nil {
+		return fmt.Errorf("index.write_policy: %w", err)
+	}
+	c.clock = cache.NewMonotonicClock()
+	c.events = events.NewQueue()
+	c.index, err = cache.New(cache.Config{
+		PageSize:       d.cfg.Index.PageSize,
+		Tiers:          tierConfigs(d.cfg),
+		DeviceWrite:    wp,
+		TenantPinQuota: d.cfg.Pins.TenantQuotaPages,
+		Clock:          c.clock,
+		OnEvent:        c.events.Push,
+	})
+	if err != nil {
+		return fmt.Errorf("open cache index: %w", err)
+	}
+	c.audit, err = executor.OpenFileAudit(filepath.Join(d.cfg.DataDir, "audit.log"), false)
+	if err != nil {
+		return fmt.Errorf("open audit log: %w", err)
+	}
+	d.closers = append(d.closers, c.audit.Close)
+	pauseTier, err := tier.Parse(d.cfg.Index.PauseTier)
+	if err != nil {
+		return fmt.Errorf("index.pause_tier: %w", err)
+	}
+	c.exec, err = executor.New(executor.Config{
+		Index:        c.index,
+		Lock:         &c.mu,
+		PinTTL:       d.cfg.TTLPolicy(),
+		PauseTier:    pauseTier,
+		WorkerID:     directive.WorkerID(strconv.FormatUint(d.cfg.WorkerID, 10)),
+		Audit:        c.audit,
+		OnAuditError: func(err error) { d.log.Error("audit log write failed", "error", err) },
+	})
+	if err != nil {
+		return fmt.Errorf("start executor: %w", err)
+	}
+	c.nats, err = natsembed.Start(natsembed.Options{
+		URL:          d.cfg.NATS.URL,
+		CredsFile:    d.cfg.NATS.CredsFile,
+		NKeySeedFile: d.cfg.NATS.NKeySeedFile,
+		TLSCAFile:    d.cfg.NATS.TLSCAFile,
+		TLSCertFile:  d.cfg.NATS.TLSCertFile,
+		TLSKeyFile:   d.cfg.NATS.TLSKeyFile,
+		DataDir:      filepath.Join(d.cfg.DataDir, "nats"),
+		Listen:       d.cfg.NATS.Listen,
+		Logger:       d.log.Named("nats"),
+	})
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	d.closers = append(d.closers, c.nats.Close)
+	if c.nats.Embedded() {
+		d.log.Info("embedded NATS server started", "client_url", c.nats.ClientURL())
+	}
+	d.AddCheck("nats", func() error {
+		if !c.nats.Conn().IsConnected() {
+			return fmt.Errorf("nats connection is %v", c.nats.Conn().Status())
+		}
+		return nil
+	})
+	d.metrics.Registry.MustRegister(&indexCollector{c: c})
+	return nil
+}
+
+func tierConfigs(cfg config.Config) [tier.Count]cache.TierConfig {
+	var out [tier.Count]cache.TierConfig
+	for i, t := range [tier.Count]config.Tier{cfg.Tiers.Device, cfg.Tiers.Host, cfg.Tiers.Disk, cfg.Tiers.Remote} {
+		out[i] = cache.TierConfig{Capacity: t.CapacityPages, High: t.HighWatermark, Low: t.LowWatermark, PinFraction: t.PinBudget}
+	}
+	return out
+}
+
+// sweep expires pins, retentions and leases every interval (expiry is also
+// applied lazily at every eviction scan).
+func (d *Daemon) sweep(ctx context.Context) {
+	t := time.NewTicker(d.cfg.Index.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c := &d.core
+		c.mu.Lock()
+		res := c.index.Sweep(c.clock.Now())
+		c.mu.Unlock()
+		if res.Pins > 0 || res.Leases > 0 {
+			d.log.Debug("swept expired entries", "pins", res.Pins, "leases", res.Leases, "expired_leases", res.Expired)
+		}
+	}
+}
