@@ -166,6 +166,9 @@ type Index struct {
 	pinBudget     int
 	pinBudgetTier tier.Tier
 
+	// jr records reversible changes while a caller's journal is open.
+	jr journal
+
 	leases     map[string]*lease
 	leaseOrder []*lease // creation order, so Plan is deterministic
 	leaseSeq   uint64

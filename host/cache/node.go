@@ -73,6 +73,7 @@ type node struct {
 	priority     uint8
 	retainExpiry time.Duration
 	transient    bool
+	journalGen   uint64 // == Index.jr.gen when saved in the open journal
 
 	leaseRefs uint32 // live leases holding this page
 	lease     *lease // the most recent of them

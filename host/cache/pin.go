@@ -48,6 +48,7 @@ func (ix *Index) Pin(t Target, ttl time.Duration) (PinResult, error) {
 	}
 	expiry := now + ttl
 	for _, n := range pages {
+		ix.journalPage(n)
 		if n.pinCount == 0 {
 			ix.addPinned(n)
 		}
@@ -138,6 +139,7 @@ func (ix *Index) Unpin(t Target) (UnpinResult, error) {
 			continue
 		}
 		res.Pages++
+		ix.journalPage(n)
 		n.pinCount--
 		if n.pinCount == 0 {
 			ix.clearPin(n)
@@ -161,6 +163,7 @@ func (ix *Index) addPinned(n *node) {
 
 // clearPin drops n's pin entirely (count to zero, off the pinned list).
 func (ix *Index) clearPin(n *node) {
+	ix.journalPage(n)
 	if n.pinPrev != nil {
 		n.pinPrev.pinNext = n.pinNext
 	} else {

@@ -51,6 +51,9 @@ func (ix *Index) removeResidency(n *node, t tier.Tier) {
 // removeNode drops a node that is resident nowhere from the tree and every
 // index structure, releasing its pin and cancelling its transitions.
 func (ix *Index) removeNode(n *node) {
+	if invariantsOn && ix.jr.active {
+		panic("cache: a page was removed inside an open journal; only Pin, Unpin and MarkTransient may run there")
+	}
 	if n.pinCount > 0 {
 		ix.clearPin(n)
 	}

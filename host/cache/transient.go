@@ -15,6 +15,7 @@ func (ix *Index) MarkTransient(t Target, on bool) (Result, error) {
 	}
 	for _, n := range ix.dedup(nodes) {
 		if n.transient != on {
+			ix.journalPage(n)
 			n.transient = on
 			res.Pages++
 		}

@@ -40,37 +40,32 @@ func (e *Executor) run(turnID, source, tenant string, ops []*op) directive.TurnR
 	return e.succeed(turnID, source, tenant, ops, turn)
 }
 
-// applyReversible is step 2. On a failure it undoes what it applied, newest
-// first, and returns the per-op errors.
+// applyReversible is step 2. The index journals every change the
+// reversible ops make; on a failure the journal is rolled back, which
+// restores pin counts, TTLs, expiries and transient flags exactly, and the
+// per-op errors are returned.
 func (e *Executor) applyReversible(tenant string, ops []*op) []*errcode.Error {
 	ix := e.cfg.Index
-	var done []*op
+	ix.BeginJournal()
 	for i, o := range ops {
 		if !o.kind.reversible() {
 			continue
 		}
 		if err := e.applyOne(tenant, o); err != nil {
+			ix.RollbackJournal()
 			errs := make([]*errcode.Error, len(ops))
 			errs[i] = err.At(i)
-			for j := len(done) - 1; j >= 0; j-- {
-				if uerr := done[j].undo(ix); uerr != nil {
-					// The index refused to restore its own prior state: a
-					// bug. Say so rather than claim nothing changed.
-					errs[done[j].index] = errcode.Wrap(errcode.Internal, uerr, "undo failed; the turn may be partly applied").At(done[j].index)
-				}
-			}
 			return errs
 		}
-		done = append(done, o)
 	}
+	ix.CommitJournal()
 	return nil
 }
 
-// applyOne applies a reversible op and sets its effect and undo.
+// applyOne applies a reversible op and sets its effect.
 func (e *Executor) applyOne(tenant string, o *op) *errcode.Error {
 	ix := e.cfg.Index
 	tgt := o.target(tenant)
-	now := ix.Config().Clock.Now()
 	o.eff.Missing = o.missing
 	switch o.kind {
 	case opPin:
@@ -78,50 +73,18 @@ func (e *Executor) applyOne(tenant string, o *op) *errcode.Error {
 			return fromCache(err)
 		}
 		o.eff.Blocks, o.eff.TTL = len(o.seqs), directive.TTL(o.ttlD)
-		o.undo = func(ix *cache.Index) error { _, err := ix.Unpin(tgt); return err }
 	case opUnpin:
-		// Remember which targets held a live pin, to pin them back together
-		// (one Pin over the same set restores every pin count exactly; the
-		// expiry comes back as the latest of theirs).
-		var live []uint64
-		var rest int64
-		for _, s := range o.seqs {
-			if p, ok := ix.Lookup(tenant, s); ok && p.PinCount > 0 && p.PinExpiry > now {
-				live = append(live, s)
-				rest = max(rest, int64(p.PinExpiry-now))
-			}
-		}
 		res, err := ix.Unpin(tgt)
 		if err != nil {
 			return fromCache(err)
 		}
 		o.eff.Blocks, o.eff.Skipped = len(o.seqs)-res.NotPinned, res.NotPinned
-		o.undo = func(ix *cache.Index) error {
-			if len(live) == 0 {
-				return nil
-			}
-			_, err := ix.Pin(cache.TargetHashes(tenant, live...), time.Duration(rest))
-			return err
-		}
 	case opMark:
-		var changed []uint64
-		for _, s := range o.seqs {
-			if p, ok := ix.Lookup(tenant, s); ok && p.Transient != o.on {
-				changed = append(changed, s)
-			}
-		}
 		res, err := ix.MarkTransient(tgt, o.on)
 		if err != nil {
 			return fromCache(err)
 		}
 		o.eff.Blocks = res.Pages
-		o.undo = func(ix *cache.Index) error {
-			if len(changed) == 0 {
-				return nil
-			}
-			_, err := ix.MarkTransient(cache.TargetHashes(tenant, changed...), !o.on)
-			return err
-		}
 	default:
 		return errcode.New(errcode.Internal, "op kind %d is not reversible", o.kind)
 	}

@@ -12,8 +12,9 @@
 //     Any failure ends the turn before anything changed.
 //  2. Reversible verbs, in turn order: pins and unpins (Cache, pin_blocks,
 //     pin_prefix, ...) and transient marks. Only these can still fail
-//     (a pin over budget or quota); then every one already applied is
-//     undone, newest first, and the turn is refused.
+//     (a pin over budget or quota); the index journals their changes, and
+//     on a failure the journal is rolled back (pin counts, TTLs, expiries
+//     and transient flags restored exactly) and the turn is refused.
 //  3. Commit-only verbs, in turn order: Warm, Pause, RenewLease,
 //     RevokeLease, Prune, purge (Think transient=false), evict_descendants.
 //     Step 1 made sure they cannot fail, and they cannot be undone (they

@@ -47,11 +47,13 @@ func TestTurnIsAllOrNone(t *testing.T) {
 	a := e.commit("", toks(0, 8))      // 2 pages
 	b := e.commit("", toks(100, 8))    // 2 pages
 	big := e.commit("", toks(200, 28)) // 7 pages: with a and b over the 8-page budget
-	mustOK(t, e.apply("", directive.Cache{BlockHashes: hs(b.Sequence[1]), Pin: true}))
+	mustOK(t, e.apply("", directive.Cache{BlockHashes: hs(b.Sequence[1]), Pin: true, TTL: directive.TTLOf(90 * time.Second)}))
+	e.clock.Advance(time.Second)
+	bBefore := e.info("", b.Sequence[1])
 
 	r := e.apply("",
 		directive.Cache{BlockHashes: hs(a.Sequence[1]), Pin: true},       // applied, then undone
-		directive.Cache{BlockHashes: hs(b.Sequence[1])},                  // unpin, then pinned back
+		directive.Cache{BlockHashes: hs(b.Sequence[1])},                  // unpin, then restored
 		directive.Think{BlockHashes: hs(a.Sequence[1]), Transient: true}, // marked, then cleared
 		directive.Cache{BlockHashes: hs(big.Sequence[6]), Pin: true},     // over budget
 	)
@@ -59,8 +61,8 @@ func TestTurnIsAllOrNone(t *testing.T) {
 	if p := e.info("", a.Sequence[1]); p.PinCount != 0 || p.Transient {
 		t.Fatalf("a not restored: %+v", p)
 	}
-	if p := e.info("", b.Sequence[1]); p.PinCount != 1 || p.PinExpiry <= e.clock.Now() {
-		t.Fatalf("b not re-pinned: %+v", p)
+	if p := e.info("", b.Sequence[1]); p.PinCount != 1 || p.PinExpiry != bBefore.PinExpiry || p.PinTTL != bBefore.PinTTL {
+		t.Fatalf("b not restored exactly: before %+v, after %+v", bBefore, p)
 	}
 	if e.ix.Stats().PinnedPages != 2 {
 		t.Fatalf("pinned pages %d, want b's 2", e.ix.Stats().PinnedPages)

@@ -54,8 +54,7 @@ type op struct {
 	to      tier.Tier
 
 	// outcome
-	eff  directive.Effect
-	undo func(ix *cache.Index) error
+	eff directive.Effect
 }
 
 func hashes(hs []directive.Hash) []uint64 {
