@@ -1,0 +1,406 @@
+// Package tierbench measures the throughput of each tier pair the mover
+// uses (device<->host, host<->disk, host<->remote on the embedded NATS
+// server) against raw baselines in the same run: memcpy for memory, a plain
+// sequential file write and read for disk (DESIGN.md §12 style; target >=
+// 70% of baseline for memory and disk). `kvpilot bench tiers` prints it.
+package tierbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kvpilot/kvpilot/host/layout"
+	"github.com/kvpilot/kvpilot/host/natsembed"
+	"github.com/kvpilot/kvpilot/host/pool"
+	"github.com/kvpilot/kvpilot/host/pool/disk"
+	"github.com/kvpilot/kvpilot/host/pool/memfd"
+	"github.com/kvpilot/kvpilot/host/pool/remote"
+	"github.com/kvpilot/kvpilot/host/tier"
+)
+
+// Target is the fraction of baseline throughput memory and disk pairs must reach.
+const Target = 0.7
+
+// Options size a run.
+type Options struct {
+	// Pages moved per arm per iteration (default 128).
+	Pages int
+	// RemotePages moved per remote arm (default 16): the object store is
+	// much slower and has no target.
+	RemotePages int
+	// Iters is measured rounds; medians are reported (default 5).
+	Iters int
+	// Dir holds the page files and NATS data (default a temp dir, removed after).
+	Dir string
+	// Layout of the pages (default a Llama-3-8B-like page of 16 tokens, 2 MiB).
+	Layout *layout.Layout
+	// NoRemote skips the remote arms.
+	NoRemote bool
+}
+
+// Arm is one measured transfer.
+type Arm struct {
+	Bytes   int64   `json:"bytes"`
+	Seconds float64 `json:"seconds"`
+	GBps    float64 `json:"gb_per_s"`
+}
+
+// Result is the scenario's output.
+type Result struct {
+	Scenario string             `json:"scenario"`
+	Params   map[string]any     `json:"params"`
+	Arms     map[string]Arm     `json:"arms"`
+	Ratio    map[string]float64 `json:"ratio"`
+	Target   float64            `json:"target"`
+	Pass     bool               `json:"pass"`
+}
+
+// DefaultLayout is the page the benchmark moves unless told otherwise.
+func DefaultLayout() *layout.Layout {
+	l := layout.MHA("bench-llama-3-8b", 16, layout.BF16, 32, 8, 128, 128, layout.HalfSplit)
+	return &l
+}
+
+// Run measures every arm.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if o.Pages <= 0 {
+		o.Pages = 128
+	}
+	if o.RemotePages <= 0 {
+		o.RemotePages = 16
+	}
+	if o.Iters <= 0 {
+		o.Iters = 5
+	}
+	if o.Layout == nil {
+		o.Layout = DefaultLayout()
+	}
+	if o.Dir == "" {
+		d, err := os.MkdirTemp("", "kvpilot-bench-tiers-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		o.Dir = d
+	}
+	f, err := NewFixture(o.Dir, o.Layout, o.Pages, !o.NoRemote)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	pb := int64(o.Layout.PageBytes())
+	res := &Result{Scenario: "tiers", Arms: map[string]Arm{}, Ratio: map[string]float64{}, Target: Target,
+		Params: map[string]any{"pages": o.Pages, "remote_pages": o.RemotePages, "page_bytes": pb, "iters": o.Iters,
+			"layout": o.Layout.String(), "fsync": "one fdatasync per batch, both arms"}}
+	arms := []struct {
+		name  string
+		pages int
+		fn    func(n int) error
+	}{
+		{"memcpy", o.Pages, f.Memcpy},
+		{"device_to_host", o.Pages, f.DeviceToHost},
+		{"host_to_device", o.Pages, f.HostToDevice},
+		{"file_write", o.Pages, f.FileWrite},
+		{"host_to_disk", o.Pages, f.HostToDisk},
+		{"file_read", o.Pages, f.FileRead},
+		{"disk_to_host", o.Pages, f.DiskToHost},
+	}
+	if !o.NoRemote {
+		arms = append(arms, struct {
+			name  string
+			pages int
+			fn    func(n int) error
+		}{"host_to_remote", o.RemotePages, f.HostToRemote}, struct {
+			name  string
+			pages int
+			fn    func(n int) error
+		}{"remote_to_host", o.RemotePages, f.RemoteToHost})
+	}
+	// Arms run interleaved, round by round, and each ratio is the median of
+	// its per-round ratios: a pair and its baseline are measured seconds
+	// apart, so load from other processes shifts both alike.
+	for _, a := range arms { // one unmeasured pass: warms caches, creates what read arms read
+		if err := a.fn(a.pages); err != nil {
+			return nil, fmt.Errorf("arm %s: %w", a.name, err)
+		}
+	}
+	secs := map[string][]float64{}
+	for range o.Iters {
+		for _, a := range arms {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			start := time.Now()
+			if err := a.fn(a.pages); err != nil {
+				return nil, fmt.Errorf("arm %s: %w", a.name, err)
+			}
+			secs[a.name] = append(secs[a.name], time.Since(start).Seconds())
+		}
+	}
+	for _, a := range arms {
+		sec := median(secs[a.name])
+		bytes := int64(a.pages) * pb
+		res.Arms[a.name] = Arm{Bytes: bytes, Seconds: sec, GBps: float64(bytes) / sec / 1e9}
+	}
+	ratio := func(arm, base string) float64 {
+		rs := make([]float64, o.Iters)
+		for i := range rs {
+			rs[i] = secs[base][i] / secs[arm][i] // same bytes: time ratio is throughput ratio
+		}
+		return median(rs)
+	}
+	res.Ratio["device_to_host"] = ratio("device_to_host", "memcpy")
+	res.Ratio["host_to_device"] = ratio("host_to_device", "memcpy")
+	res.Ratio["host_to_disk"] = ratio("host_to_disk", "file_write")
+	res.Ratio["disk_to_host"] = ratio("disk_to_host", "file_read")
+	res.Pass = true
+	for _, r := range res.Ratio {
+		if r < Target {
+			res.Pass = false
+		}
+	}
+	return res, nil
+}
+
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+// Table prints the result for people.
+func (r *Result) Table(w io.Writer) {
+	fmt.Fprintf(w, "tiers: %v pages of %v bytes (%v)\n\n", r.Params["pages"], r.Params["page_bytes"], r.Params["layout"])
+	fmt.Fprintf(w, "%-16s %12s %10s %8s\n", "arm", "bytes", "GB/s", "ratio")
+	for _, name := range []string{"memcpy", "device_to_host", "host_to_device", "file_write", "host_to_disk", "file_read", "disk_to_host", "host_to_remote", "remote_to_host"} {
+		a, ok := r.Arms[name]
+		if !ok {
+			continue
+		}
+		ratio := ""
+		if v, ok := r.Ratio[name]; ok {
+			ratio = fmt.Sprintf("%.2f", v)
+		}
+		fmt.Fprintf(w, "%-16s %12d %10.2f %8s\n", name, a.Bytes, a.GBps, ratio)
+	}
+	fmt.Fprintf(w, "\ntarget: ratio >= %.2f for memory and disk pairs: %v\n", r.Target, map[bool]string{true: "PASS", false: "FAIL"}[r.Pass])
+}
+
+// Fixture holds the pools and baselines the arms use; the Go benchmarks
+// share it.
+type Fixture struct {
+	lay      *layout.Layout
+	pages    int
+	dev      *memfd.Arena
+	host     *memfd.Arena
+	raw      *memfd.Arena // memcpy baseline destination
+	disk     *disk.Store
+	file     *os.File
+	nats     *natsembed.NATS
+	remote   *remote.Store
+	devSlots []pool.Slot
+	hostSlot []pool.Slot
+}
+
+// NewFixture opens pools of pages pages under dir, filled with data.
+func NewFixture(dir string, l *layout.Layout, pages int, withRemote bool) (f *Fixture, err error) {
+	f = &Fixture{lay: l, pages: pages}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+	if f.dev, err = memfd.New(memfd.Options{Tier: tier.Device, Layout: l, Pages: pages, Arrangement: layout.LayerMajor}); err != nil {
+		return nil, err
+	}
+	if f.host, err = memfd.New(memfd.Options{Tier: tier.Host, Layout: l, Pages: pages, Arrangement: layout.PageMajor}); err != nil {
+		return nil, err
+	}
+	if f.raw, err = memfd.New(memfd.Options{Tier: tier.Host, Layout: l, Pages: pages, Arrangement: layout.PageMajor, Name: "kvpilot-bench-raw"}); err != nil {
+		return nil, err
+	}
+	if f.devSlots, err = f.dev.Alloc(nil, pages); err != nil {
+		return nil, err
+	}
+	if f.hostSlot, err = f.host.Alloc(nil, pages); err != nil {
+		return nil, err
+	}
+	if _, err = f.raw.Alloc(nil, pages); err != nil {
+		return nil, err
+	}
+	// Every arena is written once so no arm pays first-touch page faults.
+	for _, a := range []*memfd.Arena{f.host, f.dev, f.raw} {
+		mem := a.Bytes()
+		for i := range mem {
+			mem[i] = byte(i*7 + i>>12)
+		}
+	}
+	// Twice the pages: Put writes a fresh slot before retiring the old copy.
+	if f.disk, err = disk.Open(disk.Options{Dir: filepath.Join(dir, "disk"), Layout: l, Pages: 2 * pages, Fsync: disk.FsyncBatch}); err != nil {
+		return nil, err
+	}
+	if f.file, err = os.OpenFile(filepath.Join(dir, "baseline.raw"), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
+		return nil, err
+	}
+	if withRemote {
+		if f.nats, err = natsembed.Start(natsembed.Options{DataDir: filepath.Join(dir, "nats")}); err != nil {
+			return nil, err
+		}
+		js, err := f.nats.JetStream()
+		if err != nil {
+			return nil, err
+		}
+		if f.remote, err = remote.Open(context.Background(), remote.Options{JS: js, Layout: l, Bucket: "kvpilot-bench"}); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// PageBytes is the size of one page.
+func (f *Fixture) PageBytes() int { return f.lay.PageBytes() }
+
+func (f *Fixture) hostView(i int) []byte {
+	v, _ := f.host.PageView(f.hostSlot[i%f.pages])
+	return v
+}
+
+// Memcpy is the memory baseline: n pages copied between two mappings.
+func (f *Fixture) Memcpy(n int) error {
+	pb := f.lay.PageBytes()
+	src, dst := f.host.Bytes(), f.raw.Bytes()
+	for i := range n {
+		off := (i % f.pages) * pb
+		copy(dst[off:off+pb], src[off:off+pb])
+	}
+	return nil
+}
+
+// DeviceToHost reads n device pages (layer-major gather) into host pages.
+func (f *Fixture) DeviceToHost(n int) error {
+	for i := range n {
+		if err := f.dev.ReadPage(f.devSlots[i%f.pages], f.hostView(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HostToDevice writes n host pages into device slots (layer-major scatter).
+func (f *Fixture) HostToDevice(n int) error {
+	for i := range n {
+		if err := f.dev.WritePage(f.devSlots[i%f.pages], f.hostView(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FileWrite is the disk write baseline: n pages written sequentially to a
+// plain file, then one fdatasync.
+func (f *Fixture) FileWrite(n int) error {
+	pb := f.lay.PageBytes()
+	for i := range n {
+		if _, err := f.file.WriteAt(f.hostView(i), int64(i)*int64(pb)); err != nil {
+			return err
+		}
+	}
+	return unix.Fdatasync(int(f.file.Fd()))
+}
+
+// FileRead is the disk read baseline: n pages read sequentially.
+func (f *Fixture) FileRead(n int) error {
+	pb := f.lay.PageBytes()
+	for i := range n {
+		if _, err := f.file.ReadAt(f.hostView(i), int64(i%f.pages)*int64(pb)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HostToDisk stores n host pages in the disk tier, then one Sync.
+func (f *Fixture) HostToDisk(n int) error {
+	ctx := context.Background()
+	for i := range n {
+		e := pool.Entry{Key: pool.Key{Namespace: "bench", Seq: uint64(i % f.pages)}, Local: uint64(i)}
+		if err := f.disk.Put(ctx, e, f.hostView(i)); err != nil {
+			return err
+		}
+	}
+	return f.disk.Sync()
+}
+
+// DiskToHost reads n pages (verified) from the disk tier into host pages.
+func (f *Fixture) DiskToHost(n int) error {
+	ctx := context.Background()
+	for i := range n {
+		if err := f.disk.Get(ctx, pool.Key{Namespace: "bench", Seq: uint64(i % f.pages)}, f.hostView(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HostToRemote stores n host pages in the object store.
+func (f *Fixture) HostToRemote(n int) error {
+	if f.remote == nil {
+		return fmt.Errorf("no remote tier in this fixture")
+	}
+	ctx := context.Background()
+	for i := range n {
+		e := pool.Entry{Key: pool.Key{Namespace: "bench", Seq: uint64(i % f.pages)}, Local: uint64(i)}
+		if err := f.remote.Put(ctx, e, f.hostView(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RemoteToHost reads n pages from the object store into host pages.
+func (f *Fixture) RemoteToHost(n int) error {
+	if f.remote == nil {
+		return fmt.Errorf("no remote tier in this fixture")
+	}
+	ctx := context.Background()
+	for i := range n {
+		if err := f.remote.Get(ctx, pool.Key{Namespace: "bench", Seq: uint64(i % f.pages)}, f.hostView(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close releases everything.
+func (f *Fixture) Close() error {
+	for _, c := range []io.Closer{f.remote, f.disk, f.dev, f.host, f.raw, f.file} {
+		if c != nil && !isNil(c) {
+			c.Close()
+		}
+	}
+	if f.nats != nil {
+		f.nats.Close()
+	}
+	return nil
+}
+
+func isNil(c io.Closer) bool {
+	switch v := c.(type) {
+	case *remote.Store:
+		return v == nil
+	case *disk.Store:
+		return v == nil
+	case *memfd.Arena:
+		return v == nil
+	case *os.File:
+		return v == nil
+	}
+	return false
+}

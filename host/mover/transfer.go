@@ -1,0 +1,282 @@
+package mover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/pool"
+)
+
+// errDependency: the transition waited for another that did not land.
+var errDependency = errors.New("the transition it waited for did not complete")
+
+func (m *Mover) execute(ctx context.Context, t cache.Transition, children []uint64) outcome {
+	start := time.Now()
+	o := outcome{t: t}
+	// Children's drops go first whatever their outcome: only the order matters.
+	for _, c := range children {
+		m.waitAfter(ctx, c)
+	}
+	ok, err := m.waitAfter(ctx, t.After)
+	if err == nil && !ok {
+		err = errDependency
+	}
+	if err != nil {
+		m.fail(t)
+		o.err = fmt.Errorf("waiting for #%d: %w", t.After, err)
+		return o
+	}
+	select {
+	case m.sem <- struct{}{}:
+	case <-ctx.Done():
+		m.fail(t)
+		o.err = ctx.Err()
+		return o
+	}
+	defer func() { <-m.sem }()
+	if t.Kind == cache.Copy {
+		m.copyPage(ctx, t, &o)
+	} else {
+		m.dropPage(ctx, t, &o)
+	}
+	o.took = time.Since(start)
+	if o.err != nil {
+		m.log.Warn("transfer failed", "transition", t.String(), "error", o.err)
+	}
+	return o
+}
+
+// fail reports a transition the mover gave up on.
+func (m *Mover) fail(t cache.Transition) {
+	var err error
+	m.withIndex(func(ix *cache.Index) { err = ix.FailTransition(t) })
+	if err != nil && !errors.Is(err, cache.ErrUnknownTransition) {
+		m.log.Error("reporting a failed transition", "transition", t.String(), "error", err)
+	}
+}
+
+func (m *Mover) copyPage(ctx context.Context, t cache.Transition, o *outcome) {
+	key := pool.Key{Namespace: t.Tenant, Seq: t.Seq}
+	srcMem, srcStore := m.pools.Memory(t.From), m.pools.Store(t.From)
+	dstMem, dstStore := m.pools.Memory(t.To), m.pools.Store(t.To)
+	if (srcMem == nil && srcStore == nil) || (dstMem == nil && dstStore == nil) {
+		m.fail(t)
+		o.err = fmt.Errorf("%w: %s or %s", ErrNoPool, t.From, t.To)
+		return
+	}
+	var entry pool.Entry
+	if dstStore != nil {
+		// A stored page carries its tree links, so a restarted host or
+		// another host can put it back in its index.
+		found := false
+		m.withIndex(func(ix *cache.Index) {
+			pi, ok := ix.Lookup(t.Tenant, t.Seq)
+			found = ok
+			entry = pool.Entry{Key: key, Local: pi.Local, Parent: pi.Parent, HasParent: pi.HasParent}
+		})
+		if !found {
+			m.fail(t)
+			o.err = ErrPageGone
+			return
+		}
+	}
+	var dstSlot pool.Slot
+	if dstMem != nil {
+		s, err := dstMem.Alloc(nil, 1)
+		if err != nil {
+			m.fail(t)
+			o.err = err
+			return
+		}
+		dstSlot = s[0]
+	}
+	undo := func(err error) {
+		if dstMem != nil {
+			if ferr := dstMem.Free(dstSlot); ferr != nil {
+				m.log.Error("freeing the slot of a failed copy", "tier", t.To.String(), "slot", dstSlot, "error", ferr)
+			}
+		}
+		m.fail(t)
+		o.err = err
+		if errors.Is(err, pool.ErrCorrupt) {
+			o.corrupt = &key
+		}
+	}
+
+	read := func(into []byte) error {
+		return m.retry(ctx, func() error {
+			if srcMem != nil {
+				return srcMem.ReadPage(pool.Slot(t.FromLoc), into)
+			}
+			return srcStore.Get(ctx, key, into)
+		})
+	}
+	// Fast paths skip the staging buffer: read straight from a contiguous
+	// source page, or straight into a contiguous destination page.
+	var src []byte
+	landed := false
+	if view, ok, err := pageView(srcMem, pool.Slot(t.FromLoc)); err != nil {
+		undo(fmt.Errorf("source: %w", err))
+		return
+	} else if ok {
+		src = view
+	} else if view, ok, err := pageView(dstMem, dstSlot); err != nil {
+		undo(fmt.Errorf("destination: %w", err))
+		return
+	} else if ok {
+		if err := read(view); err != nil {
+			undo(fmt.Errorf("read from %s: %w", t.From, err))
+			return
+		}
+		landed = true
+	} else {
+		buf := m.getBuf()
+		defer m.putBuf(buf)
+		if err := read(*buf); err != nil {
+			undo(fmt.Errorf("read from %s: %w", t.From, err))
+			return
+		}
+		src = *buf
+	}
+	if !landed {
+		var err error
+		if dstMem != nil {
+			err = m.retry(ctx, func() error { return dstMem.WritePage(dstSlot, src) })
+		} else {
+			err = m.retry(ctx, func() error { return dstStore.Put(ctx, entry, src) })
+			if err == nil {
+				err = m.syncs[t.To].Sync()
+			}
+		}
+		if err != nil {
+			undo(fmt.Errorf("write to %s: %w", t.To, err))
+			return
+		}
+	}
+
+	var err error
+	m.withIndex(func(ix *cache.Index) { err = ix.CompleteCopy(t, uint64(dstSlot)) })
+	if err == nil {
+		o.bytes = int64(m.pb)
+		return
+	}
+	// The index declined: the page changed while the copy ran. Free what
+	// the copy made, unless the index knows a copy of this page there
+	// (a store key is shared by every copy of the page).
+	if errors.Is(err, cache.ErrUnknownTransition) {
+		o.err = err
+	} else {
+		o.refused = true
+	}
+	if dstMem != nil {
+		if ferr := dstMem.Free(dstSlot); ferr != nil {
+			m.log.Error("freeing the slot of a refused copy", "tier", t.To.String(), "slot", dstSlot, "error", ferr)
+		}
+		return
+	}
+	var known bool
+	m.withIndex(func(ix *cache.Index) {
+		pi, ok := ix.Lookup(t.Tenant, t.Seq)
+		known = ok && pi.Tiers.Has(t.To)
+	})
+	if !known {
+		if derr := dstStore.Delete(ctx, key); derr != nil {
+			m.log.Warn("deleting the object of a refused copy", "tier", t.To.String(), "key", key.String(), "error", derr)
+		}
+	}
+}
+
+func (m *Mover) dropPage(ctx context.Context, t cache.Transition, o *outcome) {
+	deadline := time.Now().Add(m.o.DropWait)
+	wait := time.Millisecond
+	for {
+		var err error
+		m.withIndex(func(ix *cache.Index) { err = ix.CompleteDrop(t) })
+		if err == nil {
+			break
+		}
+		if errors.Is(err, cache.ErrTransitionOrder) {
+			// A copy still reads this page; it finishes soon.
+			if time.Now().Before(deadline) && ctx.Err() == nil {
+				time.Sleep(wait)
+				wait = min(2*wait, 50*time.Millisecond)
+				continue
+			}
+			m.fail(t)
+			o.err = err
+			return
+		}
+		if errors.Is(err, cache.ErrUnknownTransition) {
+			o.err = err
+		} else {
+			o.refused = true // the page became busy; the index kept it
+		}
+		return
+	}
+	// The index no longer points at the copy: free it.
+	if mem := m.pools.Memory(t.From); mem != nil {
+		if err := mem.Free(pool.Slot(t.FromLoc)); err != nil {
+			o.err = fmt.Errorf("free %s slot %d after drop: %w", t.From, t.FromLoc, err)
+		}
+		return
+	}
+	if st := m.pools.Store(t.From); st != nil {
+		key := pool.Key{Namespace: t.Tenant, Seq: t.Seq}
+		if err := m.retry(ctx, func() error { return st.Delete(ctx, key) }); err != nil {
+			// The index is right; the store keeps an orphan a restart
+			// would bring back. Report it.
+			o.err = fmt.Errorf("delete %v from %s after drop: %w", key, t.From, err)
+		}
+		return
+	}
+	o.err = fmt.Errorf("%w: %s", ErrNoPool, t.From)
+}
+
+// pageView returns the live bytes of slot s when mem keeps pages
+// contiguous; ok is false when it does not (or mem is nil).
+func pageView(mem pool.Memory, s pool.Slot) ([]byte, bool, error) {
+	v, ok := mem.(pool.PageViewer)
+	if !ok || mem == nil {
+		return nil, false, nil
+	}
+	view, err := v.PageView(s)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return view, true, nil
+}
+
+// retry runs fn until it succeeds, fails for good, or tries run out.
+func (m *Mover) retry(ctx context.Context, fn func() error) error {
+	wait := m.o.RetryBackoff
+	for attempt := 0; ; attempt++ {
+		err := fn()
+		if err == nil || !retryable(err) || attempt >= m.o.Retries {
+			return err
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		}
+		wait *= 2
+	}
+}
+
+// retryable says whether a second try may succeed: not for errors that
+// describe the page or the pool rather than the moment.
+func retryable(err error) bool {
+	for _, permanent := range []error{pool.ErrFull, pool.ErrCorrupt, pool.ErrNotFound, pool.ErrPageSize,
+		pool.ErrBadSlot, pool.ErrClosed, pool.ErrKey, pool.ErrDoubleFree, context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, permanent) {
+			return false
+		}
+	}
+	return true
+}
