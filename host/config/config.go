@@ -33,6 +33,11 @@ type Config struct {
 	Events  Events    `koanf:"events"`
 	NATS    NATS      `koanf:"nats"`
 	Control Control   `koanf:"control"`
+	// Model, when set, opens the pools at start with this layout; without
+	// it the pools open when an engine registers its layout.
+	Model Model `koanf:"model"`
+	Pools Pools `koanf:"pools"`
+	Mover Mover `koanf:"mover"`
 	// Policies is the set of policy plugins to run. Editing it in the config
 	// file hot-swaps the set while the host keeps serving.
 	Policies []Policy `koanf:"policies"`
@@ -152,6 +157,56 @@ type Control struct {
 	AllowUIDs []int `koanf:"allow_uids"`
 }
 
+// Model describes a model's KV layout (DESIGN.md §7).
+type Model struct {
+	// Name is the model's name; empty means no model configured.
+	Name string `koanf:"name"`
+	// Attention is mha (K and V buffers; also GQA) or mla (one fused
+	// [kv_c | k_pe] row).
+	Attention string `koanf:"attention"`
+	// DType is fp32, bf16, fp16, fp8_e4m3 or fp8_e5m2.
+	DType  string `koanf:"dtype"`
+	Layers int    `koanf:"layers"`
+	// KVHeads and HeadDim shape an mha model's K and V rows.
+	KVHeads int `koanf:"kv_heads"`
+	HeadDim int `koanf:"head_dim"`
+	// KVLoraRank is an mla model's kv_c width (512 for DeepSeek).
+	KVLoraRank int `koanf:"kv_lora_rank"`
+	// RopeDim is the rotated width per head (64 for DeepSeek's k_pe).
+	RopeDim int `koanf:"rope_dim"`
+	// RopeStyle is half_split (NeoX: Llama, Qwen) or interleaved (GPT-J);
+	// mla is always interleaved.
+	RopeStyle string `koanf:"rope_style"`
+}
+
+// Pools configures the tiers' backing memory and storage. Sizes come from
+// tiers.*.capacity_pages.
+type Pools struct {
+	// DeviceBackend is auto (CUDA when a GPU is present, else memfd),
+	// cuda or memfd.
+	DeviceBackend string `koanf:"device_backend"`
+	DeviceOrdinal int    `koanf:"device_ordinal"`
+	// DiskDir holds page files; empty means <data_dir>/disk.
+	DiskDir string `koanf:"disk_dir"`
+	// DiskFsync is always, batch (one fsync per transfer batch) or never.
+	DiskFsync        string `koanf:"disk_fsync"`
+	DiskVerifyOnOpen bool   `koanf:"disk_verify_on_open"`
+	// RemoteBucket is the JetStream object store shared by every host.
+	RemoteBucket   string `koanf:"remote_bucket"`
+	RemoteMaxBytes int64  `koanf:"remote_max_bytes"`
+	RemoteReplicas int    `koanf:"remote_replicas"`
+}
+
+// Mover configures tier transfers.
+type Mover struct {
+	Workers      int           `koanf:"workers"`
+	Retries      int           `koanf:"retries"`
+	RetryBackoff time.Duration `koanf:"retry_backoff"`
+	DropWait     time.Duration `koanf:"drop_wait"`
+	// StepInterval is how often the eviction planner runs.
+	StepInterval time.Duration `koanf:"step_interval"`
+}
+
 // Pins configures TTLs and per-tenant quotas.
 type Pins struct {
 	// DefaultTTL applies when a pin names no TTL (DESIGN.md §5: 300 s).
@@ -194,6 +249,9 @@ func Default() Config {
 			RateLimit:        1000,
 			RateBurst:        200,
 		},
-		Pins: Pins{DefaultTTL: 300 * time.Second, MinTTL: time.Second, MaxTTL: 24 * time.Hour},
+		Model: Model{Attention: "mha", DType: "bf16", RopeStyle: "half_split"},
+		Pools: Pools{DeviceBackend: "auto", DiskFsync: "batch", RemoteBucket: "kvpilot-pages", RemoteReplicas: 1},
+		Mover: Mover{Workers: 8, Retries: 2, RetryBackoff: 20 * time.Millisecond, DropWait: 5 * time.Second, StepInterval: 100 * time.Millisecond},
+		Pins:  Pins{DefaultTTL: 300 * time.Second, MinTTL: time.Second, MaxTTL: 24 * time.Hour},
 	}
 }

@@ -150,3 +150,35 @@ func FuzzLoadYAML(f *testing.F) {
 		}
 	})
 }
+
+func TestModelLayout(t *testing.T) {
+	p := writeFile(t, `
+model:
+  name: llama-mini
+  attention: mha
+  dtype: bf16
+  layers: 2
+  kv_heads: 2
+  head_dim: 64
+  rope_dim: 64
+`)
+	c, err := Load(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, ok, err := c.Layout()
+	if err != nil || !ok {
+		t.Fatalf("layout: %v %v", ok, err)
+	}
+	// 64 tokens x 2 layers x (K+V) x 2 heads x 64 dims x 2 bytes.
+	if got := l.PageBytes(); got != 64*2*2*2*64*2 {
+		t.Fatalf("page bytes %d", got)
+	}
+	if _, ok, _ := Default().Layout(); ok {
+		t.Fatal("defaults configure no model")
+	}
+	bad := writeFile(t, "model:\n  name: x\n  attention: mha\n  layers: 0\n")
+	if _, err := Load(bad, nil); err == nil || !strings.Contains(err.Error(), "model") {
+		t.Fatalf("invalid model accepted: %v", err)
+	}
+}

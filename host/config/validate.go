@@ -93,6 +93,7 @@ func (c Config) Validate() error {
 			bad(fmt.Sprintf("control.allow_uids[%d]", i), "uid %d is negative", u)
 		}
 	}
+	errs = append(errs, c.validatePools()...)
 	seen := map[string]bool{}
 	for i, p := range c.Policies {
 		key := fmt.Sprintf("policies[%d]", i)

@@ -13,7 +13,9 @@ import (
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/natsembed"
+	"github.com/kvpilot/kvpilot/host/pool/tiers"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 )
@@ -29,6 +31,11 @@ type core struct {
 	audit  *executor.FileAudit
 	events *events.Queue
 	nats   *natsembed.NATS
+
+	// pools and mover are nil until a layout is known (config model, or
+	// later an engine's registration).
+	pools *tiers.Set
+	mover *mover.Mover
 }
 
 // buildCore opens the index, the audit log and NATS.
@@ -59,22 +66,6 @@ func (d *Daemon) buildCore() error {
 		return fmt.Errorf("open audit log: %w", err)
 	}
 	d.closers = append(d.closers, c.audit.Close)
-	pauseTier, err := tier.Parse(d.cfg.Index.PauseTier)
-	if err != nil {
-		return fmt.Errorf("index.pause_tier: %w", err)
-	}
-	c.exec, err = executor.New(executor.Config{
-		Index:        c.index,
-		Lock:         &c.mu,
-		PinTTL:       d.cfg.TTLPolicy(),
-		PauseTier:    pauseTier,
-		WorkerID:     directive.WorkerID(strconv.FormatUint(d.cfg.WorkerID, 10)),
-		Audit:        c.audit,
-		OnAuditError: func(err error) { d.log.Error("audit log write failed", "error", err) },
-	})
-	if err != nil {
-		return fmt.Errorf("start executor: %w", err)
-	}
 	c.nats, err = natsembed.Start(natsembed.Options{
 		URL:          d.cfg.NATS.URL,
 		CredsFile:    d.cfg.NATS.CredsFile,
@@ -99,6 +90,27 @@ func (d *Daemon) buildCore() error {
 		}
 		return nil
 	})
+	if err := d.buildPools(); err != nil {
+		return err
+	}
+	pauseTier, err := tier.Parse(d.cfg.Index.PauseTier)
+	if err != nil {
+		return fmt.Errorf("index.pause_tier: %w", err)
+	}
+	c.exec, err = executor.New(executor.Config{
+		Index:        c.index,
+		Lock:         &c.mu,
+		PinTTL:       d.cfg.TTLPolicy(),
+		PauseTier:    pauseTier,
+		WorkerID:     directive.WorkerID(strconv.FormatUint(d.cfg.WorkerID, 10)),
+		Audit:        c.audit,
+		OnAuditError: func(err error) { d.log.Error("audit log write failed", "error", err) },
+		Transitions:  d.transitionsHook(),
+		Free:         d.freeHook(),
+	})
+	if err != nil {
+		return fmt.Errorf("start executor: %w", err)
+	}
 	d.metrics.Registry.MustRegister(&indexCollector{c: c})
 	return nil
 }

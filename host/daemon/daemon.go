@@ -35,6 +35,10 @@ type Daemon struct {
 	checks map[string]func() error
 
 	core core
+	// life ends when the host shuts down; background work started on a
+	// caller's behalf (warm transfers, releases) runs under it.
+	life context.Context
+	stop context.CancelFunc
 
 	httpLn  net.Listener
 	closers []func() error
@@ -44,6 +48,7 @@ type Daemon struct {
 // Run.
 func New(cfg config.Config, log hclog.Logger) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: log, metrics: metrics.New(), checks: map[string]func() error{}}
+	d.life, d.stop = context.WithCancel(context.Background())
 	if err := d.build(); err != nil {
 		d.close()
 		return nil, err
@@ -114,12 +119,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go func() { errc <- srv.Serve(d.httpLn) }()
 		d.log.Info("serving metrics and health", "addr", d.HTTPAddr())
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait() // deferred first, so it runs after cancel
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	wg.Add(1)
 	go func() { defer wg.Done(); d.sweep(ctx) }()
+	d.stepLoop(ctx, &wg)
 	d.log.Info("host started", "worker_id", d.cfg.WorkerID, "data_dir", d.cfg.DataDir,
 		"page_size", d.cfg.Index.PageSize, "device_pages", d.cfg.Tiers.Device.CapacityPages)
 	select {
@@ -141,6 +147,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 }
 
 func (d *Daemon) close() {
+	d.stop()
 	for i := len(d.closers) - 1; i >= 0; i-- {
 		if err := d.closers[i](); err != nil {
 			d.log.Warn("shutdown step failed", "error", err)

@@ -1,0 +1,143 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/mover"
+	"github.com/kvpilot/kvpilot/host/pool/disk"
+	"github.com/kvpilot/kvpilot/host/pool/tiers"
+	"github.com/kvpilot/kvpilot/host/tier"
+)
+
+// buildPools opens the four tiers' pools and the mover when the
+// configuration names a model. The disk tier's pages are put back into the
+// index, so paused sessions and written-back pages survive a restart.
+func (d *Daemon) buildPools() error {
+	l, ok, err := d.cfg.Layout()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		d.log.Info("no model configured: pools open when an engine registers its layout")
+		d.AddCheck("pools", func() error { return nil })
+		return nil
+	}
+	c := &d.core
+	backend, _ := tiers.ParseBackend(d.cfg.Pools.DeviceBackend) // validated with the config
+	fsync, _ := disk.ParseFsyncPolicy(d.cfg.Pools.DiskFsync)
+	o := tiers.Options{
+		Layout:           &l,
+		DevicePages:      d.cfg.Tiers.Device.CapacityPages,
+		DeviceBackend:    backend,
+		DeviceOrdinal:    d.cfg.Pools.DeviceOrdinal,
+		HostPages:        d.cfg.Tiers.Host.CapacityPages,
+		DiskDir:          d.cfg.DiskDir(),
+		DiskPages:        d.cfg.Tiers.Disk.CapacityPages,
+		DiskFsync:        fsync,
+		DiskVerifyOnOpen: d.cfg.Pools.DiskVerifyOnOpen,
+		RemoteBucket:     d.cfg.Pools.RemoteBucket,
+		RemoteMaxBytes:   d.cfg.Pools.RemoteMaxBytes,
+		RemoteReplicas:   d.cfg.Pools.RemoteReplicas,
+		Logger:           d.log.Named("pools"),
+	}
+	if d.cfg.Tiers.Remote.CapacityPages > 0 {
+		js, err := c.nats.JetStream()
+		if err != nil {
+			return fmt.Errorf("remote tier: %w", err)
+		}
+		o.RemoteJS = js
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c.pools, err = tiers.Open(ctx, o)
+	if err != nil {
+		return fmt.Errorf("open pools for %s: %w", l.Model, err)
+	}
+	d.closers = append(d.closers, c.pools.Close)
+	c.mover, err = mover.New(mover.Options{
+		Index:        c.index,
+		Lock:         &c.mu,
+		Pools:        c.pools,
+		Workers:      d.cfg.Mover.Workers,
+		Retries:      d.cfg.Mover.Retries,
+		RetryBackoff: d.cfg.Mover.RetryBackoff,
+		DropWait:     d.cfg.Mover.DropWait,
+		Logger:       d.log.Named("mover"),
+	})
+	if err != nil {
+		return fmt.Errorf("start mover: %w", err)
+	}
+	if d.cfg.Tiers.Disk.CapacityPages > 0 {
+		res, err := c.mover.Restore(ctx, tier.Disk)
+		if err != nil {
+			return fmt.Errorf("restore the disk tier from %s: %w", d.cfg.DiskDir(), err)
+		}
+		d.log.Info("disk tier restored into the index", "result", fmt.Sprintf("%+v", res))
+	}
+	d.log.Info("pools open", "model", l.Model, "page_bytes", l.PageBytes(), "fingerprint", l.Fingerprint())
+	d.AddCheck("pools", func() error { return nil })
+	return nil
+}
+
+// transitionsHook hands the executor's planned copies (Warm) to the mover;
+// nil when there is no mover, so the executor refuses Warm as unavailable
+// instead of accepting work nobody will do.
+func (d *Daemon) transitionsHook() func([]cache.Transition) {
+	m := d.core.mover
+	if m == nil {
+		return nil
+	}
+	return func(ts []cache.Transition) {
+		fence := m.Submit(d.life, ts)
+		go func() {
+			r, err := fence.Wait(d.life)
+			if err == nil && len(r.Errors) > 0 {
+				d.log.Warn("warm transfers failed", "failed", r.Failed, "errors", errors.Join(r.Errors...))
+			}
+		}()
+	}
+}
+
+// freeHook releases the pool copies of pages the index removed on its own
+// authority (prune, purge, revoke).
+func (d *Daemon) freeHook() func([]cache.Freed) {
+	m := d.core.mover
+	if m == nil {
+		return nil
+	}
+	return func(freed []cache.Freed) {
+		if err := m.Release(d.life, freed); err != nil {
+			d.log.Warn("releasing freed pages failed", "pages", len(freed), "error", err)
+		}
+	}
+}
+
+// stepLoop runs the eviction planner and write-through copies every
+// mover.step_interval.
+func (d *Daemon) stepLoop(ctx context.Context, wg *sync.WaitGroup) {
+	m := d.core.mover
+	if m == nil {
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(d.cfg.Mover.StepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if r := m.Step(ctx); len(r.Errors) > 0 && ctx.Err() == nil {
+				d.log.Warn("tier step had failures", "failed", r.Failed, "errors", errors.Join(r.Errors...))
+			}
+		}
+	}()
+}

@@ -1,0 +1,143 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/pool"
+	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+)
+
+// modelConfig is a host with a tiny model, so the pools open at start.
+func modelConfig(t *testing.T) config.Config {
+	c := testConfig(t)
+	c.Index.PageSize = 4
+	c.Model = config.Model{Name: "tiny", Attention: "mha", DType: "bf16", Layers: 2, KVHeads: 1, HeadDim: 8, RopeDim: 8, RopeStyle: "half_split"}
+	c.Tiers.Device.CapacityPages = 8
+	c.Tiers.Host.CapacityPages = 16
+	c.Tiers.Disk.CapacityPages = 64
+	c.Tiers.Remote.CapacityPages = 0
+	c.Mover.StepInterval = 10 * time.Millisecond
+	return c
+}
+
+// commitPages writes a recognizable page into device slots and commits the
+// token pages to the index, as an engine would after a prefill.
+func commitPages(t *testing.T, d *Daemon, tenant string, toks []uint32) (blockid.Hashes, [][]byte) {
+	t.Helper()
+	dev := d.core.pools.Memory(tier.Device)
+	pageBytes := dev.Stats().PageBytes
+	h := blockid.Compute(toks, d.cfg.Index.PageSize, blockid.Salt{Namespace: tenant})
+	slots, err := dev.Alloc(nil, len(h.Sequence))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := make([][]byte, len(slots))
+	locs := make([]uint64, len(slots))
+	for i, s := range slots {
+		pages[i] = bytes.Repeat([]byte{byte(17*i + 3)}, int(pageBytes))
+		if err := dev.WritePage(s, pages[i]); err != nil {
+			t.Fatal(err)
+		}
+		locs[i] = uint64(s)
+	}
+	ix, mu := d.Index()
+	mu.Lock()
+	var res cache.CommitResult
+	err = ix.Commit(tenant, h, locs, &res)
+	mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, pages
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func pageInfo(d *Daemon, tenant string, seq uint64) (cache.PageInfo, bool) {
+	ix, mu := d.Index()
+	mu.Lock()
+	defer mu.Unlock()
+	return ix.Lookup(tenant, seq)
+}
+
+func TestPausedSessionSurvivesRestart(t *testing.T) {
+	c := modelConfig(t)
+	d, stop := start(t, c)
+	h, pages := commitPages(t, d, "acme", []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
+	last := h.Sequence[len(h.Sequence)-1]
+
+	// Write-through reaches the host tier on its own (the step loop).
+	waitFor(t, "write-through to host", func() bool {
+		p, _ := pageInfo(d, "acme", last)
+		return p.Tiers.Has(tier.Host)
+	})
+	reply := d.Executor().Apply(context.Background(), directive.Turn{
+		Source: "test", Tenant: "acme",
+		Directives: []directive.Directive{directive.Pause{BlockHashes: []directive.Hash{directive.Hash(last)}, TTL: directive.TTLOf(time.Hour), LeaseID: "s1"}},
+	})
+	if reply.Status != directive.StatusOK {
+		t.Fatalf("pause refused: %+v", reply)
+	}
+	waitFor(t, "pause to settle on disk alone", func() bool {
+		for _, s := range h.Sequence {
+			p, _ := pageInfo(d, "acme", s)
+			if !p.Tiers.Has(tier.Disk) || p.Tiers.Has(tier.Device) || p.Tiers.Has(tier.Host) {
+				return false
+			}
+		}
+		return true
+	})
+	stop()
+
+	// A new host on the same data dir finds the pages on disk and can load
+	// them back with the same bytes.
+	d2, stop2 := start(t, c)
+	defer stop2()
+	for _, s := range h.Sequence {
+		if p, ok := pageInfo(d2, "acme", s); !ok || !p.Tiers.Has(tier.Disk) {
+			t.Fatalf("page %d not restored from disk: %+v", s, p)
+		}
+	}
+	if _, err := d2.core.mover.LoadBack(context.Background(), cache.TargetHashes("acme", last), time.Now().Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	dev := d2.core.pools.Memory(tier.Device)
+	got := make([]byte, dev.Stats().PageBytes)
+	for i, s := range h.Sequence {
+		p, _ := pageInfo(d2, "acme", s)
+		if err := dev.ReadPage(pool.Slot(p.Loc[tier.Device]), got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, pages[i]) {
+			t.Fatalf("page %d came back with different bytes", i)
+		}
+	}
+}
+
+func TestWarmRefusedWithoutPools(t *testing.T) {
+	d, stop := start(t, testConfig(t))
+	defer stop()
+	reply := d.Executor().Apply(context.Background(), directive.Turn{
+		Source: "test", Tenant: "acme",
+		Directives: []directive.Directive{directive.Warm{BlockKeys: []directive.BlockKey{"1"}, TargetTier: "host"}},
+	})
+	if reply.Status == directive.StatusOK {
+		t.Fatalf("warm accepted with no pools to carry it out: %+v", reply)
+	}
+}
