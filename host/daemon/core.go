@@ -81,9 +81,6 @@ func (d *Daemon) buildCore() error {
 		return fmt.Errorf("nats: %w", err)
 	}
 	d.closers = append(d.closers, c.nats.Close)
-	if c.nats.Embedded() {
-		d.log.Info("embedded NATS server started", "client_url", c.nats.ClientURL())
-	}
 	d.AddCheck("nats", func() error {
 		if !c.nats.Conn().IsConnected() {
 			return fmt.Errorf("nats connection is %v", c.nats.Conn().Status())

@@ -1,0 +1,26 @@
+package config
+
+import (
+	"reflect"
+	"testing"
+)
+
+// The commented example config must load and spell out exactly the
+// defaults, so it never drifts from the code.
+func TestExampleConfigIsTheDefaults(t *testing.T) {
+	c, err := Load("../../examples/config/kvpilot.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Model.Layers, want.Model.KVHeads, want.Model.HeadDim, want.Model.RopeDim = 32, 8, 128, 128
+	if len(c.Policies) == 0 {
+		c.Policies = want.Policies
+	}
+	if len(c.Control.AllowUIDs) == 0 {
+		c.Control.AllowUIDs = want.Control.AllowUIDs
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("example differs from defaults:\n got %+v\nwant %+v", c, want)
+	}
+}
