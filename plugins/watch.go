@@ -1,0 +1,116 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"os"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/knadh/koanf/providers/file"
+
+	"github.com/kvpilot/kvpilot/host/config"
+)
+
+// WatchConfig hot-swaps the policy set whenever the `policies` section of
+// the config file at path changes, until ctx ends. It follows editors that
+// write in place and editors that write a new file and rename it over the
+// old one (koanf's file watch sees the directory, not the inode). Each
+// change is re-read with config.Load (environ as at start); an invalid file,
+// or a set that fails to start, is logged and rejected, and the running set
+// stays. The current set is not re-applied at start: call Swap first.
+func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string) error {
+	current, err := config.Load(path, environ)
+	if err != nil {
+		return err
+	}
+	changed := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	go func() {
+		for {
+			// Watch until the watcher fails (the file was removed), then
+			// wait for the file to come back and watch again: editors that
+			// delete before they write do that.
+			stopped := make(chan struct{})
+			var once sync.Once
+			stop := func() { once.Do(func() { close(stopped) }) }
+			fp := file.Provider(path)
+			err := fp.Watch(func(_ any, err error) {
+				if err != nil {
+					stop()
+					return
+				}
+				notify()
+			})
+			if err != nil {
+				stop()
+			}
+			select {
+			case <-ctx.Done():
+				_ = fp.Unwatch()
+				return
+			case <-stopped:
+			}
+			for {
+				if _, err := os.Stat(path); err == nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			notify() // it may have changed while unwatched
+		}
+	}()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			// Editors write in several steps; read once they settle.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			drainSignal(changed)
+			c, err := config.Load(path, environ)
+			if err != nil {
+				r.reloads.rejected.Add(1)
+				r.log.Error("config reload rejected; the running policies stay", "path", path, "error", err)
+				continue
+			}
+			if reflect.DeepEqual(c.Policies, current.Policies) {
+				continue
+			}
+			if err := r.Swap(ctx, c.Policies); err != nil {
+				if errors.Is(err, ErrStart) || errors.Is(err, ErrClosed) {
+					r.reloads.rejected.Add(1)
+					r.log.Error("policy hot-swap rejected; the running policies stay", "path", path, "error", err)
+					continue
+				}
+				r.log.Warn("policy hot-swap finished with errors", "error", err)
+			}
+			r.reloads.applied.Add(1)
+			current = c
+		}
+	}()
+	return nil
+}
+
+func drainSignal(c chan struct{}) {
+	select {
+	case <-c:
+	default:
+	}
+}

@@ -1,0 +1,207 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+)
+
+// Kind is an observation kind; a policy subscribes to kinds in Info.
+type Kind uint8
+
+const (
+	KindRequestStarted  Kind = 1 // a request matched against the cache
+	KindRequestFinished Kind = 2 // a request completed, with usage
+	KindKVEvent         Kind = 3 // blocks stored or removed on a tier
+	KindTick            Kind = 4 // the periodic clock
+	KindTierPressure    Kind = 5 // a tier's occupancy crossed its watermark
+)
+
+// Kinds lists every kind.
+var Kinds = []Kind{KindRequestStarted, KindRequestFinished, KindKVEvent, KindTick, KindTierPressure}
+
+var kindNames = map[Kind]string{
+	KindRequestStarted:  "request_started",
+	KindRequestFinished: "request_finished",
+	KindKVEvent:         "kv_event",
+	KindTick:            "tick",
+	KindTierPressure:    "tier_pressure",
+}
+
+func (k Kind) String() string {
+	if n, ok := kindNames[k]; ok {
+		return n
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Valid reports whether k is one of Kinds.
+func (k Kind) Valid() bool { _, ok := kindNames[k]; return ok }
+
+// Observation is one thing the host saw. Exactly one of the body pointers is
+// set, the one Kind names.
+type Observation struct {
+	// Seq numbers the observations the host accepted, across all kinds.
+	Seq uint64
+	// Time is the host's clock when it made the observation. Policies use
+	// it, not time.Now, so that tests and replays are deterministic.
+	Time    time.Time
+	Kind    Kind
+	Session string // "" for ticks, tier pressure and KV events
+	Tenant  string
+
+	Started  *RequestStarted
+	Finished *RequestFinished
+	KV       *KVEvent
+	Tick     *Tick
+	Pressure *TierPressure
+}
+
+// Span is the token range [Start, End) of the session's cached sequence.
+type Span struct {
+	Start int64
+	End   int64
+}
+
+// Len returns End - Start.
+func (s Span) Len() int64 { return s.End - s.Start }
+
+// Message is one chat message of a request, as the engine rendered it.
+//
+// Span and Thinking index the session's cached token sequence as it stands
+// when the observation is made: the host has already accounted for edits it
+// applied, so a policy can put the positions straight into a Splice.
+type Message struct {
+	Role     string // system, user, assistant, tool
+	ToolName string // for a tool result, the tool; for an assistant tool call, the called tool
+	// Content is the message text as the request carried it.
+	Content string
+	// Span covers the message's content, without the chat template's role
+	// markers, so an edit of the whole span keeps the template intact.
+	Span Span
+	// Thinking are the reasoning spans inside Span: a `<think>…</think>`
+	// block with its tags, or the rendered thinking field.
+	Thinking []Span
+	// ThinkingText is the reasoning text when the request carried it as a
+	// separate field.
+	ThinkingText string
+	// Edited is set when the host has already replaced part of this
+	// message's cached span (a policy's earlier splice). Policies that edit
+	// whole messages skip edited ones, which keeps them correct across a
+	// plugin restart that lost their own memory.
+	Edited bool
+}
+
+// RequestStarted reports a request entering the engine.
+type RequestStarted struct {
+	RequestID    string
+	Turn         int64 // the session's request count, from 0
+	PromptTokens int64
+	PageSize     uint32
+	// BlockHashes are the sequence hashes of the prompt's full pages, root
+	// first (DESIGN.md §4).
+	BlockHashes []uint64
+	Messages    []Message
+}
+
+// Usage is a finished request's token accounting.
+type Usage struct {
+	InputTokens     int64
+	CachedTokens    int64
+	OutputTokens    int64
+	ReasoningTokens int64
+}
+
+// CacheControl is the request's Anthropic or nvext cache_control,
+// {type:"ephemeral", ttl}; Type is "" when the request had none.
+type CacheControl struct {
+	Type string
+	TTL  time.Duration
+}
+
+// RequestFinished reports a request's completion.
+type RequestFinished struct {
+	RequestID    string
+	Usage        Usage
+	CacheControl CacheControl
+	// BlockHashes are the sequence hashes of the full pages now cached for
+	// the session (prompt and output), root first.
+	BlockHashes []uint64
+	// ReasoningBlocks are the sequence hashes of output pages that hold
+	// only reasoning tokens: candidates for a transient mark.
+	ReasoningBlocks []uint64
+}
+
+// KVEventType says what happened to the blocks of a KVEvent.
+type KVEventType uint8
+
+const (
+	KVStored  KVEventType = 1
+	KVRemoved KVEventType = 2
+	KVCleared KVEventType = 3
+)
+
+func (t KVEventType) String() string {
+	switch t {
+	case KVStored:
+		return "stored"
+	case KVRemoved:
+		return "removed"
+	case KVCleared:
+		return "cleared"
+	}
+	return fmt.Sprintf("kv_event_type(%d)", uint8(t))
+}
+
+// KVEvent mirrors a host KV event (DESIGN.md §8): blocks stored on or
+// removed from a tier, or the tier cleared.
+type KVEvent struct {
+	Type KVEventType
+	Tier string // device, host, disk, remote
+	// Parent is the stored run's parent block, when HasParent.
+	Parent      uint64
+	HasParent   bool
+	BlockHashes []uint64
+}
+
+// Tick is the host's periodic clock; Observation.Time carries the time.
+type Tick struct {
+	Interval time.Duration
+}
+
+// TierPressure reports a tier's occupancy.
+type TierPressure struct {
+	Tier          string
+	UsedPages     int64
+	CapacityPages int64
+	HighWatermark float64
+}
+
+// Fraction returns UsedPages / CapacityPages, or 0 for an empty tier.
+func (p TierPressure) Fraction() float64 {
+	if p.CapacityPages <= 0 {
+		return 0
+	}
+	return float64(p.UsedPages) / float64(p.CapacityPages)
+}
+
+// Check reports what is wrong with obs, or nil: its kind must be known and
+// its body must match its kind.
+func (obs Observation) Check() error {
+	want := map[Kind]bool{
+		KindRequestStarted: obs.Started != nil, KindRequestFinished: obs.Finished != nil,
+		KindKVEvent: obs.KV != nil, KindTick: obs.Tick != nil, KindTierPressure: obs.Pressure != nil,
+	}
+	set := 0
+	for _, ok := range want {
+		if ok {
+			set++
+		}
+	}
+	switch {
+	case !obs.Kind.Valid():
+		return fmt.Errorf("observation %d: unknown kind %v", obs.Seq, obs.Kind)
+	case set != 1 || !want[obs.Kind]:
+		return fmt.Errorf("observation %d: kind %v needs exactly its own body set", obs.Seq, obs.Kind)
+	}
+	return nil
+}
