@@ -276,19 +276,46 @@ func (in *instance) apply(it item, res policy.Result) {
 	if len(res.Directives) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), in.r.opts.SinkTimeout)
-	defer cancel()
-	err := in.r.opts.Sink.Apply(ctx, directive.Turn{Source: in.name, Tenant: it.tenant, Directives: res.Directives})
-	in.turns.Add(1)
-	result := "ok"
-	if err != nil {
-		in.turnErrors.Add(1)
-		result = "error"
-		in.log.Warn("turn refused", "seq", it.obs.GetSeq(), "session", it.obs.GetSession(), "error", err)
+	for _, turn := range splitByTenant(in.name, it.tenant, res) {
+		ctx, cancel := context.WithTimeout(context.Background(), in.r.opts.SinkTimeout)
+		err := in.r.opts.Sink.Apply(ctx, turn)
+		cancel()
+		in.turns.Add(1)
+		result := "ok"
+		if err != nil {
+			in.turnErrors.Add(1)
+			result = "error"
+			in.log.Warn("turn refused", "seq", it.obs.GetSeq(), "session", it.obs.GetSession(), "tenant", turn.Tenant, "error", err)
+		}
+		if om := in.r.obs; om != nil {
+			om.turns.WithLabelValues(in.name, result).Inc()
+		}
 	}
-	if om := in.r.obs; om != nil {
-		om.turns.WithLabelValues(in.name, result).Inc()
+}
+
+// splitByTenant makes one turn per tenant the directives act for, in order
+// of first appearance; each turn is all or none on its own, since a turn is
+// executed for one tenant.
+func splitByTenant(source, obsTenant string, res policy.Result) []directive.Turn {
+	if res.Tenants == nil {
+		return []directive.Turn{{Source: source, Tenant: obsTenant, Directives: res.Directives}}
 	}
+	var turns []directive.Turn
+	at := map[string]int{}
+	for i, d := range res.Directives {
+		t := res.Tenants[i]
+		if t == "" {
+			t = obsTenant
+		}
+		j, ok := at[t]
+		if !ok {
+			j = len(turns)
+			at[t] = j
+			turns = append(turns, directive.Turn{Source: source, Tenant: t})
+		}
+		turns[j].Directives = append(turns[j].Directives, d)
+	}
+	return turns
 }
 
 var errStopping = errors.New("stopping")

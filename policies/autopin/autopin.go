@@ -243,7 +243,7 @@ func (p *Policy) tick(now time.Time) []policy.Directive {
 			}
 		}
 		delete(p.pins, k)
-		out = append(out, directive.Cache{BlockHashes: []directive.Hash{directive.Hash(k.hash)}, Pin: false})
+		out = append(out, policy.WithTenant(k.tenant, directive.Cache{BlockHashes: []directive.Hash{directive.Hash(k.hash)}, Pin: false}))
 		if len(out) == directive.DefaultMaxDirectives {
 			break
 		}

@@ -132,16 +132,15 @@ func (p *Policy) Observe(_ context.Context, obs policy.Observation) ([]policy.Di
 		}
 		return out, nil
 	case policy.KindTick:
-		return p.tick(obs.Time, obs.Tenant), nil
+		return p.tick(obs.Time), nil
 	}
 	return nil, nil
 }
 
-// tick returns the directives of one tick. Directives of one turn carry one
-// tenant, so a tick acts for the tick's tenant ("" for the host's ticks:
-// then sessions of every tenant are considered, and the host's executor
-// applies them under each block's owner).
-func (p *Policy) tick(now time.Time, tenant string) []policy.Directive {
+// tick returns the directives of one tick. A tick belongs to no session, so
+// each directive is scoped to its session's tenant (policy.WithTenant); the
+// host runs one turn per tenant.
+func (p *Policy) tick(now time.Time) []policy.Directive {
 	keys := make([]string, 0, len(p.sessions))
 	for k := range p.sessions {
 		keys = append(keys, k)
@@ -168,7 +167,7 @@ func (p *Policy) tick(now time.Time, tenant string) []policy.Directive {
 			delete(p.sessions, k) // the lease lapsed on the host too
 		case s.paused && s.expiry.Sub(now) <= p.renewBefore:
 			if idle < p.expectBack {
-				out = append(out, directive.RenewLease{LeaseID: s.lease, NewTTL: directive.TTL(p.leaseTTL)})
+				out = append(out, policy.WithTenant(s.tenant, directive.RenewLease{LeaseID: s.lease, NewTTL: directive.TTL(p.leaseTTL)}))
 				s.expiry = now.Add(p.leaseTTL)
 			}
 		case !s.paused && idle > p.idleAfter && pauses < p.maxPauses:
@@ -190,7 +189,7 @@ func (p *Policy) tick(now time.Time, tenant string) []policy.Directive {
 			s.paused = true
 			s.expiry = now.Add(p.leaseTTL)
 			pauses++
-			out = append(out, directive.Pause{BlockHashes: hs, TTL: directive.TTLOf(p.leaseTTL), LeaseID: s.lease})
+			out = append(out, policy.WithTenant(s.tenant, directive.Pause{BlockHashes: hs, TTL: directive.TTLOf(p.leaseTTL), LeaseID: s.lease}))
 		}
 		if len(out) >= directive.DefaultMaxDirectives {
 			break

@@ -66,7 +66,10 @@ func (c *Client) Configure(ctx context.Context, params json.RawMessage, version 
 // then empty, because a turn is applied whole or not at all.
 type Result struct {
 	Directives []directive.Directive
-	Err        error
+	// Tenants, when not nil, is parallel to Directives: the tenant each acts
+	// for, "" meaning the observation's.
+	Tenants []string
+	Err     error
 }
 
 // Observe delivers observations in order and returns one result each. An
@@ -93,6 +96,10 @@ func decodeReply(rep *pb.Reply) Result {
 		return Result{Err: fmt.Errorf("policy: %s", e)}
 	}
 	ds := make([]directive.Directive, 0, len(rep.GetDirectivesJson()))
+	tenants := rep.GetTenants()
+	if len(tenants) != 0 && len(tenants) != len(rep.GetDirectivesJson()) {
+		return Result{Err: fmt.Errorf("reply names %d tenants for %d directives", len(tenants), len(rep.GetDirectivesJson()))}
+	}
 	for i, b := range rep.GetDirectivesJson() {
 		d, err := directive.DecodeCommand(b, directive.Limits{})
 		if err != nil {
@@ -100,5 +107,8 @@ func decodeReply(rep *pb.Reply) Result {
 		}
 		ds = append(ds, d)
 	}
-	return Result{Directives: ds}
+	if len(tenants) == 0 {
+		tenants = nil
+	}
+	return Result{Directives: ds, Tenants: tenants}
 }

@@ -84,7 +84,11 @@ func replyToProto(ds []Directive, err error) (*pb.Reply, error) {
 		return &pb.Reply{Error: err.Error()}, nil
 	}
 	r := &pb.Reply{DirectivesJson: make([][]byte, 0, len(ds))}
+	scoped := false
+	tenants := make([]string, len(ds))
 	for i, d := range ds {
+		tenants[i], d = Unwrap(d)
+		scoped = scoped || tenants[i] != ""
 		if d == nil {
 			return &pb.Reply{Error: fmt.Sprintf("directive %d is nil", i)}, nil
 		}
@@ -93,6 +97,9 @@ func replyToProto(ds []Directive, err error) (*pb.Reply, error) {
 			return nil, fmt.Errorf("encode directive %d (%s): %w", i, d.Verb(), err)
 		}
 		r.DirectivesJson = append(r.DirectivesJson, b)
+	}
+	if scoped {
+		r.Tenants = tenants
 	}
 	return r, nil
 }

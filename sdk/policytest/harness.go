@@ -140,8 +140,25 @@ func (h *Harness) TryObserve(obs policy.Observation) ([]directive.Directive, err
 	if len(ds) == 0 {
 		return nil, nil
 	}
-	if err := directive.ValidateTurn(directive.Turn{Source: h.info.Name, Tenant: obs.Tenant, Directives: ds}, h.Limits); err != nil {
-		return ds, err
+	// Validate each tenant's directives as the turn the host would run, and
+	// hand scoped directives back scoped (policy.Unwrap reads them).
+	byTenant := map[string][]directive.Directive{}
+	var order []string
+	for i, d := range ds {
+		t := obs.Tenant
+		if rs[0].Tenants != nil && rs[0].Tenants[i] != "" {
+			t = rs[0].Tenants[i]
+			ds[i] = policy.WithTenant(t, d)
+		}
+		if _, seen := byTenant[t]; !seen {
+			order = append(order, t)
+		}
+		byTenant[t] = append(byTenant[t], d)
+	}
+	for _, t := range order {
+		if err := directive.ValidateTurn(directive.Turn{Source: h.info.Name, Tenant: t, Directives: byTenant[t]}, h.Limits); err != nil {
+			return ds, err
+		}
 	}
 	return ds, nil
 }

@@ -208,6 +208,7 @@ func applyEdits(s *Session, ds []directive.Directive, st *Stats) error {
 	}
 	var es []edit
 	for _, d := range ds {
+		_, d = policy.Unwrap(d)
 		switch d := d.(type) {
 		case directive.Splice:
 			if d.Session != s.ID {

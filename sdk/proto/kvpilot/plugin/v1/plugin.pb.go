@@ -446,7 +446,11 @@ type Reply struct {
 	DirectivesJson [][]byte `protobuf:"bytes,1,rep,name=directives_json,json=directivesJson,proto3" json:"directives_json,omitempty"`
 	// The policy's error for this observation, if any; its directives are
 	// then empty.
-	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// The tenant each directive acts for, parallel to directives_json; empty
+	// (or absent) means the observation's tenant. Policies acting on ticks,
+	// which belong to no session, name their tenant this way.
+	Tenants       []string `protobuf:"bytes,3,rep,name=tenants,proto3" json:"tenants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -493,6 +497,13 @@ func (x *Reply) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *Reply) GetTenants() []string {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
 }
 
 type Observation struct {
@@ -1292,10 +1303,11 @@ const file_kvpilot_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x0eObserveRequest\x12B\n" +
 	"\fobservations\x18\x01 \x03(\v2\x1e.kvpilot.plugin.v1.ObservationR\fobservations\"E\n" +
 	"\x0fObserveResponse\x122\n" +
-	"\areplies\x18\x01 \x03(\v2\x18.kvpilot.plugin.v1.ReplyR\areplies\"F\n" +
+	"\areplies\x18\x01 \x03(\v2\x18.kvpilot.plugin.v1.ReplyR\areplies\"`\n" +
 	"\x05Reply\x12'\n" +
 	"\x0fdirectives_json\x18\x01 \x03(\fR\x0edirectivesJson\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"\xce\x03\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12\x18\n" +
+	"\atenants\x18\x03 \x03(\tR\atenants\"\xce\x03\n" +
 	"\vObservation\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x18\n" +
