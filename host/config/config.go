@@ -33,11 +33,13 @@ type Config struct {
 	Events  Events    `koanf:"events"`
 	NATS    NATS      `koanf:"nats"`
 	Control Control   `koanf:"control"`
+	Engine  Engine    `koanf:"engine"`
 	// Model, when set, opens the pools at start with this layout; without
 	// it the pools open when an engine registers its layout.
-	Model Model `koanf:"model"`
-	Pools Pools `koanf:"pools"`
-	Mover Mover `koanf:"mover"`
+	Model         Model         `koanf:"model"`
+	Pools         Pools         `koanf:"pools"`
+	Mover         Mover         `koanf:"mover"`
+	PolicyRuntime PolicyRuntime `koanf:"policy_runtime"`
 	// Policies is the set of policy plugins to run. Editing it in the config
 	// file hot-swaps the set while the host keeps serving.
 	Policies []Policy `koanf:"policies"`
@@ -249,9 +251,11 @@ func Default() Config {
 			RateLimit:        1000,
 			RateBurst:        200,
 		},
-		Model: Model{Attention: "mha", DType: "bf16", RopeStyle: "half_split"},
-		Pools: Pools{DeviceBackend: "auto", DiskFsync: "batch", RemoteBucket: "kvpilot-pages", RemoteReplicas: 1},
-		Mover: Mover{Workers: 8, Retries: 2, RetryBackoff: 20 * time.Millisecond, DropWait: 5 * time.Second, StepInterval: 100 * time.Millisecond},
-		Pins:  Pins{DefaultTTL: 300 * time.Second, MinTTL: time.Second, MaxTTL: 24 * time.Hour},
+		Engine:        Engine{LoadBackDeadline: 2 * time.Second, RequestTTL: 10 * time.Minute, MaxSessions: 65536},
+		Model:         Model{Attention: "mha", DType: "bf16", RopeStyle: "half_split"},
+		Pools:         Pools{DeviceBackend: "auto", DiskFsync: "batch", RemoteBucket: "kvpilot-pages", RemoteReplicas: 1},
+		Mover:         Mover{Workers: 8, Retries: 2, RetryBackoff: 20 * time.Millisecond, DropWait: 5 * time.Second, StepInterval: 100 * time.Millisecond},
+		PolicyRuntime: PolicyRuntime{TickInterval: 10 * time.Second, CallTimeout: 2 * time.Second, QueueSize: 4096},
+		Pins:          Pins{DefaultTTL: 300 * time.Second, MinTTL: time.Second, MaxTTL: 24 * time.Hour},
 	}
 }

@@ -94,6 +94,8 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validatePools()...)
+	errs = append(errs, c.validatePolicyRuntime()...)
+	errs = append(errs, c.validateEngine()...)
 	seen := map[string]bool{}
 	for i, p := range c.Policies {
 		key := fmt.Sprintf("policies[%d]", i)

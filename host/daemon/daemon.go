@@ -23,7 +23,22 @@ import (
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/natsembed"
+	"github.com/kvpilot/kvpilot/plugins"
 )
+
+// Option adjusts how New builds a host.
+type Option func(*Daemon)
+
+// WithConfigFile makes the host hot-swap policies when the policies
+// section of the config file at path changes (re-read with environ).
+func WithConfigFile(path string, environ []string) Option {
+	return func(d *Daemon) { d.configPath, d.environ = path, environ }
+}
+
+// WithPolicyExecutable sets the binary that runs built-in policies as
+// `<exe> policy NAME` (default: this process's executable, which is right
+// for the kvpilot command and wrong for a test binary).
+func WithPolicyExecutable(exe string) Option { return func(d *Daemon) { d.policyExe = exe } }
 
 // Daemon is one running host.
 type Daemon struct {
@@ -40,14 +55,24 @@ type Daemon struct {
 	life context.Context
 	stop context.CancelFunc
 
+	// policies runs the policy plugins; configPath and environ, when set,
+	// make Run hot-swap them as the config file changes.
+	policies   *plugins.Runtime
+	policyExe  string
+	configPath string
+	environ    []string
+
 	httpLn  net.Listener
 	closers []func() error
 }
 
 // New builds a host from cfg. It binds its listeners but serves nothing until
 // Run.
-func New(cfg config.Config, log hclog.Logger) (*Daemon, error) {
+func New(cfg config.Config, log hclog.Logger, opts ...Option) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: log, metrics: metrics.New(), checks: map[string]func() error{}}
+	for _, o := range opts {
+		o(d)
+	}
 	d.life, d.stop = context.WithCancel(context.Background())
 	if err := d.build(); err != nil {
 		d.close()
@@ -59,6 +84,9 @@ func New(cfg config.Config, log hclog.Logger) (*Daemon, error) {
 // build constructs the components in dependency order.
 func (d *Daemon) build() error {
 	if err := d.buildCore(); err != nil {
+		return err
+	}
+	if err := d.buildPolicies(); err != nil {
 		return err
 	}
 	if d.cfg.HTTP.Listen != "" {
@@ -112,6 +140,7 @@ func (d *Daemon) HTTPAddr() string {
 // Run serves until ctx is done, then shuts down.
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.close()
+
 	errc := make(chan error, 1)
 	var srv *http.Server
 	if d.httpLn != nil {
@@ -126,6 +155,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); d.sweep(ctx) }()
 	d.stepLoop(ctx, &wg)
+	d.runPolicies(ctx, &wg)
 	d.log.Info("host started", "worker_id", d.cfg.WorkerID, "data_dir", d.cfg.DataDir,
 		"page_size", d.cfg.Index.PageSize, "device_pages", d.cfg.Tiers.Device.CapacityPages)
 	select {

@@ -58,6 +58,25 @@ func commitPages(t *testing.T, d *Daemon, tenant string, toks []uint32) (blockid
 	return h, pages
 }
 
+// commitTokens commits token pages to the index with made-up device
+// locations, for hosts without pools.
+func commitTokens(t *testing.T, d *Daemon, tenant string, toks []uint32, pageSize int) blockid.Hashes {
+	t.Helper()
+	h := blockid.Compute(toks, pageSize, blockid.Salt{Namespace: tenant})
+	locs := make([]uint64, len(h.Sequence))
+	for i := range locs {
+		locs[i] = uint64(i)
+	}
+	ix, mu := d.Index()
+	mu.Lock()
+	defer mu.Unlock()
+	var res cache.CommitResult
+	if err := ix.Commit(tenant, h, locs, &res); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

@@ -39,7 +39,11 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "configuration ok: %+v\n", cfg)
 		return nil
 	}
-	d, err := daemon.New(cfg, log)
+	var opts []daemon.Option
+	if *path != "" {
+		opts = append(opts, daemon.WithConfigFile(*path, os.Environ()))
+	}
+	d, err := daemon.New(cfg, log, opts...)
 	if err != nil {
 		return fmt.Errorf("start host: %w", err)
 	}
