@@ -46,11 +46,8 @@ func (d *Daemon) buildControl() error {
 	if err != nil {
 		return fmt.Errorf("control plane: %w", err)
 	}
-	controlPlanes.Store(d, p)
-	d.closers = append(d.closers, func() error {
-		controlPlanes.Delete(d)
-		return p.Close()
-	})
+	d.control = p
+	d.closers = append(d.closers, p.Close)
 	return nil
 }
 
@@ -79,13 +76,4 @@ func (d *Daemon) ControlSocket() string {
 	return ""
 }
 
-// controlPlanes holds each daemon's control plane. It stands in for a
-// field of Daemon, which this file may not declare (daemon.go owns the
-// struct); a `control *plane.Plane` field can replace it one for one.
-var controlPlanes sync.Map // *Daemon -> *plane.Plane
-
-func (d *Daemon) controlPlane() *plane.Plane {
-	p, _ := controlPlanes.Load(d)
-	pl, _ := p.(*plane.Plane)
-	return pl
-}
+func (d *Daemon) controlPlane() *plane.Plane { return d.control }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/control/plane"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/metrics"
@@ -49,7 +50,8 @@ type Daemon struct {
 	mu     sync.Mutex
 	checks map[string]func() error
 
-	core core
+	core    core
+	control *plane.Plane
 	// life ends when the host shuts down; background work started on a
 	// caller's behalf (warm transfers, releases) runs under it.
 	life context.Context
@@ -87,6 +89,9 @@ func (d *Daemon) build() error {
 		return err
 	}
 	if err := d.buildPolicies(); err != nil {
+		return err
+	}
+	if err := d.buildControl(); err != nil {
 		return err
 	}
 	if d.cfg.HTTP.Listen != "" {
@@ -156,6 +161,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); d.sweep(ctx) }()
 	d.stepLoop(ctx, &wg)
 	d.runPolicies(ctx, &wg)
+	d.runControl(ctx, &wg)
 	d.log.Info("host started", "worker_id", d.cfg.WorkerID, "data_dir", d.cfg.DataDir,
 		"page_size", d.cfg.Index.PageSize, "device_pages", d.cfg.Tiers.Device.CapacityPages)
 	select {

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/control/plane"
+	"github.com/kvpilot/kvpilot/host/daemon"
+	"github.com/kvpilot/kvpilot/host/events"
+	"github.com/kvpilot/kvpilot/host/uds"
+	"github.com/kvpilot/kvpilot/sdk/controlclient"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+)
+
+func init() {
+	registerBench(benchScenario{
+		Name:    "control",
+		Summary: "directive round trip over the Control socket (gRPC) and NATS request/reply",
+		Run:     runBenchControl,
+	})
+}
+
+// controlHost is a real host for control benchmarks and ctl tests: the
+// daemon with its index, executor, audit log and embedded NATS (listening
+// on a free loopback port), and its control plane.
+type controlHost struct {
+	d       *daemon.Daemon
+	socket  string
+	natsURL string
+	subject string
+	stop    func()
+}
+
+// startControlHost starts a host under dir. When the daemon does not build
+// its control plane itself (not wired yet), the plane is assembled here
+// over the daemon's parts, exactly as the daemon would.
+func startControlHost(dir string) (*controlHost, error) {
+	cfg := config.Default()
+	cfg.DataDir = dir
+	cfg.HTTP.Listen = ""
+	cfg.NATS.Listen = "127.0.0.1:0"
+	cfg.NATS.RateLimit = 0 // the benchmark is one source sending as fast as it can
+	d, err := daemon.New(cfg, hclog.NewNullLogger())
+	if err != nil {
+		return nil, err
+	}
+	h := &controlHost{d: d, socket: d.ControlSocket(), natsURL: d.NATS().ClientURL(), subject: cfg.WorkerSubject()}
+	dctx, dcancel := context.WithCancel(context.Background())
+	ddone := make(chan struct{})
+	var p *plane.Plane
+	if h.socket == "" {
+		ix, lock := d.Index()
+		p, err = plane.New(dctx, plane.Config{
+			Socket:   uds.Options{Path: cfg.ControlSocket()},
+			Executor: d.Executor(), Index: ix, Lock: lock, Events: d.Events(), NATS: d.NATS().Conn(),
+			WorkerID: cfg.WorkerID, EventsSubject: events.Subject(cfg.Events.Namespace, cfg.Events.Component),
+			WorkerSubject: cfg.WorkerSubject(), BroadcastSubject: cfg.NATS.BroadcastSubject,
+			RateLimit: cfg.NATS.RateLimit, RateBurst: cfg.NATS.RateBurst, Metrics: d.Metrics(),
+		})
+		if err != nil {
+			dcancel()
+			d.Run(dctx) // closes what New opened
+			return nil, err
+		}
+		h.socket = p.SocketPath()
+	}
+	go func() { defer close(ddone); d.Run(dctx) }()
+	// The plane stops first: it publishes the events left while the
+	// daemon's NATS connection is still open.
+	pctx, pcancel := context.WithCancel(context.Background())
+	pdone := make(chan struct{})
+	go func() {
+		defer close(pdone)
+		if p != nil {
+			p.Run(pctx)
+		}
+	}()
+	h.stop = func() {
+		pcancel()
+		<-pdone
+		dcancel()
+		<-ddone
+	}
+	return h, nil
+}
+
+// commit caches tokens on the device for tenant, as an engine would, and
+// returns the pages' sequence hashes.
+func (h *controlHost) commit(tenant string, tokens []uint32) ([]uint64, error) {
+	ix, lock := h.d.Index()
+	lock.Lock()
+	defer lock.Unlock()
+	var m cache.MatchResult
+	ix.Match(tenant, blockid.Salt{Namespace: tenant}, tokens, &m)
+	locs := make([]uint64, len(m.Hashes.Local))
+	var res cache.CommitResult
+	if err := ix.Commit(tenant, m.Hashes, locs, &res); err != nil {
+		return nil, err
+	}
+	return append([]uint64(nil), m.Hashes.Sequence...), nil
+}
+
+type latencyArm struct {
+	name    string
+	call    func(ctx context.Context, i int) error
+	samples []time.Duration
+}
+
+func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("bench control", "[--json] [--iters N] [--warmup N]",
+		"Measures a directive's round trip (a one-directive turn pinning or unpinning a\n"+
+			"cached block, applied by the executor and audited) over the Control socket's\n"+
+			"gRPC and over NATS request/reply, against a real in-process host. Baselines\n"+
+			"in the same run: an empty gRPC call on the same socket, and a NATS echo on the\n"+
+			"same server. Targets (DESIGN.md §12): socket p50 <= 50 us, p99 <= 250 us;\n"+
+			"NATS p50 <= 150 us.", os.Stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
+	iters := fs.Int("iters", 20000, "timed round trips per arm")
+	warmup := fs.Int("warmup", 2000, "untimed round trips per arm first")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *iters < 100 {
+		return fmt.Errorf("bench control: --iters %d: want at least 100", *iters)
+	}
+	dir, err := os.MkdirTemp("", "kvpilot-bench-control")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	h, err := startControlHost(filepath.Join(dir, "d"))
+	if err != nil {
+		return fmt.Errorf("bench control: start host: %w", err)
+	}
+	defer h.stop()
+	seqs, err := h.commit("", make([]uint32, 64))
+	if err != nil {
+		return fmt.Errorf("bench control: %w", err)
+	}
+	turns := [2]directive.Turn{
+		{Directives: []directive.Directive{directive.Cache{BlockHashes: []directive.Hash{directive.Hash(seqs[0])}, Pin: true}}},
+		{Directives: []directive.Directive{directive.Cache{BlockHashes: []directive.Hash{directive.Hash(seqs[0])}, Pin: false}}},
+	}
+	applied := func(r directive.TurnReply, err error) error {
+		if err != nil {
+			return err
+		}
+		if !r.OK() {
+			return fmt.Errorf("turn refused: %v", r.Error)
+		}
+		return nil
+	}
+
+	uc, err := controlclient.DialUnix(h.socket, controlclient.UnixOptions{Source: "bench"})
+	if err != nil {
+		return err
+	}
+	defer uc.Close()
+	raw, err := grpc.NewClient("unix:"+h.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	nc, err := controlclient.ConnectNATS(h.natsURL, controlclient.NATSOptions{Subject: h.subject, Source: "bench"})
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	echo, err := h.d.NATS().Conn().Subscribe("kvpilot.bench.echo", func(m *nats.Msg) { m.Respond(m.Data) })
+	if err != nil {
+		return err
+	}
+	defer echo.Unsubscribe()
+	h.d.NATS().Conn().Flush()
+	payload, _ := json.Marshal(turns[0])
+
+	arms := []*latencyArm{
+		{name: "uds_baseline", call: func(ctx context.Context, _ int) error {
+			// A method the server does not have: gRPC's full round trip on
+			// the same socket, with no handler at all.
+			err := raw.Invoke(ctx, "/kvpilot.v1.Control/BenchNoop", &emptypb.Empty{}, &emptypb.Empty{})
+			if status.Code(err) == codes.Unimplemented {
+				return nil
+			}
+			return err
+		}},
+		{name: "uds", call: func(ctx context.Context, i int) error { return applied(uc.Apply(ctx, turns[i&1])) }},
+		{name: "nats_baseline", call: func(ctx context.Context, _ int) error {
+			_, err := nc.Conn().RequestWithContext(ctx, "kvpilot.bench.echo", payload)
+			return err
+		}},
+		{name: "nats", call: func(ctx context.Context, i int) error { return applied(nc.Apply(ctx, turns[i&1])) }},
+	}
+	// Arms take turns in rounds, so that noise from other work on the
+	// machine falls on all of them alike.
+	const round = 500
+	for _, a := range arms {
+		for i := 0; i < *warmup; i++ {
+			if err := a.call(ctx, i); err != nil {
+				return fmt.Errorf("bench control: %s warm-up: %w", a.name, err)
+			}
+		}
+		a.samples = make([]time.Duration, 0, *iters)
+	}
+	for done := 0; done < *iters; done += round {
+		n := min(round, *iters-done)
+		for _, a := range arms {
+			for i := 0; i < n; i++ {
+				start := time.Now()
+				if err := a.call(ctx, done+i); err != nil {
+					return fmt.Errorf("bench control: %s: %w", a.name, err)
+				}
+				a.samples = append(a.samples, time.Since(start))
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	results := map[string]map[string]float64{}
+	for _, a := range arms {
+		results[a.name] = summarize(a.samples)
+	}
+	met := results["uds"]["p50_us"] <= 50 && results["uds"]["p99_us"] <= 250 && results["nats"]["p50_us"] <= 150
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(map[string]any{
+			"scenario": "control",
+			"params": map[string]any{
+				"iters": *iters, "warmup": *warmup, "gomaxprocs": runtime.GOMAXPROCS(0),
+				"directive": "one-directive turn: Cache pin / unpin of one cached block, audited",
+				"nats":      "client over TCP loopback to the embedded server; host in-process",
+			},
+			"arms": results,
+			"targets": map[string]any{
+				"uds_p50_us_max": 50, "uds_p99_us_max": 250, "nats_p50_us_max": 150, "met": met,
+			},
+		})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "control bench: %d round trips per arm (GOMAXPROCS %d)\n\n", *iters, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(tw, "arm\tp50 (us)\tp99 (us)\tmean (us)\ttarget\n")
+	target := map[string]string{"uds": "p50 <= 50, p99 <= 250", "nats": "p50 <= 150"}
+	for _, a := range arms {
+		r := results[a.name]
+		t := target[a.name]
+		if t == "" {
+			t = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%s\n", a.name, r["p50_us"], r["p99_us"], r["mean_us"], t)
+	}
+	fmt.Fprintf(tw, "\ntargets met: %v\n", met)
+	return tw.Flush()
+}
+
+func summarize(s []time.Duration) map[string]float64 {
+	if len(s) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(s)
+	slices.Sort(sorted)
+	var sum time.Duration
+	for _, d := range sorted {
+		sum += d
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	pct := func(p float64) time.Duration { return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))] }
+	return map[string]float64{
+		"p50_us": us(pct(0.50)), "p99_us": us(pct(0.99)), "mean_us": us(sum / time.Duration(len(sorted))),
+		"samples": float64(len(sorted)),
+	}
+}

@@ -1,0 +1,178 @@
+package natscmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvpilot/kvpilot/host/control"
+	"github.com/kvpilot/kvpilot/sdk/controlclient"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+)
+
+const (
+	headerSource = controlclient.HeaderSource
+	headerTenant = controlclient.HeaderTenant
+	headerReply  = controlclient.HeaderReply
+	headerMsgID  = controlclient.HeaderMsgID
+)
+
+// incoming is one command message, whichever way it arrived.
+type incoming struct {
+	data   []byte
+	header nats.Header
+	// inbox is the client's reply subject, for naming the source.
+	inbox     string
+	broadcast bool
+	// msgID is the JetStream Nats-Msg-Id; it becomes the turn id when the
+	// turn names none, so the audit log ties the two together.
+	msgID string
+}
+
+// handle applies one command and returns the JSON answer, or nil when the
+// command is not for this worker.
+func (s *Server) handle(ctx context.Context, in incoming) []byte {
+	start := time.Now()
+	tenant := in.header.Get(headerTenant)
+	if len(tenant) > directive.MaxNameLen {
+		// The executor refuses over-long tenants; keep the header's
+		// length out of logs and labels before it gets there.
+		tenant = tenant[:directive.MaxNameLen+1]
+	}
+	if isCacheControl(in.data, s.limits) {
+		return s.handleCacheControl(ctx, in, tenant, start)
+	}
+	return s.handleTurn(ctx, in, tenant, start)
+}
+
+func (s *Server) handleTurn(ctx context.Context, in incoming, tenant string, start time.Time) []byte {
+	t, derr := directive.DecodeTurn(in.data, s.limits)
+	declared := ""
+	if derr == nil {
+		declared = t.Source
+	}
+	source := s.sourceOf(in, declared)
+	var reply directive.TurnReply
+	switch ok, retry := s.cfg.Limiter.Allow(source); {
+	case !ok:
+		reply = s.rateLimited(t, source, retry)
+	case derr != nil:
+		// The executor decodes again to answer and audit the refusal.
+		reply = s.cfg.Executor.ApplyJSON(ctx, source, tenant, in.data)
+	default:
+		t.Source = source
+		if tenant != "" {
+			t.Tenant = tenant
+		}
+		if t.ID == "" {
+			t.ID = in.msgID
+		}
+		reply = s.cfg.Executor.Apply(ctx, t)
+	}
+	s.cfg.Recorder.Turn(reply, func(i int) bool { return i < len(t.Directives) && control.IsPin(t.Directives[i]) }, time.Since(start))
+	return encode(reply)
+}
+
+func (s *Server) handleCacheControl(ctx context.Context, in incoming, tenant string, start time.Time) []byte {
+	c, derr := directive.DecodeCacheControl(in.data, s.limits)
+	if derr == nil && in.broadcast && c.WorkerID != "" && c.WorkerID != s.worker {
+		return nil
+	}
+	source := s.sourceOf(in, "")
+	var reply directive.CacheControlReply
+	switch ok, retry := s.cfg.Limiter.Allow(source); {
+	case !ok:
+		reply = directive.ErrorReply(errcode.New(errcode.RateLimited, "source %s: %v; retry in %v", source, s.cfg.Limiter, retry.Round(time.Millisecond)), s.worker)
+	case derr != nil:
+		reply = s.cfg.Executor.CacheControlJSON(ctx, source, tenant, in.data)
+	default:
+		reply = s.cfg.Executor.CacheControl(ctx, source, tenant, c)
+	}
+	s.cfg.Recorder.CacheControl(c.Action, reply, time.Since(start))
+	return encode(reply)
+}
+
+// rateLimited answers a turn refused by the limiter. It is not audited:
+// nothing was attempted, and a flood must not flood the audit log too.
+func (s *Server) rateLimited(t directive.Turn, source string, retry time.Duration) directive.TurnReply {
+	e := errcode.New(errcode.RateLimited, "source %s: %v; retry in %v", source, s.cfg.Limiter, retry.Round(time.Millisecond))
+	r := directive.TurnReply{Status: directive.StatusError, TurnID: t.ID, Error: e, WorkerID: s.worker,
+		Results: make([]directive.Result, len(t.Directives))}
+	for i, d := range t.Directives {
+		r.Results[i] = directive.Result{Index: i, Verb: d.Verb(), Status: directive.StatusError, Error: e.At(i)}
+	}
+	return r
+}
+
+// sourceOf names the sender (see the package doc for the order).
+func (s *Server) sourceOf(in incoming, declared string) string {
+	if v := in.header.Get(headerSource); validName(v) {
+		return "nats:" + v
+	}
+	if validName(declared) {
+		return "nats:" + declared
+	}
+	inbox := in.inbox
+	if inbox == "" {
+		inbox = in.header.Get(headerReply)
+	}
+	if i := strings.LastIndexByte(inbox, '.'); i > 0 {
+		inbox = inbox[:i]
+	}
+	if validName(inbox) {
+		return "nats:" + inbox
+	}
+	return "nats:anonymous"
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// isCacheControl tells the router's cache_control JSON (keyed by "action")
+// from a turn (keyed by "type", or "directives", or an array). An oversized
+// payload is not parsed: a cheap look at its start decides which refusal
+// shape to answer in.
+func isCacheControl(data []byte, l directive.Limits) bool {
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return false
+	}
+	max := l.MaxPayload
+	if max <= 0 {
+		max = directive.DefaultMaxPayload
+	}
+	if len(data) > max {
+		head := trimmed[:min(len(trimmed), 512)]
+		return bytes.Contains(head, []byte(`"action"`)) && !bytes.Contains(head, []byte(`"type"`))
+	}
+	var probe struct {
+		Action json.RawMessage `json:"action"`
+	}
+	if json.Unmarshal(data, &probe) != nil {
+		return false // the turn decoder explains what is wrong
+	}
+	return probe.Action != nil
+}
+
+func encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Replies are plain structs of strings and numbers; this is a bug.
+		b, _ = json.Marshal(directive.TurnReply{Status: directive.StatusError, Error: errcode.Wrap(errcode.Internal, err, "encode reply")})
+	}
+	return b
+}

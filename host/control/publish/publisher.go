@@ -1,0 +1,108 @@
+// Package publish delivers the cache index's KV events: it encodes them as
+// Dynamo RouterEvents (host/events), publishes each on
+// namespace.<ns>.component.<component>.kv-events in the order the index
+// applied them, and fans them out to in-process watchers (the Control
+// service's WatchEvents) through a Hub.
+//
+// One goroutine does all of it, so NATS subscribers and watchers see the
+// same events in the same order, numbered by one event_id sequence.
+package publish
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/nats-io/nats.go"
+
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/events"
+)
+
+// Config configures a Publisher.
+type Config struct {
+	// Conn publishes the events; nil publishes to watchers only.
+	Conn *nats.Conn
+	// Subject is events.Subject(namespace, component).
+	Subject string
+	// WorkerID and DPRank stamp every event.
+	WorkerID uint64
+	DPRank   uint32
+	// Hub receives every event for watchers; nil: a new one (see Hub()).
+	Hub *Hub
+	// Log receives publish failures; nil discards them.
+	Log hclog.Logger
+}
+
+// Publisher consumes an events.Queue. Run it on one goroutine.
+type Publisher struct {
+	cfg    Config
+	enc    events.Encoder
+	batch  []events.RouterEvent
+	sent   atomic.Uint64
+	failed atomic.Uint64
+}
+
+// New checks cfg and returns a Publisher.
+func New(cfg Config) (*Publisher, error) {
+	if cfg.Conn != nil && cfg.Subject == "" {
+		return nil, errors.New("publish: a NATS connection needs a subject")
+	}
+	if cfg.Hub == nil {
+		cfg.Hub = NewHub()
+	}
+	if cfg.Log == nil {
+		cfg.Log = hclog.NewNullLogger()
+	}
+	return &Publisher{cfg: cfg, enc: events.Encoder{WorkerID: cfg.WorkerID, DPRank: cfg.DPRank}}, nil
+}
+
+// Hub is where watchers subscribe.
+func (p *Publisher) Hub() *Hub { return p.cfg.Hub }
+
+// Run publishes q's events until ctx ends, then publishes what was left in
+// the queue and returns.
+func (p *Publisher) Run(ctx context.Context, q *events.Queue) {
+	q.Run(ctx, p.Consume)
+}
+
+// Consume publishes one batch of index events, in order. It is exported for
+// callers that drain the index themselves; it must not be called
+// concurrently with itself or Run.
+func (p *Publisher) Consume(evs []cache.Event) {
+	p.batch = p.enc.Encode(p.batch[:0], evs)
+	if p.cfg.Conn != nil {
+		for i := range p.batch {
+			if err := p.publish(&p.batch[i]); err != nil {
+				// nats.go buffers while reconnecting; an error here means
+				// the connection is closed or the buffer is full. The
+				// event is lost for NATS subscribers, so say so loudly.
+				p.failed.Add(1)
+				p.cfg.Log.Error("KV event not published", "subject", p.cfg.Subject,
+					"event_id", p.batch[i].Event.EventID, "error", err)
+				continue
+			}
+			p.sent.Add(1)
+		}
+	}
+	p.cfg.Hub.Broadcast(p.batch)
+	// The hub's watchers hold the events now; the next batch must not
+	// reuse their backing arrays (Encode allocates each event's data, and
+	// the slice itself is only reused for RouterEvent headers, copied by
+	// value into the watchers' channels).
+}
+
+func (p *Publisher) publish(ev *events.RouterEvent) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode event: %w", err)
+	}
+	return p.cfg.Conn.Publish(p.cfg.Subject, data)
+}
+
+// Published and Failed count events sent to NATS and events that could not be.
+func (p *Publisher) Published() uint64 { return p.sent.Load() }
+func (p *Publisher) Failed() uint64    { return p.failed.Load() }
