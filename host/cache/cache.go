@@ -15,7 +15,9 @@
 // reports back with CompleteCopy, CompleteDrop or FailTransition. Residency
 // changes, and events are emitted, only then. Operations that free pages on
 // the index's own authority (prune, purge, revoke) remove them at once and
-// return the slots the caller must free.
+// return the slots the caller must free; so does LoseCopy, which records
+// that a copy is gone (a store found it corrupt) together with the copies
+// of its descendants on that tier.
 //
 // Invariants kept at every step (Check verifies them; with the `invariants`
 // build tag every mutation runs Check and panics on a violation):
@@ -23,7 +25,8 @@
 //     tier has its parent resident there too, so a page is matchable and
 //     loadable wherever it is, and eviction takes tier leaves only;
 //   - a page in the index is resident on at least one tier;
-//   - the last copy of a pinned, locked or leased page is never dropped;
+//   - the last copy of a pinned, locked or leased page is never dropped
+//     (LoseCopy does not drop: it records a loss, and counts it);
 //   - distinct pinned pages never exceed any tier's pin budget, nor a
 //     tenant's quota.
 //
@@ -178,6 +181,8 @@ type Index struct {
 
 	// wtQueue holds device pages waiting for their write-through copy.
 	wtQueue []*node
+	// requeue is cancelDependents' scratch list of cancelled write-throughs.
+	requeue []*pending
 
 	events []Event
 

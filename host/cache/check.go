@@ -35,6 +35,7 @@ func (ix *Index) Check() error {
 		bad("%d leases in order, %d in the map", len(ix.leaseOrder), len(ix.leases))
 	}
 	pendingOf := map[*node]uint32{}
+	droppingOf := map[*node]TierSet{}
 	var pendingIn, pendingDrop [tier.Count]int
 	for id, p := range ix.inflight {
 		if p.t.ID != id {
@@ -51,6 +52,10 @@ func (ix *Index) Check() error {
 			pendingIn[p.t.To]++
 		} else {
 			pendingDrop[p.t.From]++
+			if droppingOf[p.n].Has(p.t.From) {
+				bad("two live drops of page %d from %s", p.n.seq, p.t.From)
+			}
+			droppingOf[p.n] = droppingOf[p.n].with(p.t.From)
 		}
 	}
 	if pendingIn != ix.pendingIn || pendingDrop != ix.pendingDrop {
@@ -67,7 +72,7 @@ func (ix *Index) Check() error {
 		for len(stack) > 0 {
 			p := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
-			var childrenOn [tier.Count]uint32
+			var childrenOn, childDrops [tier.Count]uint32
 			var nchildren uint32
 			for c := p.child; c != nil; c = c.next {
 				nchildren++
@@ -76,6 +81,9 @@ func (ix *Index) Check() error {
 				for _, t := range tier.All {
 					if c.resident.Has(t) {
 						childrenOn[t]++
+					}
+					if droppingOf[c].Has(t) {
+						childDrops[t]++
 					}
 				}
 				if c.parent != p {
@@ -90,6 +98,9 @@ func (ix *Index) Check() error {
 			}
 			if !p.isRoot && childrenOn != p.childrenOn {
 				bad("page %d: childrenOn %v, children say %v", p.seq, p.childrenOn, childrenOn)
+			}
+			if childDrops != p.childDrops {
+				bad("page %d: childDrops %v, planned drops of its children say %v", p.seq, p.childDrops, childDrops)
 			}
 			if p.isRoot {
 				continue
@@ -149,6 +160,12 @@ func (ix *Index) Check() error {
 			}
 			if n.pending != pendingOf[n] {
 				bad("page %d: pending %d, live transitions %d", n.seq, n.pending, pendingOf[n])
+			}
+			if n.dropping != droppingOf[n] {
+				bad("page %d: dropping %v, live drops say %v", n.seq, n.dropping.Tiers(), droppingOf[n].Tiers())
+			}
+			if n.dropping&^n.resident != 0 {
+				bad("page %d: a drop is planned from %v where it is not resident", n.seq, (n.dropping &^ n.resident).Tiers())
 			}
 		}
 		if reached != len(ts.bySeq) {

@@ -106,7 +106,7 @@ func (d *opDriver) expectKnown(op string, err error) {
 
 func (d *opDriver) step() {
 	ix, h := d.h.ix, d.h
-	op := d.r.intn(22)
+	op := d.r.intn(23)
 	d.log = append(d.log, fmt.Sprint(op))
 	tenant := d.tenants[d.r.intn(len(d.tenants))]
 	ttl := time.Duration(1+d.r.intn(60)) * time.Second
@@ -232,7 +232,73 @@ func (d *opDriver) step() {
 			ix.Reset()
 			d.locks, d.leases = nil, nil
 		}
+	case 22: // a store found a copy corrupt
+		d.loseCopy(tenant, d.seq(tenant), tier.Tier(d.r.intn(tier.Count)))
 	}
+}
+
+// loseCopy runs LoseCopy and checks what it promises: the copy and every
+// descendant's copy on t are gone, each freed slot is on t, and pages
+// resident nowhere else left the index.
+func (d *opDriver) loseCopy(tenant string, seq uint64, t tier.Tier) {
+	ix := d.h.ix
+	before, ok := ix.Lookup(tenant, seq)
+	d.h.ix.DrainEvents(nil)
+	res, err := ix.LoseCopy(tenant, seq, t)
+	d.expectKnown("lose copy", err)
+	if err != nil {
+		if ok && before.Tiers.Has(t) {
+			d.t.Fatalf("lose copy of a page on %s failed: %v", t, err)
+		}
+		if len(res.Freed) != 0 {
+			d.t.Fatalf("a failed lose copy freed %v", res.Freed)
+		}
+		return
+	}
+	if !ok || !before.Tiers.Has(t) {
+		d.t.Fatalf("lose copy of a page not on %s succeeded: %+v", t, before)
+	}
+	if res.Copies != len(res.Freed) || res.Copies < 1 || res.Removed > res.Copies || res.Lost > res.Removed ||
+		max(res.Pinned, res.Leased, res.Locked) > res.Lost {
+		d.t.Fatalf("lose copy result %+v", res)
+	}
+	removedEvents := 0
+	for _, e := range ix.DrainEvents(nil) {
+		if e.Kind != Removed || e.Tier != t {
+			d.t.Fatalf("lose copy emitted %+v", e)
+		}
+		removedEvents++
+	}
+	if removedEvents != res.Copies {
+		d.t.Fatalf("%d removed events for %d lost copies", removedEvents, res.Copies)
+	}
+	gone := 0
+	for _, f := range res.Freed {
+		if f.Tier != t || f.Tenant != tenant {
+			d.t.Fatalf("lose copy on %s freed %+v", t, f)
+		}
+		pi, ok := ix.Lookup(f.Tenant, f.Seq)
+		switch {
+		case !ok:
+			gone++
+		case pi.Tiers.Has(t):
+			d.t.Fatalf("page %d still on %s after losing its copy", f.Seq, t)
+		}
+	}
+	if gone != res.Removed {
+		d.t.Fatalf("%d freed pages left the index, result says %d", gone, res.Removed)
+	}
+	if pi, ok := ix.Lookup(tenant, seq); ok && pi.Tiers.Has(t) {
+		d.t.Fatalf("lost copy still listed: %+v", pi)
+	}
+	// Locks on removed pages went with them.
+	kept := d.locks[:0]
+	for _, l := range d.locks {
+		if ix.Contains(l.tenant, l.seq) {
+			kept = append(kept, l)
+		}
+	}
+	d.locks = kept
 }
 
 // checkPlan asserts the planner's promises on each planned transition.
@@ -296,16 +362,31 @@ func runOps(t testing.TB, data []byte) {
 		d.step()
 		d.checkAfterStep()
 	}
-	// Drain: completing everything in order must leave a consistent index.
-	for _, tr := range d.outstanding {
-		var err error
-		if tr.Kind == Copy {
-			h.loc++
-			err = h.ix.CompleteCopy(tr, h.loc)
-		} else {
-			err = h.ix.CompleteDrop(tr)
+	// Drain: completing everything, again while it makes progress (a drop
+	// may wait for a later copy or for its children's drops), must leave a
+	// consistent index with nothing in flight.
+	for len(d.outstanding) > 0 {
+		left := d.outstanding[:0]
+		for _, tr := range d.outstanding {
+			var err error
+			if tr.Kind == Copy {
+				h.loc++
+				err = h.ix.CompleteCopy(tr, h.loc)
+			} else {
+				err = h.ix.CompleteDrop(tr)
+			}
+			d.expectKnown("drain", err)
+			if errors.Is(err, ErrTransitionOrder) {
+				left = append(left, tr)
+			}
 		}
-		d.expectKnown("drain", err)
+		if len(left) == len(d.outstanding) {
+			t.Fatalf("drain stuck: %d transitions wait on each other: %v\nops: %v", len(left), left, d.log)
+		}
+		d.outstanding = left
+	}
+	if n := h.ix.InFlight(); n != 0 {
+		t.Fatalf("%d transitions in flight after the drain; ops: %v", n, d.log)
 	}
 	d.checkAfterStep()
 }

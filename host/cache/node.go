@@ -60,6 +60,10 @@ type node struct {
 	// childrenOn counts children resident per tier: a page is a leaf on
 	// tier t, and may be dropped from it, when childrenOn[t] is zero.
 	childrenOn [tier.Count]uint32
+	// childDrops counts children with a live drop planned from each tier
+	// (never above childrenOn): when they are equal, a drop of this page
+	// from that tier only waits for its children's drops to complete.
+	childDrops [tier.Count]uint32
 	nchildren  uint32
 
 	lockRef uint32

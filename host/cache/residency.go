@@ -5,7 +5,8 @@ import (
 )
 
 // Freed is a slot the caller must free in a pool because the index removed
-// the page on its own authority (prune, purge, revoke).
+// the page on its own authority (prune, purge, revoke) or recorded its
+// copy lost (LoseCopy).
 type Freed struct {
 	Tenant string
 	Seq    uint64

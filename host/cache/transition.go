@@ -1,7 +1,9 @@
 package cache
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/kvpilot/kvpilot/host/tier"
 )
@@ -56,6 +58,10 @@ func (r Reason) String() string {
 //   - Drop: call CompleteDrop first and free the slot at FromLoc on From only
 //     when it succeeds: the drop is refused if the page became busy (locked,
 //     now the last copy of a pinned page, gained children on From).
+//     ErrTransitionOrder is not a refusal: the drop stays planned and waits
+//     for the copy named by After, for copies still reading the page, or
+//     for its children's drops from From (Plan drops a whole subtree at
+//     once); call CompleteDrop again once those have been reported.
 //   - If the work cannot be done, call FailTransition.
 //
 // After, when non-zero, names a transition that must be completed first
@@ -99,6 +105,7 @@ func (ix *Index) reserve(n *node, kind TransitionKind, reason Reason, from, to t
 		ix.pendingIn[to]++
 	} else {
 		n.dropping = n.dropping.with(from)
+		n.parent.childDrops[from]++
 		ix.pendingDrop[from]++
 	}
 	ix.inflight[t.ID] = &pending{t: t, n: n, live: true}
@@ -122,6 +129,7 @@ func (ix *Index) release(p *pending) {
 		ix.pendingIn[t.To]--
 	} else {
 		n.dropping = n.dropping.without(t.From)
+		n.parent.childDrops[t.From]--
 		ix.pendingDrop[t.From]--
 	}
 }
@@ -136,16 +144,42 @@ func (ix *Index) cancelTransitionsOf(n *node) {
 	}
 }
 
-// cancelDependents cancels live transitions that wait for transition id.
+// cancelDependents cancels the live transitions that wait for transition
+// id, directly or through another cancelled copy. A cancelled
+// write-through goes back to the queue: nothing else would plan it again,
+// and the page still needs its host copy once the copy it waited for is
+// retried. They are queued parents first (by transition id: a copy is
+// always reserved after the one it waits for), so the next Plan can chain
+// them in one pass.
 func (ix *Index) cancelDependents(id uint64) {
+	wt := ix.cancelChain(id, ix.requeue[:0])
+	if len(wt) > 1 {
+		slices.SortFunc(wt, func(a, b *pending) int { return cmp.Compare(a.t.ID, b.t.ID) })
+	}
+	for _, p := range wt {
+		if !p.n.dead {
+			ix.queueWriteThrough(p.n)
+		}
+	}
+	clear(wt)
+	ix.requeue = wt[:0]
+}
+
+// cancelChain releases the live transitions waiting for id, recursively,
+// and appends the write-through copies among them to wt.
+func (ix *Index) cancelChain(id uint64, wt []*pending) []*pending {
 	for _, p := range ix.inflight {
 		if p.live && p.t.After == id {
 			ix.release(p)
 			if p.t.Kind == Copy {
-				ix.cancelDependents(p.t.ID)
+				if p.t.Reason == ReasonWriteThrough {
+					wt = append(wt, p)
+				}
+				wt = ix.cancelChain(p.t.ID, wt)
 			}
 		}
 	}
+	return wt
 }
 
 func (ix *Index) take(op string, t Transition) (*pending, error) {
@@ -183,10 +217,12 @@ func (ix *Index) CompleteCopy(t Transition, dstLoc uint64) error {
 		bad = fmt.Errorf("copy to colder %s: %w", t.To, ErrTransient)
 	}
 	if bad != nil {
-		ix.cancelDependents(t.ID)
+		// The page first, then the copies that waited for it: the queue
+		// keeps parents ahead of children.
 		if t.Reason == ReasonWriteThrough {
 			ix.queueWriteThrough(n)
 		}
+		ix.cancelDependents(t.ID)
 		return fmt.Errorf("complete copy %v: %w", t, bad)
 	}
 	ix.addResidency(n, t.To, dstLoc)
@@ -195,9 +231,13 @@ func (ix *Index) CompleteCopy(t Transition, dstLoc uint64) error {
 
 // CompleteDrop applies a planned drop: the page leaves t.From and
 // removed(t.From) is emitted. Call it before freeing the slot; on an error
-// the slot stays in use. ErrTransitionOrder means the copy named by t.After
-// (or one reading this copy) has not completed yet: the drop stays planned
-// and may be completed later.
+// the slot stays in use. ErrTransitionOrder means something planned
+// before it has not been reported yet: the copy named by t.After, a copy
+// reading this copy, or the drops of every child still on t.From (Plan
+// drops a subtree in one plan, and prefix closure lets the parent go only
+// after them). The drop then stays planned and may be completed later. A
+// child on t.From with no drop planned there refuses the drop
+// (ErrHasChildren), since waiting would not help.
 func (ix *Index) CompleteDrop(t Transition) error {
 	p, err := ix.take("complete drop", t)
 	if err != nil {
@@ -213,6 +253,10 @@ func (ix *Index) CompleteDrop(t Transition) error {
 	}
 	if n.srcBusy[t.From] > 0 {
 		return fmt.Errorf("complete drop %v: a copy still reads it: %w", t, ErrTransitionOrder)
+	}
+	if c := n.childrenOn[t.From]; c > 0 && c == n.childDrops[t.From] && n.loc[t.From] == t.FromLoc {
+		return fmt.Errorf("complete drop %v: the drops of its %d children on %s must complete first: %w",
+			t, c, t.From, ErrTransitionOrder)
 	}
 	delete(ix.inflight, t.ID)
 	ix.release(p)
@@ -240,8 +284,9 @@ func (ix *Index) CompleteDrop(t Transition) error {
 }
 
 // FailTransition abandons a transition the mover could not carry out.
-// Transitions waiting for it are cancelled; a failed write-through is
-// queued again.
+// Transitions waiting for it are cancelled; a failed write-through, and
+// every write-through cancelled because it waited for the failed copy, is
+// queued again, so a later Plan retries them.
 func (ix *Index) FailTransition(t Transition) error {
 	p := ix.inflight[t.ID]
 	if p == nil {
@@ -251,10 +296,13 @@ func (ix *Index) FailTransition(t Transition) error {
 	wasLive := p.live
 	ix.release(p)
 	if p.t.Kind == Copy {
-		ix.cancelDependents(p.t.ID)
+		// A cancelled write-through was queued again when it was
+		// cancelled; a live one is queued here, ahead of the copies that
+		// waited for it.
 		if wasLive && p.t.Reason == ReasonWriteThrough && !p.n.dead {
 			ix.queueWriteThrough(p.n)
 		}
+		ix.cancelDependents(p.t.ID)
 	}
 	ix.afterMutation()
 	return nil

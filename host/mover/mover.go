@@ -15,7 +15,14 @@
 //     does not know) is freed. If the copy cannot be done it calls
 //     FailTransition, after freeing what it allocated.
 //   - A drop calls CompleteDrop first and frees the source only after the
-//     index accepted, so the index never points at freed memory.
+//     index accepted, so the index never points at freed memory. When the
+//     index answers ErrTransitionOrder (the drop must follow a copy, or its
+//     children's drops from the same tier, not yet reported) the drop waits,
+//     without holding a worker, and tries again each time another
+//     transition is reported, whichever batch it belongs to.
+//   - A read that finds a stored page corrupt (the store has dropped it)
+//     tells the index with LoseCopy, which forgets that copy and the
+//     descendants' copies on the same tier; the mover frees those.
 //   - A transition waits for the one named in its After field; when that
 //     one fails, the index has cancelled it and the mover reports it
 //     failed without doing any I/O.
@@ -69,8 +76,10 @@ type Options struct {
 	// (default 2), waiting RetryBackoff (default 20ms), doubled each time.
 	Retries      int
 	RetryBackoff time.Duration
-	// DropWait bounds how long a drop waits for copies still reading the
-	// page before it is given up (default 5s).
+	// DropWait bounds how long a drop waits for what it must follow (the
+	// copy a demotion waits for, copies still reading the page, its
+	// children's drops) before it is given up (default 5s); a given-up
+	// drop is planned again by a later Plan.
 	DropWait time.Duration
 	// Logger; nil discards.
 	Logger hclog.Logger
@@ -90,6 +99,9 @@ type Mover struct {
 
 	mu   sync.Mutex
 	done map[uint64]*flight // transitions in flight, by id, for After waits
+	// progress is closed (and cleared) each time a transition is reported:
+	// drops the index asked to wait retry then.
+	progress chan struct{}
 }
 
 // flight is one submitted transition; done closes when it is reported.
@@ -195,9 +207,13 @@ func (m *Mover) Submit(ctx context.Context, ts []cache.Transition) *Fence {
 			m.mu.Lock()
 			fl := m.done[t.ID]
 			delete(m.done, t.ID)
-			m.mu.Unlock()
 			fl.ok = o.err == nil && !o.refused
 			close(fl.done)
+			if m.progress != nil {
+				close(m.progress)
+				m.progress = nil
+			}
+			m.mu.Unlock()
 			f.add(o)
 		}()
 	}
@@ -215,9 +231,10 @@ func (m *Mover) Run(ctx context.Context, ts []cache.Transition) Report {
 }
 
 // dropOrder makes a parent's drop wait for its children's drops from the
-// same tier in the batch: the index plans a whole subtree's drops at once
-// (children first), but refuses a parent's drop while a child is still
-// there, and a refused drop is not planned again until the next Plan.
+// same tier in the batch. The index plans a whole subtree's drops at once
+// (children first) and answers a parent's drop that comes first with
+// ErrTransitionOrder; the drop would then wait and retry (see completeDrop),
+// which this ordering spares within a batch.
 func (m *Mover) dropOrder(ts []cache.Transition) map[uint64][]uint64 {
 	type where struct {
 		tenant string
@@ -250,6 +267,18 @@ func (m *Mover) dropOrder(ts []cache.Transition) map[uint64][]uint64 {
 		}
 	})
 	return order
+}
+
+// progressed returns a channel that is closed when the next transition is
+// reported. Take it before asking the index, so a report in between is not
+// missed.
+func (m *Mover) progressed() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.progress == nil {
+		m.progress = make(chan struct{})
+	}
+	return m.progress
 }
 
 // waitAfter waits for transition id (if it is in flight here) and reports

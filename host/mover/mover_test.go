@@ -226,21 +226,7 @@ func TestCorruptDiskPageRefused(t *testing.T) {
 	if _, _, err := h.mv.Pause(ctx, a.target(), "lease", tier.Disk, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	path := h.pools.Disk.(*disk.Store).Path()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Flip a payload byte (pages start each record) of every record:
-	// whichever page each holds.
-	rec := (int64(512+testLayout.PageBytes()) + 4095) / 4096 * 4096
-	for slot := int64(0); slot < 3; slot++ {
-		b := []byte{0}
-		f.ReadAt(b, slot*rec+300)
-		b[0] ^= 1
-		f.WriteAt(b, slot*rec+300)
-	}
-	f.Close()
+	corruptDiskRecords(t, h, 3)
 
 	r, err := h.mv.LoadBack(ctx, a.target(), time.Now().Add(5*time.Second))
 	if !errors.Is(err, ErrIncomplete) {
@@ -257,11 +243,121 @@ func TestCorruptDiskPageRefused(t *testing.T) {
 	if st := h.pools.Disk.Stats(); st.Corrupt == 0 {
 		t.Fatal("disk store did not count the corruption")
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if err := h.ix.Check(); err != nil || h.ix.InFlight() != 0 {
-		t.Fatalf("index after corrupt load-back: %v, %d in flight", err, h.ix.InFlight())
+	// The first page's disk copy was its only one, and its descendants'
+	// disk copies cannot stand without it: the whole leased path is lost,
+	// said so, and gone from the index and the page file alike.
+	if r.LostCopies != 3 || r.LostPages != 3 || r.LostProtected != 3 {
+		t.Fatalf("loss not reported: %+v", r)
 	}
+	for _, seq := range a.seqs {
+		if pi, ok := h.tiersOf(a.tenant, seq); ok {
+			t.Fatalf("page %x still indexed after its only copy was found corrupt: %+v", seq, pi)
+		}
+	}
+	h.check()
+}
+
+// TestCorruptDiskCopyFallsBackToRemote: a page with a good remote copy
+// behind a corrupt disk copy loses only the disk copy; the next load-back
+// reads the remote one.
+func TestCorruptDiskCopyFallsBackToRemote(t *testing.T) {
+	ctx := ctxT(t)
+	dir := t.TempDir()
+	n := startNATS(t, filepath.Join(dir, "nats"))
+	h := newHost(t, hostConfig{dataDir: dir, js: js(t, n)})
+	a := h.commit("tenant", 0, 3)
+	if _, _, err := h.mv.Pause(ctx, a.target(), "lease", tier.Disk, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.mv.Warm(ctx, a.target(), tier.Remote); err != nil {
+		t.Fatal(err)
+	}
+	h.only(a, tier.Disk, tier.Remote)
+	corruptDiskRecords(t, h, 3)
+
+	r, err := h.mv.LoadBack(ctx, a.target(), time.Now().Add(5*time.Second))
+	if !errors.Is(err, ErrIncomplete) || len(r.Corrupt) != 1 {
+		t.Fatalf("load-back over a corrupt disk copy: %v %+v", err, r)
+	}
+	if r.LostCopies != 3 || r.LostPages != 0 || r.LostProtected != 0 {
+		t.Fatalf("loss %+v: the disk copies go, the pages stay on remote", r)
+	}
+	h.only(a, tier.Remote)
+	if _, err := h.mv.LoadBack(ctx, a.target(), time.Now().Add(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	h.verify(a, tier.Device)
+	h.check()
+}
+
+// corruptDiskRecords flips a payload byte of the first n records of the
+// page file, whichever pages they hold.
+func corruptDiskRecords(t *testing.T, h *host, n int64) {
+	t.Helper()
+	path := h.pools.Disk.(*disk.Store).Path()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rec := (int64(512+testLayout.PageBytes()) + 4095) / 4096 * 4096
+	for slot := int64(0); slot < n; slot++ {
+		b := []byte{0}
+		if _, err := f.ReadAt(b, slot*rec+300); err != nil {
+			t.Fatal(err)
+		}
+		b[0] ^= 1
+		if _, err := f.WriteAt(b, slot*rec+300); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDropsAcrossBatches: Plan drops a chain's tail at once; submitted as
+// separate batches, parents first, each parent's drop must wait for its
+// child's (the index answers ErrTransitionOrder) rather than be refused,
+// and waiting must not hold a worker: there are more waiting parents than
+// workers.
+func TestDropsAcrossBatches(t *testing.T) {
+	ctx := ctxT(t)
+	h := newHost(t, hostConfig{dataDir: t.TempDir(), device: 16, hostPages: 32, diskPgs: 32,
+		write: cache.WriteThrough, deviceHigh: 0.5, deviceLow: 0.125})
+	s := h.commit("t", 0, 12)
+	if r := h.mv.Step(ctx); r.Copied != 12 || r.Dropped != 0 {
+		t.Fatalf("write-through: %+v", r)
+	}
+	var ts []cache.Transition
+	h.mu.Lock()
+	ts = h.ix.Plan(h.clock.Now(), nil)
+	h.mu.Unlock()
+	if len(ts) != 10 || ts[0].Seq != s.seqs[11] || ts[9].Seq != s.seqs[2] {
+		t.Fatalf("plan %v, want the drops of pages 11..2, deepest first", ts)
+	}
+	var fences []*Fence
+	for i := len(ts) - 1; i >= 1; i-- { // every parent before its child, one batch each
+		fences = append(fences, h.mv.Submit(ctx, ts[i:i+1]))
+	}
+	select {
+	case <-fences[len(fences)-1].Done():
+		r, _ := fences[len(fences)-1].Wait(ctx)
+		t.Fatalf("a parent's drop ended before its child's was submitted: %+v", r)
+	case <-time.After(20 * time.Millisecond):
+	}
+	fences = append(fences, h.mv.Submit(ctx, ts[:1]))
+	var total Report
+	for _, f := range fences {
+		r, err := f.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total.Merge(r)
+	}
+	if total.Dropped != 10 || total.Refused != 0 || total.Failed != 0 {
+		t.Fatalf("drops across batches: %+v", total)
+	}
+	h.only(session{tenant: s.tenant, seqs: s.seqs[2:]}, tier.Host)
+	h.only(session{tenant: s.tenant, seqs: s.seqs[:2]}, tier.Device, tier.Host)
+	h.check()
 }
 
 // TestFailedTransferLeavesIndexConsistent makes transfers fail for real:
@@ -298,14 +394,12 @@ func TestFailedTransferLeavesIndexConsistent(t *testing.T) {
 		t.Fatalf("write-through into a full pool: %+v", r)
 	}
 	h2.pools.Host.Free(grab...)
-	// The index queued the failed write-through again; now it lands.
-	if r := h2.mv.Step(ctx); r.Failed != 0 || r.Copied == 0 {
-		t.Fatalf("retry step: %+v", r)
+	// The index queued the failed write-through again, and the copies that
+	// waited for it (cancelled with it): one step lands them all.
+	if r := h2.mv.Step(ctx); r.Failed != 0 || r.Copied != len(b.seqs) {
+		t.Fatalf("retry step: %+v, want %d copies", r, len(b.seqs))
 	}
-	// Only the first page is checked on the host: the copies that waited
-	// for it were cancelled by the index and (as of this writing) are not
-	// re-queued for write-through; that is the index's decision to make.
-	h2.verify(session{tenant: b.tenant, seqs: b.seqs[:1]}, tier.Host)
+	h2.verify(b, tier.Host)
 	h2.verify(b, tier.Device)
 	h2.check()
 }

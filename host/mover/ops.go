@@ -139,7 +139,8 @@ func (m *Mover) Resume(ctx context.Context, leaseID string, to tier.Tier) (Repor
 }
 
 // Release frees the pool copies the index removed on its own authority
-// (prune, purge, revoke), as listed in a PurgeResult's Freed.
+// (prune, purge, revoke), as listed in a PurgeResult's Freed, or forgot as
+// lost (a LossResult's Freed).
 func (m *Mover) Release(ctx context.Context, freed []cache.Freed) error {
 	var errs []error
 	for _, f := range freed {

@@ -17,6 +17,7 @@ type outcome struct {
 	bytes   int64
 	took    time.Duration
 	corrupt *pool.Key
+	lost    cache.LossResult
 }
 
 // Report sums up a batch, for metrics, logs and the caller's decision.
@@ -32,6 +33,12 @@ type Report struct {
 	Errors []error
 	// Corrupt lists stored pages found corrupt (and dropped by their store).
 	Corrupt []pool.Key
+	// LostCopies counts the copies the index forgot because of them: each
+	// corrupt copy and its descendants' copies on the same tier (freed in
+	// their pools too). LostPages of those pages were on no other tier and
+	// left the index; LostProtected of these were pinned, leased or
+	// locked: data loss an operator must see, not a cache miss.
+	LostCopies, LostPages, LostProtected int
 	// Bytes moved by accepted copies, and the slowest transfer.
 	Bytes   int64
 	Slowest time.Duration
@@ -57,6 +64,9 @@ func (r *Report) add(o outcome) {
 	if o.corrupt != nil {
 		r.Corrupt = append(r.Corrupt, *o.corrupt)
 	}
+	r.LostCopies += o.lost.Copies
+	r.LostPages += o.lost.Removed
+	r.LostProtected += o.lost.Lost
 	r.Slowest = max(r.Slowest, o.took)
 }
 
@@ -72,6 +82,9 @@ func (r *Report) Merge(o Report) {
 		}
 	}
 	r.Corrupt = append(r.Corrupt, o.Corrupt...)
+	r.LostCopies += o.LostCopies
+	r.LostPages += o.LostPages
+	r.LostProtected += o.LostProtected
 	r.Bytes += o.Bytes
 	r.Slowest = max(r.Slowest, o.Slowest)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/pool"
 )
@@ -29,6 +31,13 @@ func (m *Mover) execute(ctx context.Context, t cache.Transition, children []uint
 		o.err = fmt.Errorf("waiting for #%d: %w", t.After, err)
 		return o
 	}
+	// A drop's index step may have to wait for other transitions; it does
+	// no I/O, so it waits without a worker (a worker held here could be
+	// the one the awaited transition needs).
+	if t.Kind == cache.Drop && !m.completeDrop(ctx, t, &o) {
+		o.took = time.Since(start)
+		return o
+	}
 	select {
 	case m.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -40,7 +49,7 @@ func (m *Mover) execute(ctx context.Context, t cache.Transition, children []uint
 	if t.Kind == cache.Copy {
 		m.copyPage(ctx, t, &o)
 	} else {
-		m.dropPage(ctx, t, &o)
+		m.freeDropped(ctx, t, &o)
 	}
 	o.took = time.Since(start)
 	if o.err != nil {
@@ -101,8 +110,28 @@ func (m *Mover) copyPage(ctx context.Context, t cache.Transition, o *outcome) {
 		}
 		m.fail(t)
 		o.err = err
+	}
+	// readFailed undoes the copy; a source found corrupt (only a store's
+	// read reports that, after dropping the page) also leaves the index.
+	// It is forgotten before the copy is reported failed: while the copy
+	// is live the index keeps the copy it reads in place (a drop waits for
+	// it), so LoseCopy forgets exactly the copy found corrupt.
+	readFailed := func(err error) {
+		var freed []cache.Freed
 		if errors.Is(err, pool.ErrCorrupt) {
 			o.corrupt = &key
+			freed = m.loseCorrupt(t, o)
+		}
+		undo(fmt.Errorf("read from %s: %w", t.From, err))
+		if len(freed) > 0 {
+			// The frees outlive ctx (a load-back's deadline may have
+			// passed): leaving them undone would strand objects no index
+			// lists.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.o.DropWait)
+			defer cancel()
+			if err := m.Release(rctx, freed); err != nil {
+				m.log.Error("freeing the copies of a corrupt page", "tier", t.From.String(), "error", err)
+			}
 		}
 	}
 
@@ -128,7 +157,7 @@ func (m *Mover) copyPage(ctx context.Context, t cache.Transition, o *outcome) {
 		return
 	} else if ok {
 		if err := read(view); err != nil {
-			undo(fmt.Errorf("read from %s: %w", t.From, err))
+			readFailed(err)
 			return
 		}
 		landed = true
@@ -136,7 +165,7 @@ func (m *Mover) copyPage(ctx context.Context, t cache.Transition, o *outcome) {
 		buf := m.getBuf()
 		defer m.putBuf(buf)
 		if err := read(*buf); err != nil {
-			undo(fmt.Errorf("read from %s: %w", t.From, err))
+			readFailed(err)
 			return
 		}
 		src = *buf
@@ -189,33 +218,53 @@ func (m *Mover) copyPage(ctx context.Context, t cache.Transition, o *outcome) {
 	}
 }
 
-func (m *Mover) dropPage(ctx context.Context, t cache.Transition, o *outcome) {
+// completeDrop applies a drop in the index and reports whether the copy
+// may now be freed. ErrTransitionOrder means something the drop must
+// follow has not been reported yet: a copy still reading the page, the
+// copy a demotion waits for, or the drops of its children on the same
+// tier (planned with it, possibly submitted in another batch). The drop
+// tries again whenever any transition is reported (and on a short poll,
+// for transitions reported by someone else), up to DropWait.
+func (m *Mover) completeDrop(ctx context.Context, t cache.Transition, o *outcome) bool {
 	deadline := time.Now().Add(m.o.DropWait)
-	wait := time.Millisecond
+	poll := time.Millisecond
 	for {
+		next := m.progressed()
 		var err error
 		m.withIndex(func(ix *cache.Index) { err = ix.CompleteDrop(t) })
-		if err == nil {
-			break
-		}
-		if errors.Is(err, cache.ErrTransitionOrder) {
-			// A copy still reads this page; it finishes soon.
-			if time.Now().Before(deadline) && ctx.Err() == nil {
-				time.Sleep(wait)
-				wait = min(2*wait, 50*time.Millisecond)
-				continue
-			}
-			m.fail(t)
+		switch {
+		case err == nil:
+			return true
+		case errors.Is(err, cache.ErrUnknownTransition):
 			o.err = err
-			return
-		}
-		if errors.Is(err, cache.ErrUnknownTransition) {
-			o.err = err
-		} else {
+			return false
+		case !errors.Is(err, cache.ErrTransitionOrder):
 			o.refused = true // the page became busy; the index kept it
+			return false
 		}
-		return
+		left := time.Until(deadline)
+		if left <= 0 {
+			m.fail(t)
+			o.err = fmt.Errorf("gave up after %v: %w", m.o.DropWait, err)
+			return false
+		}
+		timer := time.NewTimer(min(poll, left))
+		select {
+		case <-next:
+		case <-timer.C:
+			poll = min(2*poll, 50*time.Millisecond)
+		case <-ctx.Done():
+			timer.Stop()
+			m.fail(t)
+			o.err = errors.Join(err, ctx.Err())
+			return false
+		}
+		timer.Stop()
 	}
+}
+
+// freeDropped frees the copy of a drop the index accepted.
+func (m *Mover) freeDropped(ctx context.Context, t cache.Transition, o *outcome) {
 	// The index no longer points at the copy: free it.
 	if mem := m.pools.Memory(t.From); mem != nil {
 		if err := mem.Free(pool.Slot(t.FromLoc)); err != nil {
@@ -279,4 +328,34 @@ func retryable(err error) bool {
 		}
 	}
 	return true
+}
+
+// loseCorrupt tells the index that the source copy of t was found corrupt
+// (its store has dropped it) and returns what the index forgot with it for
+// the caller to free: that copy and the descendants' copies on the same
+// tier, which prefix closure cannot keep.
+func (m *Mover) loseCorrupt(t cache.Transition, o *outcome) []cache.Freed {
+	var (
+		res cache.LossResult
+		err error
+	)
+	m.withIndex(func(ix *cache.Index) { res, err = ix.LoseCopy(t.Tenant, t.Seq, t.From) })
+	if errors.Is(err, cache.ErrUnknownBlock) || errors.Is(err, cache.ErrNotResident) {
+		return nil // the copy left the index another way meanwhile
+	}
+	if err != nil {
+		m.log.Error("forgetting a corrupt copy", "transition", t.String(), "error", err)
+		return nil
+	}
+	o.lost = res
+	level := hclog.Warn
+	if res.Lost > 0 {
+		level = hclog.Error // pinned, leased or locked data is gone
+	}
+	m.log.Log(level, "corrupt copy forgotten", "tier", t.From.String(), "tenant", t.Tenant, "seq", t.Seq,
+		"copies", res.Copies, "pages_removed", res.Removed, "protected_pages_lost", res.Lost,
+		"pinned", res.Pinned, "leased", res.Leased, "locked", res.Locked)
+	freed := res.Freed
+	o.lost.Freed = nil // the report keeps counts only
+	return freed
 }
