@@ -162,6 +162,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.stepLoop(ctx, &wg)
 	d.runPolicies(ctx, &wg)
 	d.runControl(ctx, &wg)
+	d.feedKVEvents(ctx, &wg)
 	d.log.Info("host started", "worker_id", d.cfg.WorkerID, "data_dir", d.cfg.DataDir,
 		"page_size", d.cfg.Index.PageSize, "device_pages", d.cfg.Tiers.Device.CapacityPages)
 	select {
