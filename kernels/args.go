@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // CheckRotate validates Rotate's arguments against layout l.
@@ -82,14 +83,30 @@ func checkDeltas(op string, deltas []int) error {
 	return nil
 }
 
+// dupScratch is firstDuplicate's reusable working memory, so validating a
+// call allocates nothing in the steady state.
+type dupScratch struct {
+	seen   []uint64
+	sorted []int
+}
+
+var dupPool = sync.Pool{New: func() any { return new(dupScratch) }}
+
 // firstDuplicate finds two equal entries of slots (all in [0, n)). It uses
 // a bitmap when that is small next to the list, else a sorted copy.
 func firstDuplicate(slots []int, n int) (i, j int, dup bool) {
 	if len(slots) < 2 {
 		return 0, 0, false
 	}
+	sc := dupPool.Get().(*dupScratch)
+	defer dupPool.Put(sc)
 	if n/64 <= 4*len(slots) {
-		seen := make([]uint64, (n+63)/64)
+		words := (n + 63) / 64
+		if cap(sc.seen) < words {
+			sc.seen = make([]uint64, words)
+		}
+		seen := sc.seen[:words]
+		clear(seen)
 		for k, s := range slots {
 			if seen[s/64]&(1<<(s%64)) != 0 {
 				return slices.Index(slots, s), k, true
@@ -98,7 +115,8 @@ func firstDuplicate(slots []int, n int) (i, j int, dup bool) {
 		}
 		return 0, 0, false
 	}
-	sorted := slices.Clone(slots)
+	sorted := append(sc.sorted[:0], slots...)
+	sc.sorted = sorted
 	slices.Sort(sorted)
 	for k := 1; k < len(sorted); k++ {
 		if sorted[k] == sorted[k-1] {
@@ -132,23 +150,5 @@ func needsStaging(src, dst []int) bool {
 // order of first appearance, and index[i] is deltas[i]'s position in
 // distinct. Kernels compute one cos/sin table per distinct Δ.
 func DeltaIndex(deltas []int) (distinct []int, index []int32) {
-	index = make([]int32, len(deltas))
-	if len(deltas) == 0 {
-		return nil, index
-	}
-	pos := map[int]int32{}
-	for i, d := range deltas {
-		if i > 0 && d == deltas[i-1] {
-			index[i] = index[i-1] // the common case: one Δ for a whole run
-			continue
-		}
-		k, ok := pos[d]
-		if !ok {
-			k = int32(len(distinct))
-			pos[d] = k
-			distinct = append(distinct, d)
-		}
-		index[i] = k
-	}
-	return distinct, index
+	return deltaIndexInto(nil, nil, map[int]int32{}, deltas)
 }

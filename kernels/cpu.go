@@ -7,9 +7,12 @@ import (
 	"unsafe"
 )
 
-// CPU is the pure-Go engine. It splits each call across goroutines by
+// CPU is the host-memory engine. It splits each call across goroutines by
 // slot ranges and walks buffer by buffer within a range, so consecutive slots
-// touch consecutive rows.
+// touch consecutive rows. Rotation runs the vector kernels where the CPU has
+// them (CPUKernels) and plain Go elsewhere; no cgo either way. A call
+// allocates nothing in the steady state, except the staging copy of a move
+// whose destinations overlap its sources.
 type CPU struct {
 	workers int
 }
@@ -20,56 +23,17 @@ func NewCPU() *CPU { return &CPU{workers: runtime.GOMAXPROCS(0)} }
 // Device implements Engine.
 func (e *CPU) Device() string { return "cpu" }
 
-// minBytesPerWorker keeps small calls on one goroutine, where spawning
-// would cost more than it saves.
-const minBytesPerWorker = 256 << 10
-
-// parallel runs fn over [0, n) in contiguous chunks on up to e.workers
-// goroutines, given about bytesPerItem bytes of memory traffic per item.
-func (e *CPU) parallel(n, bytesPerItem int, fn func(lo, hi int)) {
-	w := min(e.workers, n*bytesPerItem/minBytesPerWorker+1, n)
-	if w <= 1 {
-		fn(0, n)
-		return
-	}
-	chunk := (n + w - 1) / w
-	var wg sync.WaitGroup
-	for lo := 0; lo < n; lo += chunk {
-		hi := min(lo+chunk, n)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
-	}
-	wg.Wait()
+// rotateJob is one Rotate call, pooled so the hot path allocates nothing.
+type rotateJob struct {
+	wg     sync.WaitGroup
+	tabs   rotTables
+	mem    unsafe.Pointer
+	l      *Layout
+	slots  []int
+	deltas []int
 }
 
-// deltaTables holds cos/sin of every distinct Δ of a call, half entries each.
-type deltaTables struct {
-	half     int
-	cos, sin []float32
-	index    []int32
-}
-
-func newDeltaTables(l *Layout, deltas []int) *deltaTables {
-	if l.rotary == nil {
-		return nil
-	}
-	distinct, index := DeltaIndex(deltas)
-	half := l.rotary.Dim() / 2
-	t := &deltaTables{half: half, cos: make([]float32, len(distinct)*half), sin: make([]float32, len(distinct)*half), index: index}
-	for k, d := range distinct {
-		// Cannot fail: the slices are sized for this rotary.
-		_ = l.rotary.DeltaTable(d, t.cos[k*half:(k+1)*half], t.sin[k*half:(k+1)*half])
-	}
-	return t
-}
-
-func (t *deltaTables) of(i int) (cos, sin []float32) {
-	k := int(t.index[i]) * t.half
-	return t.cos[k : k+t.half], t.sin[k : k+t.half]
-}
+var rotatePool = sync.Pool{New: func() any { return new(rotateJob) }}
 
 // Rotate implements Engine.
 func (e *CPU) Rotate(a Arena, slots, deltas []int) error {
@@ -83,20 +47,23 @@ func (e *CPU) Rotate(a Arena, slots, deltas []int) error {
 	if l.rotary == nil || len(slots) == 0 {
 		return nil
 	}
-	tabs := newDeltaTables(l, deltas)
-	e.parallel(len(slots), 2*l.RopeBytesPerSlot(), func(lo, hi int) {
-		for _, b := range l.ropeBuf {
-			buf := &l.spec.Buffers[b]
-			for i := lo; i < hi; i++ {
-				if deltas[i] == 0 {
-					continue // identity: leave the bytes alone, -0 included
-				}
-				cos, sin := tabs.of(i)
-				rotateRow(a.Host, l, buf, slots[i], cos, sin)
-			}
-		}
-	})
+	j := rotatePool.Get().(*rotateJob)
+	j.tabs.build(l, deltas)
+	j.mem, j.l, j.slots, j.deltas = unsafe.Pointer(unsafe.SliceData(a.Host)), l, slots, deltas
+	e.parallel(len(slots), 2*l.RopeBytesPerSlot(), j, &j.wg)
+	j.mem, j.l, j.slots, j.deltas = nil, nil, nil, nil // drop references before pooling
+	rotatePool.Put(j)
 	return nil
+}
+
+// runChunk rotates items [lo, hi) buffer by buffer, so consecutive slots
+// touch consecutive rows of one buffer.
+func (j *rotateJob) runChunk(lo, hi int) {
+	for _, b := range j.l.ropeBuf {
+		buf := &j.l.spec.Buffers[b]
+		base := unsafe.Add(j.mem, buf.Offset+int64(buf.Rope.Offset))
+		j.tabs.rotateRows(base, buf.RowBytes, buf.Rope, j.slots[lo:hi], j.deltas[lo:hi], lo)
+	}
 }
 
 // GatherRotateScatter implements Engine.
@@ -108,7 +75,7 @@ func (e *CPU) GatherRotateScatter(a Arena, src, dst, deltas []int) error {
 	if err != nil {
 		return err
 	}
-	e.move(a, dst, a, src, deltas, newDeltaTables(a.Layout, deltas), stage)
+	e.move(a, dst, a, src, deltas, stage)
 	return nil
 }
 
@@ -128,57 +95,84 @@ func (e *CPU) Copy(dst Arena, dstSlots []int, src Arena, srcSlots []int) error {
 	if err != nil {
 		return err
 	}
-	e.move(dst, dstSlots, src, srcSlots, nil, nil, stage)
+	e.move(dst, dstSlots, src, srcSlots, nil, stage)
 	return nil
 }
 
-// move copies rows src[i] -> dst[i] of every buffer and, when tabs is set,
-// rotates each destination's RoPE slice by deltas[i]. With stage, all source
-// rows are first gathered into a temporary so no write can clobber a
+// moveJob is one row move (GatherRotateScatter or Copy), pooled.
+type moveJob struct {
+	wg      sync.WaitGroup
+	tabs    rotTables
+	rotate  bool
+	gather  bool // running the staging pass: sources into tmp
+	dst     unsafe.Pointer
+	src     unsafe.Pointer
+	dl, sl  *Layout
+	dstS    []int
+	srcS    []int
+	deltas  []int
+	tmp     []byte
+	slotLen int
+}
+
+var movePool = sync.Pool{New: func() any { return new(moveJob) }}
+
+// zeroSlot addresses a single row directly: base is the row, rowLen 0.
+var zeroSlot = [1]int{0}
+
+// move copies rows src[i] -> dst[i] of every buffer and, when deltas is
+// set, rotates each destination's RoPE slice by deltas[i]. With stage, all
+// source rows are first gathered into a temporary so no write can clobber a
 // source another pair still has to read.
-func (e *CPU) move(da Arena, dst []int, sa Arena, src []int, deltas []int, tabs *deltaTables, stage bool) {
+func (e *CPU) move(da Arena, dst []int, sa Arena, src []int, deltas []int, stage bool) {
 	n := len(src)
 	if n == 0 {
 		return
 	}
-	sl, dl := sa.Layout, da.Layout
-	slotBytes := sl.SlotBytes()
-	var tmp []byte
-	if stage {
-		tmp = make([]byte, n*slotBytes)
-		e.parallel(n, 2*slotBytes, func(lo, hi int) {
-			off := 0
-			for b := range sl.spec.Buffers {
-				sb := &sl.spec.Buffers[b]
-				for i := lo; i < hi; i++ {
-					copy(tmp[i*slotBytes+off:i*slotBytes+off+sb.RowBytes], row(sa.Host, sb, src[i]))
-				}
-				off += sb.RowBytes
-			}
-		})
+	j := movePool.Get().(*moveJob)
+	j.dst, j.src = unsafe.Pointer(unsafe.SliceData(da.Host)), unsafe.Pointer(unsafe.SliceData(sa.Host))
+	j.dl, j.sl, j.dstS, j.srcS, j.deltas = da.Layout, sa.Layout, dst, src, deltas
+	j.slotLen = sa.Layout.SlotBytes()
+	j.rotate = deltas != nil && da.Layout.rotary != nil
+	if j.rotate {
+		j.tabs.build(da.Layout, deltas)
 	}
-	e.parallel(n, 2*slotBytes, func(lo, hi int) {
-		off := 0
-		for b := range dl.spec.Buffers {
-			db, sb := &dl.spec.Buffers[b], &sl.spec.Buffers[b]
-			for i := lo; i < hi; i++ {
-				out := row(da.Host, db, dst[i])
-				if stage {
-					copy(out, tmp[i*slotBytes+off:i*slotBytes+off+db.RowBytes])
-				} else {
-					copy(out, row(sa.Host, sb, src[i])) // copy is a memmove: src == dst is fine
-				}
-				if tabs != nil && db.Rope != nil && deltas[i] != 0 {
-					cos, sin := tabs.of(i)
-					rotateRow(da.Host, dl, db, dst[i], cos, sin)
-				}
-			}
-			off += db.RowBytes
-		}
-	})
+	j.tmp = nil
+	if stage {
+		// Sized by the call: proportional to the data moved, and only for
+		// moves whose destinations overlap their sources.
+		j.tmp = make([]byte, n*j.slotLen)
+		j.gather = true
+		e.parallel(n, 2*j.slotLen, j, &j.wg)
+		j.gather = false
+	}
+	e.parallel(n, 2*j.slotLen, j, &j.wg)
+	j.dst, j.src, j.dl, j.sl, j.dstS, j.srcS, j.deltas, j.tmp = nil, nil, nil, nil, nil, nil, nil, nil
+	movePool.Put(j)
 }
 
-func row(mem []byte, b *BufferSpec, slot int) []byte {
-	off := b.Offset + int64(slot)*int64(b.RowBytes)
-	return mem[off : off+int64(b.RowBytes)]
+func (j *moveJob) runChunk(lo, hi int) {
+	off := 0
+	for b := range j.sl.spec.Buffers {
+		sb, db := &j.sl.spec.Buffers[b], &j.dl.spec.Buffers[b]
+		rowLen := int64(sb.RowBytes)
+		for i := lo; i < hi; i++ {
+			from := unsafe.Add(j.src, sb.Offset+int64(j.srcS[i])*rowLen)
+			if j.gather {
+				copy(j.tmp[i*j.slotLen+off:][:rowLen], unsafe.Slice((*byte)(from), rowLen))
+				continue
+			}
+			if j.tmp != nil {
+				from = unsafe.Pointer(&j.tmp[i*j.slotLen+off])
+			}
+			to := unsafe.Add(j.dst, db.Offset+int64(j.dstS[i])*rowLen)
+			// copy is a memmove: a slot moved onto itself is fine.
+			copy(unsafe.Slice((*byte)(to), rowLen), unsafe.Slice((*byte)(from), rowLen))
+			if j.rotate && db.Rope != nil {
+				// One row, just copied and so cached: no prefetch to gain.
+				j.tabs.rotateRows(unsafe.Add(to, db.Rope.Offset), 0, db.Rope, zeroSlot[:], j.deltas[i:i+1], i)
+			}
+		}
+		off += sb.RowBytes
+	}
 }

@@ -2,118 +2,122 @@ package kernels
 
 import (
 	"unsafe"
-
-	"github.com/kvpilot/kvpilot/kernels/rope"
 )
 
-// rotateRow rotates every head's RoPE slice of one row. The layout was
-// validated and the arena checked against it, so every slice is in bounds
-// and element-aligned.
+// The scalar kernels below are the reference semantics every vector kernel
+// must reproduce bit for bit. Each rotated pair is
 //
-// Each rotated pair is x' = float32(x·c) − float32(y·s),
-// y' = float32(x·s) + float32(y·c): the explicit conversions forbid the
-// compiler from fusing into FMA (Go spec, "Arithmetic operators"), which keeps
-// results identical on every CPU and equal to the CUDA kernels, which use
-// __fmul_rn/__fadd_rn for the same reason.
-func rotateRow(mem []byte, l *Layout, b *BufferSpec, slot int, cos, sin []float32) {
-	r := b.Rope
-	dim := l.spec.Rope.Dim
-	base := b.Offset + int64(slot)*int64(b.RowBytes) + int64(r.Offset)
-	interleaved := l.spec.Rope.Pairing == rope.Interleaved
-	for h := 0; h < r.Heads; h++ {
-		p := unsafe.Pointer(&mem[base+int64(h*r.HeadStride)])
-		switch l.spec.DType {
-		case F32:
-			v := unsafe.Slice((*float32)(p), dim)
-			if interleaved {
-				rotF32Interleaved(v, cos, sin)
-			} else {
-				rotF32HalfSplit(v, cos, sin)
-			}
-		case BF16:
-			v := unsafe.Slice((*uint16)(p), dim)
-			if interleaved {
-				rotBF16Interleaved(v, cos, sin)
-			} else {
-				rotBF16HalfSplit(v, cos, sin)
-			}
-		case F16:
-			v := unsafe.Slice((*uint16)(p), dim)
-			t := f16ToF32Table()
-			if interleaved {
-				rotF16Interleaved(v, cos, sin, t)
-			} else {
-				rotF16HalfSplit(v, cos, sin, t)
-			}
+//	x' = float32(x·c) − float32(y·s),  y' = float32(x·s) + float32(y·c)
+//
+// The explicit conversions forbid the compiler from fusing into FMA (Go
+// spec, "Arithmetic operators"), which keeps results identical on every CPU
+// and equal to the CUDA kernels, which use __fmul_rn/__fadd_rn for the same
+// reason. bf16/fp16 are widened exactly and narrowed with round to nearest
+// even (F32ToBF16, F32ToF16).
+//
+// y' is written x·s − y·(−c): the same value bit for bit (negation is exact
+// and a + b ≡ a − (−b)), but a subtraction fixes its operand order where an
+// addition leaves it to the compiler's register allocation. That order
+// decides which payload survives when both products are NaN; the contract
+// is that the x product is the first operand in both lanes (the hardware
+// then keeps its NaN), which the vector kernels follow too.
+//
+// Each kernel rotates pairs [from, pairs) of heads slices that start stride
+// bytes apart at p; from > 0 finishes what a vector kernel left (its tail).
+// The layout was validated and the arena checked against it, so every slice
+// is in bounds and element-aligned.
+
+// rotateGeneric runs kernel k in plain Go, with cos and sin per pair.
+func rotateGeneric(k rowKernel, p unsafe.Pointer, heads int, stride uintptr, cos, sin []float32, from int) {
+	pairs := len(cos)
+	if from >= pairs {
+		return
+	}
+	for h := 0; h < heads; h++ {
+		q := unsafe.Add(p, uintptr(h)*stride)
+		switch k {
+		case kF32Half:
+			rotF32Half(unsafe.Slice((*float32)(q), 2*pairs), cos, sin, from)
+		case kF32Inter:
+			rotF32Inter(unsafe.Slice((*float32)(q), 2*pairs), cos, sin, from)
+		case kBF16Half:
+			rotBF16Half(unsafe.Slice((*uint16)(q), 2*pairs), cos, sin, from)
+		case kBF16Inter:
+			rotBF16Inter(unsafe.Slice((*uint16)(q), 2*pairs), cos, sin, from)
+		case kF16Half:
+			rotF16Half(unsafe.Slice((*uint16)(q), 2*pairs), cos, sin, from)
+		case kF16Inter:
+			rotF16Inter(unsafe.Slice((*uint16)(q), 2*pairs), cos, sin, from)
 		}
 	}
 }
 
-func rotF32Interleaved(v, cos, sin []float32) {
-	sin = sin[:len(cos)]
-	v = v[:2*len(cos)]
-	for i, c := range cos {
-		s := sin[i]
-		x, y := v[2*i], v[2*i+1]
-		v[2*i] = float32(x*c) - float32(y*s)
-		v[2*i+1] = float32(x*s) + float32(y*c)
-	}
-}
+// Half-split: v = [x_0 .. x_{h-1} | y_0 .. y_{h-1}], cos/sin of h pairs.
 
-func rotF32HalfSplit(v, cos, sin []float32) {
+func rotF32Half(v, cos, sin []float32, from int) {
 	h := len(cos)
-	sin = sin[:h]
-	lo, hi := v[:h], v[h:2*h]
-	for i, c := range cos {
-		s := sin[i]
+	lo, hi, sin := v[:h], v[h:2*h], sin[:h]
+	for i := from; i < h; i++ {
+		c, s := cos[i], sin[i]
 		x, y := lo[i], hi[i]
 		lo[i] = float32(x*c) - float32(y*s)
-		hi[i] = float32(x*s) + float32(y*c)
+		hi[i] = float32(x*s) - float32(y*-c)
 	}
 }
 
-func rotBF16Interleaved(v []uint16, cos, sin []float32) {
-	sin = sin[:len(cos)]
-	v = v[:2*len(cos)]
-	for i, c := range cos {
-		s := sin[i]
-		x, y := BF16ToF32(v[2*i]), BF16ToF32(v[2*i+1])
-		v[2*i] = F32ToBF16(float32(x*c) - float32(y*s))
-		v[2*i+1] = F32ToBF16(float32(x*s) + float32(y*c))
-	}
-}
-
-func rotBF16HalfSplit(v []uint16, cos, sin []float32) {
+func rotBF16Half(v []uint16, cos, sin []float32, from int) {
 	h := len(cos)
-	sin = sin[:h]
-	lo, hi := v[:h], v[h:2*h]
-	for i, c := range cos {
-		s := sin[i]
+	lo, hi, sin := v[:h], v[h:2*h], sin[:h]
+	for i := from; i < h; i++ {
+		c, s := cos[i], sin[i]
 		x, y := BF16ToF32(lo[i]), BF16ToF32(hi[i])
 		lo[i] = F32ToBF16(float32(x*c) - float32(y*s))
-		hi[i] = F32ToBF16(float32(x*s) + float32(y*c))
+		hi[i] = F32ToBF16(float32(x*s) - float32(y*-c))
 	}
 }
 
-func rotF16Interleaved(v []uint16, cos, sin []float32, t *[1 << 16]float32) {
-	sin = sin[:len(cos)]
-	v = v[:2*len(cos)]
-	for i, c := range cos {
-		s := sin[i]
-		x, y := t[v[2*i]], t[v[2*i+1]]
-		v[2*i] = F32ToF16(float32(x*c) - float32(y*s))
-		v[2*i+1] = F32ToF16(float32(x*s) + float32(y*c))
-	}
-}
-
-func rotF16HalfSplit(v []uint16, cos, sin []float32, t *[1 << 16]float32) {
+func rotF16Half(v []uint16, cos, sin []float32, from int) {
 	h := len(cos)
-	sin = sin[:h]
-	lo, hi := v[:h], v[h:2*h]
-	for i, c := range cos {
-		s := sin[i]
-		x, y := t[lo[i]], t[hi[i]]
+	lo, hi, sin := v[:h], v[h:2*h], sin[:h]
+	for i := from; i < h; i++ {
+		c, s := cos[i], sin[i]
+		x, y := f16Widen(lo[i]), f16Widen(hi[i])
 		lo[i] = F32ToF16(float32(x*c) - float32(y*s))
-		hi[i] = F32ToF16(float32(x*s) + float32(y*c))
+		hi[i] = F32ToF16(float32(x*s) - float32(y*-c))
+	}
+}
+
+// Interleaved: v = [x_0 y_0 x_1 y_1 ...].
+
+func rotF32Inter(v, cos, sin []float32, from int) {
+	h := len(cos)
+	v, sin = v[:2*h], sin[:h]
+	for i := from; i < h; i++ {
+		c, s := cos[i], sin[i]
+		x, y := v[2*i], v[2*i+1]
+		v[2*i] = float32(x*c) - float32(y*s)
+		v[2*i+1] = float32(x*s) - float32(y*-c)
+	}
+}
+
+func rotBF16Inter(v []uint16, cos, sin []float32, from int) {
+	h := len(cos)
+	v, sin = v[:2*h], sin[:h]
+	for i := from; i < h; i++ {
+		c, s := cos[i], sin[i]
+		x, y := BF16ToF32(v[2*i]), BF16ToF32(v[2*i+1])
+		v[2*i] = F32ToBF16(float32(x*c) - float32(y*s))
+		v[2*i+1] = F32ToBF16(float32(x*s) - float32(y*-c))
+	}
+}
+
+func rotF16Inter(v []uint16, cos, sin []float32, from int) {
+	h := len(cos)
+	v, sin = v[:2*h], sin[:h]
+	for i := from; i < h; i++ {
+		c, s := cos[i], sin[i]
+		x, y := f16Widen(v[2*i]), f16Widen(v[2*i+1])
+		v[2*i] = F32ToF16(float32(x*c) - float32(y*s))
+		v[2*i+1] = F32ToF16(float32(x*s) - float32(y*-c))
 	}
 }

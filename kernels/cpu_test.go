@@ -17,7 +17,9 @@ func testEngine() *CPU { return &CPU{workers: 4} }
 // within one storage ulp of the exact rotation of the stored input (the
 // kernel's own error); the distance to RoPE(k, p+Δ) beyond that is only the
 // input's storage rounding, rotated, which the 3-ulp check bounds.
-func TestRotateMatchesRoPE(t *testing.T) {
+func TestRotateMatchesRoPE(t *testing.T) { forEachKernelSet(t, testRotateMatchesRoPE) }
+
+func testRotateMatchesRoPE(t *testing.T) {
 	for _, lc := range layoutCases {
 		for _, dt := range dtypes {
 			t.Run(lc.name+"/"+dt.String(), func(t *testing.T) {
@@ -100,7 +102,9 @@ func checkOutsideUntouched(t *testing.T, f *kvFixture, before []byte, slots []in
 }
 
 // TestRotateComposition: rotating by Δ1 then Δ2 equals rotating by Δ1+Δ2.
-func TestRotateComposition(t *testing.T) {
+func TestRotateComposition(t *testing.T) { forEachKernelSet(t, testRotateComposition) }
+
+func testRotateComposition(t *testing.T) {
 	for _, lc := range layoutCases {
 		t.Run(lc.name, func(t *testing.T) {
 			one := newFixture(t, lc.spec(F32), 5)
@@ -144,6 +148,10 @@ func TestRotateComposition(t *testing.T) {
 
 // TestGatherRotateScatterEqualsGatherThenRotate, disjoint and overlapping.
 func TestGatherRotateScatterEqualsGatherThenRotate(t *testing.T) {
+	forEachKernelSet(t, testGatherRotateScatterEqualsGatherThenRotate)
+}
+
+func testGatherRotateScatterEqualsGatherThenRotate(t *testing.T) {
 	for _, lc := range layoutCases {
 		for _, dt := range dtypes {
 			t.Run(lc.name+"/"+dt.String(), func(t *testing.T) {
@@ -294,4 +302,9 @@ func TestNewLayoutRejects(t *testing.T) {
 	if l.RopeBytesPerSlot() != 2*2*128*4 || l.SlotBytes() != 2*2*2*128*4 {
 		t.Fatalf("rope bytes %d slot bytes %d", l.RopeBytesPerSlot(), l.SlotBytes())
 	}
+}
+
+func row(mem []byte, b *BufferSpec, slot int) []byte {
+	off := b.Offset + int64(slot)*int64(b.RowBytes)
+	return mem[off : off+int64(b.RowBytes)]
 }

@@ -3,7 +3,6 @@ package kernels
 import (
 	"fmt"
 	"math"
-	"sync"
 )
 
 // DType is the storage type of KV elements.
@@ -64,42 +63,30 @@ func F32ToBF16(f float32) uint16 {
 	return uint16(b >> 16)
 }
 
-var (
-	f16TableOnce sync.Once
-	f16Table     *[1 << 16]float32
-)
+// F16ToF32 widens an IEEE half exactly. A signaling NaN stays signaling
+// (only arithmetic quiets it).
+func F16ToF32(h uint16) float32 { return f16Widen(h) }
 
-// f16ToF32Table returns the 256 KiB table of every half's float32 value:
-// one load per element is cheaper than decoding subnormals in the hot loop.
-func f16ToF32Table() *[1 << 16]float32 {
-	f16TableOnce.Do(func() {
-		t := new([1 << 16]float32)
-		for i := range t {
-			t[i] = f16Decode(uint16(i))
-		}
-		f16Table = t
-	})
-	return f16Table
+// f16Widen is F16ToF32 for the hot loops: inlinable, with only zeros and
+// subnormals (rare in keys) taking the call.
+func f16Widen(h uint16) float32 {
+	e := uint32(h>>10) & 0x1f
+	bits := uint32(h&0x8000)<<16 | uint32(h&0x3ff)<<13
+	switch e {
+	case 0x1f: // inf, NaN
+		bits |= 0x7f800000
+	case 0:
+		return f16Small(h)
+	default:
+		bits |= (e + 112) << 23
+	}
+	return math.Float32frombits(bits)
 }
 
-// F16ToF32 widens an IEEE half exactly.
-func F16ToF32(h uint16) float32 { return f16ToF32Table()[h] }
-
-func f16Decode(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h) & 0x3ff
-	switch {
-	case exp == 0x1f: // inf, NaN
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
-	case exp != 0:
-		return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
-	case man == 0:
-		return math.Float32frombits(sign)
-	}
-	// Subnormal: man·2^-24, exact in float32.
-	v := float32(man) * (1.0 / (1 << 24))
-	if sign != 0 {
+// f16Small widens a zero or subnormal half: man·2^-24, exact in float32.
+func f16Small(h uint16) float32 {
+	v := float32(h&0x3ff) * (1.0 / (1 << 24))
+	if h&0x8000 != 0 {
 		v = -v
 	}
 	return v

@@ -88,3 +88,13 @@ func TestRoundNearestEven(t *testing.T) {
 		t.Fatal("fp16 underflow must give zero")
 	}
 }
+
+// TestF16ToF32MatchesDecode: the inlinable widening equals the plain
+// field-by-field decode (oracleF16ToF32) on all 65536 halves, bit for bit.
+func TestF16ToF32MatchesDecode(t *testing.T) {
+	for h := 0; h < 1<<16; h++ {
+		if got, want := math.Float32bits(F16ToF32(uint16(h))), math.Float32bits(oracleF16ToF32(uint16(h))); got != want {
+			t.Fatalf("%#04x: %#08x, want %#08x", h, got, want)
+		}
+	}
+}

@@ -25,13 +25,19 @@
 //
 // # Engines
 //
-// Engine is implemented by the pure-Go CPU engine here (NewCPU) and by the
-// CUDA engine in kernels/cuda, which takes device arenas. Both compute the
+// Engine is implemented by the CPU engine here (NewCPU) and by the CUDA
+// engine in kernels/cuda, which takes device arenas. Both compute the
 // rotation in float32 with explicitly unfused multiplies and adds, so the two
 // agree bit for bit: x' = x·cos − y·sin, y' = x·sin + y·cos, with cos(Δθ_i)
 // and sin(Δθ_i) computed once per distinct Δ in float64 and rounded to
 // float32 (rope.Rotary.DeltaTable); bf16 and fp16 are widened exactly and
 // stored with round to nearest even.
+//
+// The CPU engine has plain-Go kernels, which run everywhere and define the
+// results, and on amd64 with AVX2 and F16C Go-assembly kernels chosen at run
+// time, which reproduce them bit for bit (separate multiplies and adds, no
+// FMA; the same rounding and NaN results). CPUKernels reports which run;
+// KVPILOT_CPU_KERNELS=generic forces the plain-Go ones.
 package kernels
 
 import (
