@@ -89,6 +89,11 @@ type Index struct {
 	// SweepInterval is how often expired pins, retentions and leases are
 	// swept (expiry is also applied lazily at every eviction scan).
 	SweepInterval time.Duration `koanf:"sweep_interval"`
+	// AutoSplice splices a session's cache when its next request edited
+	// the history (session diff, DESIGN.md §6) instead of re-prefilling
+	// everything after the edit. Off by default: it changes what a request
+	// attends to (the amortize contract) without a directive asking.
+	AutoSplice bool `koanf:"auto_splice"`
 }
 
 // Tiers configures each tier's size, watermarks and pin budget.
@@ -235,6 +240,7 @@ func Default() Config {
 			WritePolicy:   "write-through",
 			PauseTier:     "disk",
 			SweepInterval: 5 * time.Second,
+			AutoSplice:    false,
 		},
 		Tiers: Tiers{
 			Device: Tier{CapacityPages: 4096, HighWatermark: 0.95, LowWatermark: 0.85, PinBudget: 0.5},

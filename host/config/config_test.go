@@ -69,6 +69,7 @@ func TestInvalidNamesTheKey(t *testing.T) {
 	}{
 		{"unknown key", "tiers:\n  device:\n    capcity_pages: 3\n", nil, "capcity_pages"},
 		{"wrong type", "index:\n  page_size: lots\n", nil, "page_size"},
+		{"not a bool", "index:\n  auto_splice: maybe\n", nil, "auto_splice"},
 		{"bad ttl", "pins:\n  default_ttl: soon\n", nil, "default_ttl"},
 		{"out of range", "index:\n  page_size: 0\n", nil, "index.page_size"},
 		{"bad enum", "index:\n  write_policy: sometimes\n", nil, "index.write_policy"},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/pool/disk"
 	"github.com/kvpilot/kvpilot/host/pool/tiers"
@@ -28,10 +29,28 @@ func (d *Daemon) buildPools() error {
 		return nil
 	}
 	c := &d.core
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c.pools, c.mover, err = d.openPools(ctx, &l)
+	if err != nil {
+		return err
+	}
+	d.closers = append(d.closers, c.pools.Close)
+	d.log.Info("pools open", "model", l.Model, "page_bytes", l.PageBytes(), "fingerprint", l.Fingerprint())
+	d.AddCheck("pools", func() error { return nil })
+	return nil
+}
+
+// openPools opens the four tiers' pools for layout l and starts a mover on
+// them; the disk tier's pages are put back into the index. The caller owns
+// the returned pools (Close). The engine service opens pools this way when
+// an engine registers a layout and the config names no model.
+func (d *Daemon) openPools(ctx context.Context, l *layout.Layout) (*tiers.Set, *mover.Mover, error) {
+	c := &d.core
 	backend, _ := tiers.ParseBackend(d.cfg.Pools.DeviceBackend) // validated with the config
 	fsync, _ := disk.ParseFsyncPolicy(d.cfg.Pools.DiskFsync)
 	o := tiers.Options{
-		Layout:           &l,
+		Layout:           l,
 		DevicePages:      d.cfg.Tiers.Device.CapacityPages,
 		DeviceBackend:    backend,
 		DeviceOrdinal:    d.cfg.Pools.DeviceOrdinal,
@@ -48,21 +67,18 @@ func (d *Daemon) buildPools() error {
 	if d.cfg.Tiers.Remote.CapacityPages > 0 {
 		js, err := c.nats.JetStream()
 		if err != nil {
-			return fmt.Errorf("remote tier: %w", err)
+			return nil, nil, fmt.Errorf("remote tier: %w", err)
 		}
 		o.RemoteJS = js
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c.pools, err = tiers.Open(ctx, o)
+	set, err := tiers.Open(ctx, o)
 	if err != nil {
-		return fmt.Errorf("open pools for %s: %w", l.Model, err)
+		return nil, nil, fmt.Errorf("open pools for %s: %w", l.Model, err)
 	}
-	d.closers = append(d.closers, c.pools.Close)
-	c.mover, err = mover.New(mover.Options{
+	m, err := mover.New(mover.Options{
 		Index:        c.index,
 		Lock:         &c.mu,
-		Pools:        c.pools,
+		Pools:        set,
 		Workers:      d.cfg.Mover.Workers,
 		Retries:      d.cfg.Mover.Retries,
 		RetryBackoff: d.cfg.Mover.RetryBackoff,
@@ -70,18 +86,18 @@ func (d *Daemon) buildPools() error {
 		Logger:       d.log.Named("mover"),
 	})
 	if err != nil {
-		return fmt.Errorf("start mover: %w", err)
+		_ = set.Close()
+		return nil, nil, fmt.Errorf("start mover: %w", err)
 	}
 	if d.cfg.Tiers.Disk.CapacityPages > 0 {
-		res, err := c.mover.Restore(ctx, tier.Disk)
+		res, err := m.Restore(ctx, tier.Disk)
 		if err != nil {
-			return fmt.Errorf("restore the disk tier from %s: %w", d.cfg.DiskDir(), err)
+			_ = set.Close()
+			return nil, nil, fmt.Errorf("restore the disk tier from %s: %w", d.cfg.DiskDir(), err)
 		}
 		d.log.Info("disk tier restored into the index", "result", fmt.Sprintf("%+v", res))
 	}
-	d.log.Info("pools open", "model", l.Model, "page_bytes", l.PageBytes(), "fingerprint", l.Fingerprint())
-	d.AddCheck("pools", func() error { return nil })
-	return nil
+	return set, m, nil
 }
 
 // transitionsHook hands the executor's planned copies (Warm) to the mover;

@@ -79,7 +79,7 @@ func commitTokens(t *testing.T, d *Daemon, tenant string, toks []uint32, pageSiz
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // generous: plugin processes start slowly on a loaded machine
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

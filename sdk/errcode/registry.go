@@ -25,12 +25,17 @@ const (
 	InvalidPriority  Code = "invalid_priority"
 	InvalidLease     Code = "invalid_lease_id"
 	MissingField     Code = "missing_field"
+	InvalidLayout    Code = "invalid_layout"
+	InvalidSlot      Code = "invalid_slot"
 
 	UnknownBlock   Code = "unknown_block"
 	UnknownSession Code = "unknown_session"
 	UnknownLease   Code = "unknown_lease"
 	LeaseExists    Code = "lease_exists"
 	WrongWorker    Code = "wrong_worker"
+
+	UnknownRequest      Code = "unknown_request"
+	UnknownRegistration Code = "unknown_registration"
 
 	PinBudgetExhausted Code = "pin_budget_exhausted"
 	TenantQuota        Code = "tenant_quota_exhausted"
@@ -45,6 +50,7 @@ const (
 	BlockLocked      Code = "block_locked"
 	Unavailable      Code = "unavailable"
 	DeadlineExceeded Code = "deadline_exceeded"
+	LayoutConflict   Code = "layout_conflict"
 
 	Internal Code = "internal"
 )
@@ -107,6 +113,12 @@ var registry = []Entry{
 	{MissingField, 2009, grpcInvalidArgument,
 		"required field missing",
 		"add the field the detail names"},
+	{InvalidLayout, 2010, grpcInvalidArgument,
+		"invalid KV layout",
+		"register a layout whose page size matches the host's index.page_size, with valid buffers, dtype and RoPE slice; the detail names the field"},
+	{InvalidSlot, 2011, grpcInvalidArgument,
+		"invalid slot",
+		"use only slots the host gave this request (Match or Allocate), each once, inside the arena"},
 
 	{UnknownBlock, 3001, grpcNotFound,
 		"unknown block",
@@ -123,6 +135,12 @@ var registry = []Entry{
 	{WrongWorker, 3005, grpcFailedPrecondition,
 		"addressed to another worker",
 		"send to kv-control-<worker_id> of the worker named in the request, or omit worker_id"},
+	{UnknownRequest, 3006, grpcNotFound,
+		"unknown request",
+		"start the request with Match; a request ends at Release or Finish, or when its engine re-registers"},
+	{UnknownRegistration, 3007, grpcFailedPrecondition,
+		"unknown engine registration",
+		"the host restarted or another registration replaced this one: register again and re-run the request"},
 
 	{PinBudgetExhausted, 4001, grpcResourceExhausted,
 		"pin budget exhausted",
@@ -159,6 +177,9 @@ var registry = []Entry{
 	{DeadlineExceeded, 6005, grpcDeadlineExceeded,
 		"deadline exceeded",
 		"retry with a longer deadline"},
+	{LayoutConflict, 6006, grpcFailedPrecondition,
+		"layout conflicts with the cached pages",
+		"register the layout the host holds pages for, or register with reset to forget every cached page"},
 
 	{Internal, 9001, grpcInternal,
 		"internal error",
@@ -167,34 +188,39 @@ var registry = []Entry{
 
 // Sentinels for errors.Is, one per code.
 var (
-	ErrBadRequest         = &Error{Code: BadRequest, Index: -1}
-	ErrPayloadTooLarge    = &Error{Code: PayloadTooLarge, Index: -1}
-	ErrUnknownVerb        = &Error{Code: UnknownVerb, Index: -1}
-	ErrTooMany            = &Error{Code: TooMany, Index: -1}
-	ErrInvalidHash        = &Error{Code: InvalidHash, Index: -1}
-	ErrInvalidTTL         = &Error{Code: InvalidTTL, Index: -1}
-	ErrInvalidTier        = &Error{Code: InvalidTier, Index: -1}
-	ErrInvalidSpan        = &Error{Code: InvalidSpan, Index: -1}
-	ErrOverlappingSpans   = &Error{Code: OverlappingSpans, Index: -1}
-	ErrSinkProtected      = &Error{Code: SinkProtected, Index: -1}
-	ErrInvalidPriority    = &Error{Code: InvalidPriority, Index: -1}
-	ErrInvalidLease       = &Error{Code: InvalidLease, Index: -1}
-	ErrMissingField       = &Error{Code: MissingField, Index: -1}
-	ErrUnknownBlock       = &Error{Code: UnknownBlock, Index: -1}
-	ErrUnknownSession     = &Error{Code: UnknownSession, Index: -1}
-	ErrUnknownLease       = &Error{Code: UnknownLease, Index: -1}
-	ErrLeaseExists        = &Error{Code: LeaseExists, Index: -1}
-	ErrWrongWorker        = &Error{Code: WrongWorker, Index: -1}
-	ErrPinBudgetExhausted = &Error{Code: PinBudgetExhausted, Index: -1}
-	ErrTenantQuota        = &Error{Code: TenantQuota, Index: -1}
-	ErrRateLimited        = &Error{Code: RateLimited, Index: -1}
-	ErrCapacityExhausted  = &Error{Code: CapacityExhausted, Index: -1}
-	ErrTenantMismatch     = &Error{Code: TenantMismatch, Index: -1}
-	ErrPermissionDenied   = &Error{Code: PermissionDenied, Index: -1}
-	ErrNotSupportedYet    = &Error{Code: NotSupportedYet, Index: -1}
-	ErrTurnAborted        = &Error{Code: TurnAborted, Index: -1}
-	ErrBlockLocked        = &Error{Code: BlockLocked, Index: -1}
-	ErrUnavailable        = &Error{Code: Unavailable, Index: -1}
-	ErrDeadlineExceeded   = &Error{Code: DeadlineExceeded, Index: -1}
-	ErrInternal           = &Error{Code: Internal, Index: -1}
+	ErrBadRequest          = &Error{Code: BadRequest, Index: -1}
+	ErrPayloadTooLarge     = &Error{Code: PayloadTooLarge, Index: -1}
+	ErrUnknownVerb         = &Error{Code: UnknownVerb, Index: -1}
+	ErrTooMany             = &Error{Code: TooMany, Index: -1}
+	ErrInvalidHash         = &Error{Code: InvalidHash, Index: -1}
+	ErrInvalidTTL          = &Error{Code: InvalidTTL, Index: -1}
+	ErrInvalidTier         = &Error{Code: InvalidTier, Index: -1}
+	ErrInvalidSpan         = &Error{Code: InvalidSpan, Index: -1}
+	ErrOverlappingSpans    = &Error{Code: OverlappingSpans, Index: -1}
+	ErrSinkProtected       = &Error{Code: SinkProtected, Index: -1}
+	ErrInvalidPriority     = &Error{Code: InvalidPriority, Index: -1}
+	ErrInvalidLease        = &Error{Code: InvalidLease, Index: -1}
+	ErrMissingField        = &Error{Code: MissingField, Index: -1}
+	ErrInvalidLayout       = &Error{Code: InvalidLayout, Index: -1}
+	ErrInvalidSlot         = &Error{Code: InvalidSlot, Index: -1}
+	ErrUnknownBlock        = &Error{Code: UnknownBlock, Index: -1}
+	ErrUnknownSession      = &Error{Code: UnknownSession, Index: -1}
+	ErrUnknownLease        = &Error{Code: UnknownLease, Index: -1}
+	ErrLeaseExists         = &Error{Code: LeaseExists, Index: -1}
+	ErrWrongWorker         = &Error{Code: WrongWorker, Index: -1}
+	ErrUnknownRequest      = &Error{Code: UnknownRequest, Index: -1}
+	ErrUnknownRegistration = &Error{Code: UnknownRegistration, Index: -1}
+	ErrPinBudgetExhausted  = &Error{Code: PinBudgetExhausted, Index: -1}
+	ErrTenantQuota         = &Error{Code: TenantQuota, Index: -1}
+	ErrRateLimited         = &Error{Code: RateLimited, Index: -1}
+	ErrCapacityExhausted   = &Error{Code: CapacityExhausted, Index: -1}
+	ErrTenantMismatch      = &Error{Code: TenantMismatch, Index: -1}
+	ErrPermissionDenied    = &Error{Code: PermissionDenied, Index: -1}
+	ErrNotSupportedYet     = &Error{Code: NotSupportedYet, Index: -1}
+	ErrTurnAborted         = &Error{Code: TurnAborted, Index: -1}
+	ErrBlockLocked         = &Error{Code: BlockLocked, Index: -1}
+	ErrUnavailable         = &Error{Code: Unavailable, Index: -1}
+	ErrDeadlineExceeded    = &Error{Code: DeadlineExceeded, Index: -1}
+	ErrLayoutConflict      = &Error{Code: LayoutConflict, Index: -1}
+	ErrInternal            = &Error{Code: Internal, Index: -1}
 )

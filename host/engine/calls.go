@@ -1,0 +1,469 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/mover"
+	"github.com/kvpilot/kvpilot/host/pool"
+	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/enginewire"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+	"github.com/kvpilot/kvpilot/sdk/proto/convert"
+	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
+)
+
+// maxName bounds session, tenant and request ids.
+const maxName = 256
+
+func checkName(field, v string) error {
+	if len(v) > maxName || !printable(v) {
+		return errcode.New(errcode.BadRequest, "%s must be at most %d printable characters", field, maxName)
+	}
+	return nil
+}
+
+func status(err error) error { return convert.GRPCStatus(errcode.From(err)) }
+
+// Match implements kvpilot.v1.Engine.
+func (s *Service) Match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchResponse, error) {
+	resp, err := s.match(ctx, req)
+	if err != nil {
+		return nil, status(err)
+	}
+	return resp, nil
+}
+
+func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchResponse, error) {
+	for _, f := range [][2]string{{"session", req.GetSession()}, {"tenant", req.GetTenant()}, {"request_id", req.GetRequestId()}} {
+		if err := checkName(f[0], f[1]); err != nil {
+			return nil, err
+		}
+	}
+	toks := req.GetTokens()
+	if len(toks) > s.cfg.MaxTokens {
+		return nil, errcode.New(errcode.TooMany, "%d tokens, limit %d", len(toks), s.cfg.MaxTokens)
+	}
+	msgs, err := messagesFromProto(req.GetMessages(), len(toks))
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	reg, err := s.registrationOf(req.GetRegistrationId())
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	id := req.GetRequestId()
+	if id == "" {
+		s.nextReq++
+		id = "r" + strconv.FormatUint(s.nextReq, 10) + "-" + reg.id[:6]
+	} else if s.requests[id] != nil {
+		s.mu.Unlock()
+		return nil, errcode.New(errcode.BadRequest, "request_id %.64q is already running; ids must be unique among running requests", id)
+	}
+	r := &request{
+		id: id, reg: reg, session: req.GetSession(), tenant: req.GetTenant(), salt: saltOf(req.GetTenant()),
+		prompt: append([]uint32(nil), toks...), messages: msgs, owned: map[pool.Slot]struct{}{}, touched: s.cfg.Now(),
+	}
+	r.mu.Lock() // no other call can find it before Match answers
+	defer r.mu.Unlock()
+	s.requests[id] = r
+	pools := s.pools
+	s.stats.Matches++
+	s.mu.Unlock()
+
+	fail := func(err error) (*pb.MatchResponse, error) {
+		s.endRequest(r)
+		return nil, err
+	}
+	ix := s.cfg.Index
+	ps := ix.PageSize()
+	var m cache.MatchResult
+	s.cfg.Lock.Lock()
+	ix.Match(r.tenant, r.salt, toks, &m)
+	pages := m.Pages
+	missing := 0
+	for _, p := range pages {
+		if !p.Tiers.Has(tier.Device) {
+			missing++
+		}
+	}
+	if len(pages) > 0 {
+		if err := s.lockPathLocked(r, pages[len(pages)-1].Seq, true); err != nil {
+			s.cfg.Lock.Unlock()
+			return fail(mapIndexErr(err, "lock the matched path"))
+		}
+	}
+	s.cfg.Lock.Unlock()
+
+	resp := &pb.MatchResponse{RequestId: id, PageSize: uint32(ps), BlockHashes: append([]uint64(nil), m.Hashes.Sequence...)}
+	if missing > 0 {
+		// Load back all or nothing: the pages are locked, so they cannot be
+		// evicted while they come back.
+		wait := s.cfg.LoadBackDeadline
+		if ms := req.GetLoadBackDeadlineMs(); ms > 0 && time.Duration(ms)*time.Millisecond < wait {
+			wait = time.Duration(ms) * time.Millisecond
+		}
+		seqs := make([]uint64, len(pages))
+		for i, p := range pages {
+			seqs[i] = p.Seq
+		}
+		start := time.Now()
+		rep, err := pools.Mover.LoadBack(ctx, cache.TargetHashes(r.tenant, seqs...), start.Add(wait))
+		resp.LoadBackUs = uint32(min(time.Since(start).Microseconds(), 1<<32-1))
+		resp.LoadedPages, resp.LoadedBytes = uint32(rep.Copied), uint64(rep.Bytes)
+		if err != nil && !errors.Is(err, mover.ErrIncomplete) {
+			s.cfg.Log.Warn("load-back failed; serving the prefix on the device", "request", id, "error", err)
+		}
+	}
+	// Serve the prefix that is on the device now.
+	slots := make([]uint32, 0, len(pages))
+	s.cfg.Lock.Lock()
+	cut := len(pages)
+	for i, p := range pages {
+		info, ok := ix.Lookup(r.tenant, p.Seq)
+		if !ok || !info.Tiers.Has(tier.Device) {
+			cut = i
+			break
+		}
+		slots = append(slots, uint32(info.Loc[tier.Device]))
+	}
+	if cut < len(pages) {
+		var err error
+		if cut > 0 {
+			err = s.lockPathLocked(r, pages[cut-1].Seq, true)
+		} else {
+			err = s.lockPathLocked(r, 0, false)
+		}
+		if err != nil {
+			s.cfg.Lock.Unlock()
+			return fail(mapIndexErr(err, "lock the loaded prefix"))
+		}
+		resp.LoadBackIncomplete = true
+		resp.DroppedPages = uint32(len(pages) - cut)
+	}
+	s.cfg.Lock.Unlock()
+	r.matched = cut
+	r.committed = append([]uint32(nil), toks[:cut*ps]...)
+	resp.CachedTokens = uint32(cut * ps)
+	resp.PageSlots = slots
+
+	s.mu.Lock()
+	s.stats.PromptTokens += uint64(len(toks))
+	s.stats.CachedTokens += uint64(cut * ps)
+	s.stats.LoadedPages += uint64(resp.LoadedPages)
+	if resp.LoadBackIncomplete {
+		s.stats.LoadBackIncomplete++
+	}
+	s.sessions.touch(r.session, r.tenant, msgs)
+	s.mu.Unlock()
+	if o := s.cfg.Observer; o != nil {
+		o.RequestStarted(RequestStarted{RequestID: id, Session: r.session, Tenant: r.tenant, Tokens: r.prompt,
+			BlockHashes: resp.BlockHashes, CachedTokens: cut * ps, Messages: msgs})
+	}
+	return resp, nil
+}
+
+// Allocate implements kvpilot.v1.Engine.
+func (s *Service) Allocate(ctx context.Context, req *pb.AllocateRequest) (*pb.AllocateResponse, error) {
+	resp, err := s.allocate(ctx, req)
+	if err != nil {
+		return nil, status(err)
+	}
+	return resp, nil
+}
+
+func (s *Service) allocate(ctx context.Context, req *pb.AllocateRequest) (*pb.AllocateResponse, error) {
+	r, err := s.requestOf(req.GetRegistrationId(), req.GetRequestId())
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return nil, errcode.New(errcode.UnknownRequest, "request %.64q ended", r.id)
+	}
+	r.touched = s.cfg.Now()
+	p := s.currentPools()
+	dev := p.Set.Memory(tier.Device)
+	n := int(req.GetPages())
+	if capPages := dev.Stats().Capacity; n < 1 || int64(n) > capPages {
+		return nil, errcode.New(errcode.BadRequest, "pages %d: want 1..%d (the device arena's capacity)", n, capPages)
+	}
+	resp := &pb.AllocateResponse{}
+	var slots []pool.Slot
+	// The index evicts by watermark; when the arena is full, run its plan
+	// and try again, a few times, before telling the engine.
+	for attempt := 0; ; attempt++ {
+		slots, err = dev.Alloc(slots[:0], n)
+		if err == nil || !errors.Is(err, pool.ErrFull) || attempt == 3 {
+			break
+		}
+		rep := p.Mover.Step(ctx)
+		resp.EvictedPages += uint32(rep.Dropped)
+		if rep.Dropped == 0 && rep.Copied == 0 && attempt > 0 {
+			break
+		}
+	}
+	if err != nil {
+		st := dev.Stats()
+		return nil, mapIndexErr(err, "allocate %d device pages: %d of %d free; the rest hold cached pages that are locked, pinned or not yet evictable, or slots of running requests", n, st.Free, st.Capacity)
+	}
+	for _, sl := range slots {
+		r.owned[sl] = struct{}{}
+	}
+	resp.PageSlots = make([]uint32, len(slots))
+	for i, sl := range slots {
+		resp.PageSlots[i] = uint32(sl)
+	}
+	return resp, nil
+}
+
+// Commit implements kvpilot.v1.Engine.
+func (s *Service) Commit(ctx context.Context, req *pb.CommitRequest) (*pb.CommitResponse, error) {
+	resp, err := s.commit(req)
+	if err != nil {
+		return nil, status(err)
+	}
+	return resp, nil
+}
+
+func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
+	r, err := s.requestOf(req.GetRegistrationId(), req.GetRequestId())
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return nil, errcode.New(errcode.UnknownRequest, "request %.64q ended", r.id)
+	}
+	r.touched = s.cfg.Now()
+	toks, offered := req.GetTokens(), req.GetPageSlots()
+	ps := s.cfg.Index.PageSize()
+	full := len(toks) / ps
+	switch {
+	case len(toks) > s.cfg.MaxTokens:
+		return nil, errcode.New(errcode.TooMany, "%d tokens, limit %d", len(toks), s.cfg.MaxTokens)
+	case len(offered) == 0:
+		return nil, errcode.New(errcode.MissingField, "page_slots")
+	case len(offered) > full:
+		return nil, errcode.New(errcode.BadRequest, "%d page_slots for %d tokens: only %d full pages of %d tokens can be committed", len(offered), len(toks), full, ps)
+	}
+	n := len(offered)
+	h := blockid.Compute(toks[:n*ps], ps, r.salt)
+	p := s.currentPools()
+	capSlots := p.Set.Memory(tier.Device).Stats().Capacity
+	locs := make([]uint64, n)
+	seen := make(map[uint32]bool, n)
+	ix := s.cfg.Index
+
+	s.cfg.Lock.Lock()
+	// Every slot must be one this request was allocated, or the slot the
+	// page already has on the device (a matched page passed back).
+	for i, sl := range offered {
+		if int64(sl) >= capSlots || seen[sl] {
+			s.cfg.Lock.Unlock()
+			return nil, errcode.New(errcode.InvalidSlot, "page_slots[%d] = %d: out of range (%d slots) or given twice", i, sl, capSlots)
+		}
+		seen[sl] = true
+		if _, ok := r.owned[pool.Slot(sl)]; !ok {
+			info, ok := ix.Lookup(r.tenant, h.Sequence[i])
+			if !ok || !info.Tiers.Has(tier.Device) || info.Loc[tier.Device] != uint64(sl) {
+				s.cfg.Lock.Unlock()
+				return nil, errcode.New(errcode.InvalidSlot, "page_slots[%d] = %d was not allocated to request %.64q and does not hold that page", i, sl, r.id)
+			}
+		}
+		locs[i] = uint64(sl)
+	}
+	var res cache.CommitResult
+	cerr := ix.Commit(r.tenant, h, locs, &res)
+	// Lock the deepest page now in the index, so what the request wrote
+	// stays while it decodes; then the engine's slots are the index's.
+	deepest := -1
+	for i := n - 1; i >= 0; i-- {
+		if info, ok := ix.Lookup(r.tenant, h.Sequence[i]); ok && info.Tiers.Has(tier.Device) {
+			deepest = i
+			break
+		}
+	}
+	if deepest >= 0 && deepest+1 > r.matched {
+		if err := s.lockPathLocked(r, h.Sequence[deepest], true); err != nil {
+			s.cfg.Log.Error("locking committed pages failed", "request", r.id, "error", err)
+		}
+	}
+	unused := make(map[uint64]bool, len(res.Unused))
+	for _, u := range res.Unused {
+		unused[u] = true
+	}
+	s.cfg.Lock.Unlock()
+
+	var free []pool.Slot
+	for _, sl := range offered {
+		if _, ok := r.owned[pool.Slot(sl)]; !ok {
+			continue
+		}
+		delete(r.owned, pool.Slot(sl))
+		if unused[uint64(sl)] {
+			free = append(free, pool.Slot(sl))
+		}
+	}
+	if len(free) > 0 {
+		if err := p.Set.Memory(tier.Device).Free(free...); err != nil {
+			s.cfg.Log.Error("freeing duplicate slots failed", "request", r.id, "error", err)
+		}
+	}
+	if deepest+1 > len(r.committed)/ps {
+		r.committed = append(r.committed[:0], toks[:(deepest+1)*ps]...)
+	}
+	s.mu.Lock()
+	s.sessions.commit(r.session, r.tenant, toks, (deepest+1)*ps)
+	s.stats.CommittedPages += uint64(res.Stored)
+	s.mu.Unlock()
+	s.kickStep()
+	if cerr != nil {
+		return nil, mapIndexErr(cerr, "commit %d pages of request %.64q (the first %d were committed)", n, r.id, deepest+1)
+	}
+	return &pb.CommitResponse{Stored: uint32(res.Stored), Present: uint32(res.Present), BlockHashes: h.Sequence}, nil
+}
+
+// Release implements kvpilot.v1.Engine.
+func (s *Service) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+	r, err := s.requestOf(req.GetRegistrationId(), req.GetRequestId())
+	if err != nil {
+		return nil, status(err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &pb.ReleaseResponse{FreedSlots: uint32(s.endRequest(r))}, nil
+}
+
+// Finish implements kvpilot.v1.Engine.
+func (s *Service) Finish(ctx context.Context, req *pb.FinishRequest) (*pb.FinishResponse, error) {
+	resp, err := s.finish(ctx, req)
+	if err != nil {
+		return nil, status(err)
+	}
+	return resp, nil
+}
+
+func (s *Service) finish(ctx context.Context, req *pb.FinishRequest) (*pb.FinishResponse, error) {
+	cc, err := cacheControlOf(req)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.requestOf(req.GetRegistrationId(), req.GetRequestId())
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return nil, errcode.New(errcode.UnknownRequest, "request %.64q ended", r.id)
+	}
+	resp := &pb.FinishResponse{}
+	// Pin while the request still holds its lock, so nothing of the prefix
+	// can be evicted between the end of the request and the pin.
+	if cc.Present() && len(r.committed) > 0 {
+		source := "engine:" + r.reg.engineID
+		if r.reg.uid >= 0 {
+			source = fmt.Sprintf("engine:uid=%d:%s", r.reg.uid, r.reg.engineID)
+		}
+		c := directive.CacheControl{Action: directive.ActionPinPrefix, TokenIDs: r.committed}
+		if cc.TTL > 0 {
+			c.TTL = directive.TTLOf(cc.TTL)
+		}
+		rep := s.cfg.Executor.CacheControl(ctx, source, r.tenant, c)
+		if rep.Status == directive.StatusOK {
+			resp.Pinned = true
+			resp.PinnedBlocks = uint32(rep.Count())
+			if rep.TotalBlocks != nil {
+				resp.TotalBlocks = uint32(*rep.TotalBlocks)
+			}
+			resp.TtlMs = uint64(cc.TTL.Milliseconds())
+			s.mu.Lock()
+			s.stats.Pins++
+			s.mu.Unlock()
+		} else {
+			resp.PinError = convert.ErrorToProto(&errcode.Error{Code: rep.Code, Detail: rep.Message, Index: -1})
+		}
+	}
+	resp.FreedSlots = uint32(s.endRequest(r))
+	if o := s.cfg.Observer; o != nil {
+		u := req.GetUsage()
+		o.RequestFinished(RequestFinished{RequestID: r.id, Session: r.session, Tenant: r.tenant,
+			InputTokens: int64(u.GetInputTokens()), CachedTokens: int64(u.GetCachedTokens()),
+			OutputTokens: int64(u.GetOutputTokens()), ReasoningTokens: int64(u.GetReasoningTokens()),
+			CacheControl: cc, CommittedTokens: len(r.committed)})
+	}
+	return resp, nil
+}
+
+// cacheControlOf reads Finish's cache_control from the message or its JSON
+// (Anthropic or nvext form); when both are given they must agree.
+func cacheControlOf(req *pb.FinishRequest) (enginewire.CacheControl, error) {
+	var cc enginewire.CacheControl
+	if m := req.GetCacheControl(); m != nil {
+		d, err := enginewire.ParseTTL(m.GetTtl())
+		if err != nil {
+			return cc, err
+		}
+		cc = enginewire.CacheControl{Type: m.GetType(), TTL: d}
+		if err := cc.Validate(); err != nil {
+			return cc, err
+		}
+	}
+	if js := req.GetCacheControlJson(); js != "" {
+		if len(js) > 1<<20 {
+			return cc, errcode.New(errcode.PayloadTooLarge, "cache_control_json of %d bytes", len(js))
+		}
+		j, err := enginewire.ParseCacheControlJSON([]byte(js))
+		if err != nil {
+			return cc, err
+		}
+		if cc.Present() && j.Present() && j != cc {
+			return cc, errcode.New(errcode.BadRequest, "cache_control and cache_control_json disagree")
+		}
+		if j.Present() {
+			cc = j
+		}
+	}
+	return cc, nil
+}
+
+func messagesFromProto(ms []*pb.ChatMessage, ntoks int) ([]Message, error) {
+	if len(ms) > 1<<16 {
+		return nil, errcode.New(errcode.TooMany, "%d messages", len(ms))
+	}
+	out := make([]Message, 0, len(ms))
+	span := func(i int, what string, sp *pb.TokenSpan) (int, int, error) {
+		a, b := int(sp.GetStart()), int(sp.GetEnd())
+		if a > b || b > ntoks {
+			return 0, 0, errcode.New(errcode.InvalidSpan, "messages[%d].%s [%d, %d) outside the %d tokens", i, what, a, b, ntoks)
+		}
+		return a, b, nil
+	}
+	for i, m := range ms {
+		a, b, err := span(i, "span", m.GetSpan())
+		if err != nil {
+			return nil, err
+		}
+		msg := Message{Role: m.GetRole(), ToolName: m.GetToolName(), Content: m.GetContent(), Start: a, End: b, ThinkingText: m.GetThinkingText()}
+		for _, th := range m.GetThinking() {
+			ta, tb, err := span(i, "thinking", th)
+			if err != nil {
+				return nil, err
+			}
+			msg.Thinking = append(msg.Thinking, [2]int{ta, tb})
+		}
+		out = append(out, msg)
+	}
+	return out, nil
+}

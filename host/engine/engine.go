@@ -1,0 +1,268 @@
+// Package engine serves kvpilot.v1.Engine, the protocol an inference engine
+// speaks with its host over a Unix socket (DESIGN.md §3, §7).
+//
+// The engine registers its KV layout and RoPE config and receives the pools
+// the host allocated: memfd descriptors over the descriptor side channel
+// (fdserver.go; gRPC cannot carry descriptors) and, with a GPU, CUDA IPC
+// handles. Per request it calls Match (longest cached prefix, load-back from
+// colder tiers all or nothing within a deadline, pins refreshed, pages locked),
+// Allocate (device slots for the rest), Commit (full pages enter the cache and
+// are written through), and Release or Finish (locks dropped, unused slots
+// freed; Finish also pins the request's prefix for its cache_control TTL
+// through the directive executor, so the pin is audited and budgeted).
+// A server stream carries fill orders, the prefill work splice replacements
+// need.
+//
+// Registrations are versioned and fail closed: every call names its
+// registration, and a host that restarted (a new boot id) knows none, so the
+// engine's next call fails with unknown_registration and it registers again.
+// One engine serves a host at a time: a new registration re-attaches to the
+// pools when the layout is the same (an engine restart) and retires the old
+// one, releasing whatever requests it left behind. A different layout is
+// refused while pages are cached, unless the engine asks for a reset.
+//
+// The service keeps, per session, the latest token sequence it cached, which
+// splice and session diff read (Sessions).
+//
+// Locking: the service mutex guards registrations, requests and sessions; the
+// index lock (shared with the executor and the mover) guards the cache index.
+// The service mutex may be held while taking the index lock, never the
+// reverse, and neither is held across a transfer.
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/layout"
+	"github.com/kvpilot/kvpilot/host/mover"
+	"github.com/kvpilot/kvpilot/host/pool/tiers"
+	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
+)
+
+// Pools are one layout's tier pools and the mover that runs on them.
+type Pools struct {
+	Layout *layout.Layout
+	Set    *tiers.Set
+	Mover  *mover.Mover
+	// DeviceOrdinal is the GPU the device arena lives on (CUDA backend).
+	DeviceOrdinal int
+	// Close releases the pools; nil when they are not the service's to
+	// close (the host opened them at start from its configured model).
+	Close func() error
+}
+
+// Config configures a Service.
+type Config struct {
+	// Index and Lock are the host's cache index and the one lock every
+	// component takes around it. Required.
+	Index *cache.Index
+	Lock  sync.Locker
+	// Executor applies Finish's cache_control pin. Required.
+	Executor *executor.Executor
+	// Pools, when set, were opened at start from the configured model: a
+	// registration must match their layout.
+	Pools *Pools
+	// OpenPools opens pools for the first registered layout when Pools is
+	// nil (and again after a reset to another layout).
+	OpenPools func(ctx context.Context, l *layout.Layout) (*Pools, error)
+	// FDSocket is the descriptor side channel's path, told to engines.
+	FDSocket string
+	// WorkerID is reported at registration.
+	WorkerID string
+	// LoadBackDeadline caps a Match's load-back (default 2s).
+	LoadBackDeadline time.Duration
+	// RequestTTL releases requests idle this long (default 10m).
+	RequestTTL time.Duration
+	// MaxSessions bounds the remembered sessions (default 65536).
+	MaxSessions int
+	// MaxTokens bounds one request's tokens (default 1<<20).
+	MaxTokens int
+	// Observer is told about requests; nil tells no one.
+	Observer Observer
+	// Log; nil discards.
+	Log hclog.Logger
+	// Now is the wall clock for request ages; nil means time.Now.
+	Now func() time.Time
+}
+
+// Service is the Engine service.
+type Service struct {
+	pb.UnimplementedEngineServer
+	cfg    Config
+	bootID string
+	grpc   *grpc.Server
+	fds    *fdServer
+	kick   chan struct{}
+
+	mu       sync.Mutex
+	reg      *registration // the live one, or nil
+	pools    *Pools        // open pools (cfg.Pools, or opened on Register)
+	requests map[string]*request
+	sessions *sessions
+	fills    *fillHub
+	nextReq  uint64
+	stats    Stats
+}
+
+// Errors of New.
+var ErrConfig = errors.New("engine service: invalid config")
+
+// New checks cfg and builds the service; Serve and ServeFDs start it.
+func New(cfg Config) (*Service, error) {
+	switch {
+	case cfg.Index == nil || cfg.Lock == nil:
+		return nil, fmt.Errorf("%w: Index and Lock are required", ErrConfig)
+	case cfg.Executor == nil:
+		return nil, fmt.Errorf("%w: Executor is required", ErrConfig)
+	case cfg.Pools == nil && cfg.OpenPools == nil:
+		return nil, fmt.Errorf("%w: give Pools or OpenPools", ErrConfig)
+	}
+	if cfg.LoadBackDeadline <= 0 {
+		cfg.LoadBackDeadline = 2 * time.Second
+	}
+	if cfg.RequestTTL <= 0 {
+		cfg.RequestTTL = 10 * time.Minute
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = 65536
+	}
+	if cfg.MaxTokens <= 0 {
+		cfg.MaxTokens = 1 << 20
+	}
+	if cfg.Log == nil {
+		cfg.Log = hclog.NewNullLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Service{
+		cfg:      cfg,
+		bootID:   randomID(8),
+		kick:     make(chan struct{}, 1),
+		pools:    cfg.Pools,
+		requests: map[string]*request{},
+		sessions: newSessions(cfg.MaxSessions),
+	}
+	s.fills = newFillHub()
+	s.fds = newFDServer(s, cfg.Log.Named("fds"))
+	s.grpc = grpc.NewServer(
+		grpc.Creds(peerCreds{}),
+		grpc.MaxRecvMsgSize(64<<20), // a 1M-token prompt is 4 MiB of tokens; leave room
+		grpc.MaxSendMsgSize(64<<20),
+		grpc.ChainUnaryInterceptor(recoverUnary(cfg.Log)),
+		grpc.ChainStreamInterceptor(recoverStream(cfg.Log)),
+	)
+	pb.RegisterEngineServer(s.grpc, s)
+	return s, nil
+}
+
+// BootID identifies this service instance; it changes at every host start.
+func (s *Service) BootID() string { return s.bootID }
+
+// Serve answers gRPC on ln (the engine socket) until Stop.
+func (s *Service) Serve(ln net.Listener) error {
+	err := s.grpc.Serve(ln)
+	if err == nil || errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return fmt.Errorf("engine socket %v: %w", ln.Addr(), err)
+}
+
+// ServeFDs answers descriptor claims on ln (the side channel) until ln
+// is closed.
+func (s *Service) ServeFDs(ln net.Listener) error { return s.fds.serve(ln) }
+
+// Run does the service's background work until ctx ends: it releases idle
+// requests, and runs the mover's plan after commits (write-through) and on
+// a timer when the service opened the pools itself (the host's step loop
+// covers pools opened at start).
+func (s *Service) Run(ctx context.Context, stepEvery time.Duration) {
+	if stepEvery <= 0 {
+		stepEvery = 100 * time.Millisecond
+	}
+	t := time.NewTicker(stepEvery)
+	defer t.Stop()
+	reap := time.NewTicker(min(s.cfg.RequestTTL/4, time.Minute))
+	defer reap.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reap.C:
+			s.reapIdle()
+			continue
+		case <-s.kick:
+		case <-t.C:
+			if s.cfg.Pools != nil {
+				continue // the host's own loop steps its pools
+			}
+		}
+		if p := s.currentPools(); p != nil {
+			if r := p.Mover.Step(ctx); len(r.Errors) > 0 && ctx.Err() == nil {
+				s.cfg.Log.Warn("tier step had failures", "failed", r.Failed, "errors", errors.Join(r.Errors...))
+			}
+		}
+	}
+}
+
+// Stop ends fill streams, lets calls finish for up to grace, then closes
+// every connection. It does not close the pools (Close does).
+func (s *Service) Stop(grace time.Duration) {
+	s.fills.closeAll()
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		s.grpc.Stop()
+		<-done
+	}
+	s.fds.close()
+}
+
+// Close releases every request and closes pools the service opened.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retireLocked("host shutting down")
+	if s.pools != nil && s.pools.Close != nil {
+		err := s.pools.Close()
+		s.pools = nil
+		return err
+	}
+	return nil
+}
+
+func (s *Service) currentPools() *Pools {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pools
+}
+
+// kickStep asks Run for a mover step soon (coalesced).
+func (s *Service) kickStep() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err)) // the kernel's CSPRNG does not fail
+	}
+	return hex.EncodeToString(b)
+}

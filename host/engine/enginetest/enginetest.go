@@ -1,0 +1,277 @@
+// Package enginetest runs a real kvpilot engine host for tests and
+// benchmarks, in this process or in a child process, the way net/http/httptest
+// runs a server: a cache index, the directive executor with an in-memory audit
+// ring, memfd device and host arenas, a disk tier under a directory, the
+// mover, and the Engine service on private Unix sockets. Nothing is mocked.
+//
+// A test binary that wants hosts in separate processes calls MaybeHostMain
+// first thing in TestMain; Spawn then re-executes the test binary as a host.
+package enginetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/engine"
+	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/layout"
+	"github.com/kvpilot/kvpilot/host/mover"
+	"github.com/kvpilot/kvpilot/host/pool/disk"
+	"github.com/kvpilot/kvpilot/host/pool/tiers"
+	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/host/uds"
+)
+
+// Options shape a test host. Zero sizes take small defaults.
+type Options struct {
+	// Dir holds the sockets and the disk tier; a restarted host given the
+	// same Dir finds its disk pages again.
+	Dir         string `json:"dir"`
+	PageSize    int    `json:"page_size"`
+	DevicePages int    `json:"device_pages"`
+	HostPages   int    `json:"host_pages"`
+	// DeviceHeadroom is arena pages beyond the index's device capacity,
+	// for slots allocated to running requests and not yet committed (the
+	// index evicts by its own watermarks, which do not see them); default
+	// a quarter of DevicePages.
+	DeviceHeadroom int `json:"device_headroom"`
+	// DiskPages 0 disables the disk tier.
+	DiskPages int `json:"disk_pages"`
+	// High and Low are every tier's watermarks (default 0.9 and 0.7).
+	High float64 `json:"high"`
+	Low  float64 `json:"low"`
+	// PinFraction is every tier's pin budget (default 0.5).
+	PinFraction float64 `json:"pin_fraction"`
+	// WritePolicy is write-through (default), write-back or none.
+	WritePolicy string `json:"write_policy"`
+	// Configured, when set, opens the pools at start with this layout, as a
+	// host with a configured model does.
+	Configured *layout.Layout `json:"configured,omitempty"`
+	// LoadBackDeadline for Match (default 2s).
+	LoadBackDeadline time.Duration `json:"load_back_deadline"`
+	// StepEvery is the mover's plan interval (default 20ms).
+	StepEvery time.Duration `json:"step_every"`
+	WorkerID  string        `json:"worker_id"`
+	// Verbose logs to stderr.
+	Verbose bool `json:"verbose"`
+}
+
+func (o *Options) defaults() {
+	if o.PageSize == 0 {
+		o.PageSize = 16
+	}
+	if o.DevicePages == 0 {
+		o.DevicePages = 64
+	}
+	if o.DeviceHeadroom == 0 {
+		o.DeviceHeadroom = max(4, o.DevicePages/4)
+	}
+	if o.HostPages == 0 {
+		o.HostPages = 256
+	}
+	if o.High == 0 {
+		o.High, o.Low = 0.9, 0.7
+	}
+	if o.PinFraction == 0 {
+		o.PinFraction = 0.5
+	}
+	if o.WritePolicy == "" {
+		o.WritePolicy = "write-through"
+	}
+	if o.LoadBackDeadline == 0 {
+		o.LoadBackDeadline = 2 * time.Second
+	}
+	if o.StepEvery == 0 {
+		o.StepEvery = 20 * time.Millisecond
+	}
+	if o.WorkerID == "" {
+		o.WorkerID = "7"
+	}
+}
+
+// Host is a running test host.
+type Host struct {
+	Service  *engine.Service
+	Index    *cache.Index
+	Lock     *sync.Mutex
+	Executor *executor.Executor
+	Audit    *executor.Ring
+	// Socket and FDSocket are the engine socket and the side channel.
+	Socket, FDSocket string
+
+	opts       Options
+	configured *tiers.Set // pools opened at start, closed by Close
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	closed     bool
+}
+
+// SocketPath is where a host with dir serves the engine socket.
+func SocketPath(dir string) string { return filepath.Join(dir, "run", "engine.sock") }
+
+// Start runs a host in this process.
+func Start(o Options) (*Host, error) {
+	o.defaults()
+	if o.Dir == "" {
+		return nil, errors.New("enginetest: Options.Dir is required")
+	}
+	log := hclog.NewNullLogger()
+	if o.Verbose {
+		log = hclog.New(&hclog.LoggerOptions{Name: "testhost", Level: hclog.Debug, Output: os.Stderr})
+	}
+	wp, err := cache.ParseWritePolicy(o.WritePolicy)
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{Lock: &sync.Mutex{}, Audit: executor.NewRing(1024), opts: o}
+	var tcs [tier.Count]cache.TierConfig
+	for t, pages := range map[tier.Tier]int{tier.Device: o.DevicePages, tier.Host: o.HostPages, tier.Disk: o.DiskPages} {
+		tcs[t] = cache.TierConfig{Capacity: pages, High: o.High, Low: o.Low, PinFraction: o.PinFraction}
+	}
+	h.Index, err = cache.New(cache.Config{PageSize: o.PageSize, Tiers: tcs, DeviceWrite: wp, Clock: cache.NewMonotonicClock()})
+	if err != nil {
+		return nil, err
+	}
+	var pools *engine.Pools
+	var poolsMu sync.Mutex
+	open := func(ctx context.Context, l *layout.Layout) (*engine.Pools, error) {
+		set, err := tiers.Open(ctx, tiers.Options{
+			Layout: l, DevicePages: o.DevicePages + o.DeviceHeadroom, DeviceBackend: tiers.BackendMemfd, HostPages: o.HostPages,
+			DiskDir: filepath.Join(o.Dir, "disk"), DiskPages: o.DiskPages, DiskFsync: disk.FsyncBatch, Logger: log.Named("pools"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		m, err := mover.New(mover.Options{Index: h.Index, Lock: h.Lock, Pools: set, Logger: log.Named("mover")})
+		if err != nil {
+			_ = set.Close()
+			return nil, err
+		}
+		if o.DiskPages > 0 {
+			if _, err := m.Restore(ctx, tier.Disk); err != nil {
+				_ = set.Close()
+				return nil, err
+			}
+		}
+		p := &engine.Pools{Layout: l.Clone(), Set: set, Mover: m, Close: set.Close}
+		poolsMu.Lock()
+		pools = p
+		poolsMu.Unlock()
+		return p, nil
+	}
+	h.Executor, err = executor.New(executor.Config{
+		Index: h.Index, Lock: h.Lock, WorkerID: "7", Audit: h.Audit,
+		Free: func(freed []cache.Freed) {
+			poolsMu.Lock()
+			p := pools
+			poolsMu.Unlock()
+			if p != nil {
+				_ = p.Mover.Release(context.Background(), freed)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	cfg := engine.Config{Index: h.Index, Lock: h.Lock, Executor: h.Executor, WorkerID: o.WorkerID,
+		LoadBackDeadline: o.LoadBackDeadline, Log: log.Named("engine")}
+	if o.Configured != nil {
+		p, err := open(context.Background(), o.Configured)
+		if err != nil {
+			return nil, err
+		}
+		p.Close = nil // the host's, not the service's
+		cfg.Pools, h.configured = p, p.Set
+	} else {
+		cfg.OpenPools = open
+	}
+	h.Socket = SocketPath(o.Dir)
+	h.FDSocket = filepath.Join(o.Dir, "run", "engine-fd.sock")
+	cfg.FDSocket = h.FDSocket
+	h.Service, err = engine.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := uds.Listen(uds.Options{Path: h.Socket, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	fdln, err := uds.Listen(uds.Options{Path: h.FDSocket, Log: log})
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.wg.Add(3)
+	go func() { defer h.wg.Done(); _ = h.Service.Serve(ln) }()
+	go func() { defer h.wg.Done(); _ = h.Service.ServeFDs(fdln) }()
+	go func() { defer h.wg.Done(); h.Service.Run(ctx, o.StepEvery) }()
+	if o.Configured != nil {
+		// The configured pools are the host's: step them here, as the
+		// daemon's step loop does.
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			t := time.NewTicker(o.StepEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					cfg.Pools.Mover.Step(ctx)
+				}
+			}
+		}()
+	}
+	return h, nil
+}
+
+// Close stops the host and closes its pools.
+func (h *Host) Close() error {
+	if h.closed {
+		return nil
+	}
+	h.closed = true
+	h.Service.Stop(2 * time.Second)
+	h.cancel()
+	h.wg.Wait()
+	err := h.Service.Close()
+	if h.configured != nil {
+		err = errors.Join(err, h.configured.Close())
+	}
+	return err
+}
+
+// Page returns what the index knows of a tenant's page.
+func (h *Host) Page(tenant string, seq uint64) (cache.PageInfo, bool) {
+	h.Lock.Lock()
+	defer h.Lock.Unlock()
+	return h.Index.Lookup(tenant, seq)
+}
+
+// IndexStats is the index's snapshot.
+func (h *Host) IndexStats() cache.Stats {
+	h.Lock.Lock()
+	defer h.Lock.Unlock()
+	return h.Index.Stats()
+}
+
+// Check runs the index's invariant check.
+func (h *Host) Check() error {
+	h.Lock.Lock()
+	defer h.Lock.Unlock()
+	if err := h.Index.Check(); err != nil {
+		return fmt.Errorf("index invariants: %w", err)
+	}
+	return nil
+}
