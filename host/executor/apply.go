@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
@@ -18,15 +19,20 @@ func (e *Executor) run(turnID, source, tenant string, ops []*op) directive.TurnR
 		freed []cache.Freed
 		turn  *errcode.Error
 	)
+	st := e.prefetch(tenant, ops) // sessions are read before the index lock
 	e.mu.Lock()
-	errs = e.check(tenant, ops)
+	errs = e.check(tenant, ops, st)
 	if errs == nil {
-		errs = e.applyReversible(tenant, ops)
+		errs = e.applyReversible(tenant, ops, st)
 	}
 	if errs == nil {
-		trans, freed, turn = e.applyCommit(tenant, ops)
+		trans, freed, turn = e.applyCommit(tenant, ops, st)
 	}
 	e.mu.Unlock()
+	if len(st.jobs) > 0 {
+		// Sessions updated, released slots freed, fills started.
+		e.cfg.Splicer.Finish(st.jobs...)
+	}
 
 	if len(trans) > 0 {
 		e.cfg.Transitions(trans)
@@ -44,7 +50,7 @@ func (e *Executor) run(turnID, source, tenant string, ops []*op) directive.TurnR
 // reversible ops make; on a failure the journal is rolled back, which
 // restores pin counts, TTLs, expiries and transient flags exactly, and the
 // per-op errors are returned.
-func (e *Executor) applyReversible(tenant string, ops []*op) []*errcode.Error {
+func (e *Executor) applyReversible(tenant string, ops []*op, st *turnState) []*errcode.Error {
 	ix := e.cfg.Index
 	ix.BeginJournal()
 	for i, o := range ops {
@@ -57,6 +63,15 @@ func (e *Executor) applyReversible(tenant string, ops []*op) []*errcode.Error {
 			errs[i] = err.At(i)
 			return errs
 		}
+	}
+	// Splices are planned last, with the journal still open: they see this
+	// turn's pins (a pinned page is copied, not edited), and a splice that
+	// cannot be reserved (device capacity) still rolls the pins back.
+	if failed, err := e.planSplices(st); err != nil {
+		ix.RollbackJournal()
+		errs := make([]*errcode.Error, len(ops))
+		errs[failed.index] = err.At(failed.index)
+		return errs
 	}
 	ix.CommitJournal()
 	return nil
@@ -94,10 +109,13 @@ func (e *Executor) applyOne(tenant string, o *op) *errcode.Error {
 // applyCommit is step 3. Check made every op here safe; a block an earlier
 // op of this step removed counts as missing. Any other failure is a bug,
 // reported as internal on that op and as the turn's error.
-func (e *Executor) applyCommit(tenant string, ops []*op) (trans []cache.Transition, freed []cache.Freed, turnErr *errcode.Error) {
+func (e *Executor) applyCommit(tenant string, ops []*op, st *turnState) (trans []cache.Transition, freed []cache.Freed, turnErr *errcode.Error) {
 	ix := e.cfg.Index
+	if len(st.groups) > 0 {
+		turnErr = e.applySplices(st)
+	}
 	for _, o := range ops {
-		if o.kind.reversible() {
+		if o.kind.reversible() || o.kind == opSplice {
 			continue
 		}
 		tgt := o.target(tenant)
@@ -130,12 +148,28 @@ func (e *Executor) applyCommit(tenant string, ops []*op) (trans []cache.Transiti
 		case opPurge:
 			var res cache.PurgeResult
 			res, err = ix.PurgeTransientLeaves(tgt)
-			o.eff.Blocks = res.Removed
-			o.eff.Skipped = res.Locked + res.Pinned + res.Leased + res.Interior + res.NotTransient
+			o.eff.Blocks += res.Removed
+			o.eff.Skipped += res.Locked + res.Pinned + res.Leased + res.Interior + res.NotTransient
 			freed = append(freed, res.Freed...)
+		case opRetain:
+			var res cache.Result
+			res, err = ix.Retain(tgt, o.priority, o.ttlD)
+			o.eff.Blocks, o.eff.TTL = res.Pages, directive.TTL(o.ttlD)
+		case opResume:
+			// Load the paused pages back to the device, then end the lease:
+			// they become ordinary pages (not purged, as RevokeLease would).
+			li, _ := ix.Lease(o.lease)
+			var res cache.FetchResult
+			trans, res, err = ix.PlanFetch(cache.TargetHashes(tenant, li.Seqs...), tier.Device, trans)
+			o.eff.Blocks, o.eff.Skipped, o.eff.LeaseID = res.Planned, res.Already+res.Skipped, o.lease
+			if _, lerr := ix.EndLease(o.lease); err == nil {
+				err = lerr
+			}
 		}
 		switch {
 		case err == nil:
+		case errors.Is(err, cache.ErrUnknownBlock) && o.spliced:
+			// The splices already took the purge's pages.
 		case errors.Is(err, cache.ErrUnknownBlock):
 			o.eff.Missing += len(o.seqs)
 		default:

@@ -17,7 +17,7 @@ type leaseView struct {
 // check is step 1: a read-only pass that resolves every op and refuses any
 // op that would fail. It returns one entry per op (nil where the op is
 // fine), or nil when every op is fine. Caller holds the lock.
-func (e *Executor) check(tenant string, ops []*op) []*errcode.Error {
+func (e *Executor) check(tenant string, ops []*op, st *turnState) []*errcode.Error {
 	ix := e.cfg.Index
 	var errs []*errcode.Error
 	fail := func(i int, err *errcode.Error) {
@@ -41,6 +41,12 @@ func (e *Executor) check(tenant string, ops []*op) []*errcode.Error {
 	present := func(t tier.Tier) bool { return ix.Config().Tiers[t].Capacity > 0 }
 
 	for i, o := range ops {
+		if o.session != "" {
+			if err := e.checkSpan(tenant, o, st); err != nil {
+				fail(i, err)
+				continue
+			}
+		}
 		switch o.kind {
 		case opUnsupported:
 			fail(i, o.unsupported())
@@ -65,8 +71,22 @@ func (e *Executor) check(tenant string, ops []*op) []*errcode.Error {
 		case opPin:
 			o.ttlD = e.cfg.PinTTL.Resolve(o.ttlOr0())
 		case opPurge:
-			if err := e.checkPurge(tenant, o); err != nil {
-				fail(i, err)
+			if interior := e.interiorPurge(tenant, o); len(interior) > 0 {
+				if err := e.checkThinkSplice(tenant, o, interior, st); err != nil {
+					fail(i, err)
+				}
+			}
+		case opResume:
+			v := leaseOf(o.lease)
+			switch {
+			case !v.exists:
+				fail(i, errcode.New(errcode.UnknownLease, "lease %q", o.lease))
+			case v.tenant != tenant:
+				fail(i, errcode.New(errcode.TenantMismatch, "lease %q belongs to another tenant", o.lease))
+			case e.cfg.Transitions == nil:
+				fail(i, errcode.New(errcode.Unavailable, "Resume: no mover is attached to load the lease back"))
+			default:
+				v.exists = false
 			}
 		case opWarm:
 			t, err := tier.Parse(o.tierName)
@@ -121,11 +141,11 @@ func (o *op) ttlOr0() time.Duration {
 	return o.ttl.Duration()
 }
 
-// checkPurge refuses purging a transient page that has children outside
-// the purge: DESIGN §5 executes that as a splice with an empty
-// replacement, whose kernel path is not built yet. Children inside the
-// purge go first (deepest first), so a transient tail is purged whole.
-func (e *Executor) checkPurge(tenant string, o *op) *errcode.Error {
+// interiorPurge returns the purge's transient pages that have children
+// outside the purge: DESIGN §5 executes their purge as a splice with an
+// empty replacement (checkThinkSplice). Children inside the purge go first
+// (deepest first), so a transient tail is purged whole without a splice.
+func (e *Executor) interiorPurge(tenant string, o *op) []uint64 {
 	ix := e.cfg.Index
 	inPurge := make(map[uint64]int, len(o.seqs)) // seq -> children of it in the purge
 	for _, s := range o.seqs {
@@ -138,11 +158,12 @@ func (e *Executor) checkPurge(tenant string, o *op) *errcode.Error {
 			}
 		}
 	}
+	var interior []uint64
 	for _, s := range o.seqs {
 		p, ok := ix.Lookup(tenant, s)
 		if ok && p.Transient && p.Children > inPurge[s] {
-			return errcode.New(errcode.NotSupportedYet, "Think: block %d is an interior transient block; purging it needs a splice with an empty replacement, and the splice kernel path is not built yet", s)
+			interior = append(interior, s)
 		}
 	}
-	return nil
+	return interior
 }

@@ -7,9 +7,19 @@
 //  1. Check: the sdk's static validation (directive.ValidateTurn), then a
 //     read-only pass over the index: hash lists are resolved (DESIGN §4),
 //     leases are looked up (following the turn's own Pauses and Revokes),
-//     tiers must be configured, and tenants must match. Span verbs whose
-//     mechanism is not built yet are refused here with not_supported_yet.
-//     Any failure ends the turn before anything changed.
+//     tiers must be configured, and tenants must match. Span verbs resolve
+//     their session (read from the splicer's Sessions before the lock):
+//     Pin and Retain become page verbs, Splice and Evict join their
+//     session's splice, and so does a Think purge of an interior transient
+//     page (one splice per session through it). Share is refused with
+//     not_supported_yet. Any failure ends the turn before anything changed.
+//
+// Between steps 2 and 3, with the journal still open, each session's
+// splice is planned and its fresh device pages reserved; a splice that
+// does not fit rolls the turn back. In step 3 the splices are applied
+// first (bytes moved by the kernels, new branch committed), then the other
+// verbs, plus Retain and Resume. After the lock is released the splicer
+// updates the sessions and streams the replacements' fill orders.
 //  2. Reversible verbs, in turn order: pins and unpins (Cache, pin_blocks,
 //     pin_prefix, ...) and transient marks. Only these can still fail
 //     (a pin over budget or quota); the index journals their changes, and
@@ -35,6 +45,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/splice"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -81,6 +92,13 @@ type Config struct {
 	Free func([]cache.Freed)
 	// Now stamps audit records. Nil: time.Now.
 	Now func() time.Time
+	// Splicer executes Splice, Evict and Think purges of interior pages,
+	// and resolves the sessions span verbs (Pin, Retain) name. Nil: those
+	// verbs are refused with unavailable. It must share Lock.
+	Splicer *splice.Splicer
+	// DefaultMode is the mode of edits that name none (amortize when
+	// empty).
+	DefaultMode directive.Mode
 }
 
 // DefaultLeaseTTL is the lease policy used when Config.LeaseTTL is zero.
@@ -122,6 +140,14 @@ func New(cfg Config) (*Executor, error) {
 		cfg.Now = time.Now
 	}
 	e := &Executor{cfg: cfg, mu: cfg.Lock}
+	if sp := cfg.Splicer; sp != nil {
+		// One lock for the index: the splicer commits fills under its own.
+		if e.mu == nil {
+			e.mu = sp.Locker()
+		} else if e.mu != sp.Locker() {
+			return nil, fmt.Errorf("executor: the splicer must share the executor's index lock")
+		}
+	}
 	if e.mu == nil {
 		e.mu = new(sync.Mutex)
 	}

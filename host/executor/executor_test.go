@@ -94,21 +94,27 @@ func TestInvalidDirectiveChangesNothing(t *testing.T) {
 	}
 }
 
-func TestSpanVerbsAreNotSupportedYet(t *testing.T) {
+// TestSpanVerbsWithoutSplicer: with no splicer attached, span verbs are
+// refused (unavailable), Share is not built yet, and the turn's other
+// directives are rolled back.
+func TestSpanVerbsWithoutSplicer(t *testing.T) {
 	e := newEnv(t)
 	a := e.commit("", toks(0, 8))
-	for _, d := range []directive.Directive{
-		directive.Splice{Session: "s", Start: 4, End: 8, Replacement: directive.Replacement{Text: "x"}},
-		directive.Evict{Session: "s", Start: 4, End: 8},
-		directive.Pin{Session: "s", End: 8},
-		directive.Retain{Session: "s", Start: 0, End: 8, Priority: 50},
-		directive.Share{Session: "s", End: 8},
-		directive.Resume{LeaseID: "l"},
+	for _, tc := range []struct {
+		d    directive.Directive
+		code errcode.Code
+	}{
+		{directive.Splice{Session: "s", Start: 4, End: 8, Replacement: directive.Replacement{Text: "x"}}, errcode.Unavailable},
+		{directive.Evict{Session: "s", Start: 4, End: 8}, errcode.Unavailable},
+		{directive.Pin{Session: "s", End: 8}, errcode.Unavailable},
+		{directive.Retain{Session: "s", Start: 0, End: 8, Priority: 50}, errcode.Unavailable},
+		{directive.Share{Session: "s", End: 8}, errcode.NotSupportedYet},
+		{directive.Resume{LeaseID: "l"}, errcode.UnknownLease},
 	} {
-		r := e.apply("", directive.Cache{BlockHashes: hs(a.Sequence[1]), Pin: true}, d)
-		mustRefuse(t, r, 1, errcode.NotSupportedYet)
+		r := e.apply("", directive.Cache{BlockHashes: hs(a.Sequence[1]), Pin: true}, tc.d)
+		mustRefuse(t, r, 1, tc.code)
 		if e.info("", a.Sequence[1]).PinCount != 0 {
-			t.Fatalf("%s: the pin before it was applied", d.Verb())
+			t.Fatalf("%s: the pin before it was applied", tc.d.Verb())
 		}
 	}
 }

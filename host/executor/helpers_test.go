@@ -100,7 +100,10 @@ func (e *env) apply(tenant string, ds ...directive.Directive) directive.TurnRepl
 	if len(r.Results) != len(ds) {
 		e.t.Fatalf("%d results for %d directives", len(r.Results), len(ds))
 	}
-	if err := e.ix.Check(); err != nil {
+	e.ex.mu.Lock() // background splice fills commit under the same lock
+	err := e.ix.Check()
+	e.ex.mu.Unlock()
+	if err != nil {
 		e.t.Fatalf("index invariants after turn: %v", err)
 	}
 	return r

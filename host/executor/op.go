@@ -26,6 +26,9 @@ const (
 	opRevoke
 	opPrune
 	opPurge
+	opSplice // Splice, Evict: planned after the reversible step, applied first
+	opRetain
+	opResume
 )
 
 func (k opKind) reversible() bool { return k == opPin || k == opUnpin || k == opMark }
@@ -45,6 +48,15 @@ type op struct {
 	badKeys  int  // Warm keys that are not hashes
 	on       bool // opMark
 	why      string
+
+	// span verbs
+	session    string
+	start, end int64
+	repl       []uint32
+	textRepl   bool
+	dirMode    directive.Mode
+	priority   int
+	spliced    bool // a purge done (in part) by splices
 
 	// filled by check
 	seqs    []uint64
@@ -98,12 +110,19 @@ func opsOf(t directive.Turn) []*op {
 			o.kind, o.lease, o.ttl = opRenew, d.LeaseID, &d.NewTTL
 		case directive.RevokeLease:
 			o.kind, o.lease = opRevoke, d.LeaseID
-		case directive.Splice, directive.Evict:
-			o.why = "the splice kernel path (amortize/forget edits) is not built yet"
-		case directive.Pin, directive.Retain, directive.Share:
-			o.why = "span verbs need the engine protocol's session map, which is not built yet"
+		case directive.Splice:
+			o.kind, o.session, o.start, o.end = opSplice, d.Session, d.Start, d.End
+			o.repl, o.textRepl, o.dirMode = d.Replacement.Tokens, d.Replacement.Text != "", d.Mode
+		case directive.Evict:
+			o.kind, o.session, o.start, o.end, o.dirMode = opSplice, d.Session, d.Start, d.End, d.Mode
+		case directive.Pin:
+			o.kind, o.session, o.end, o.ttl = opPin, d.Session, d.End, d.TTL
+		case directive.Retain:
+			o.kind, o.session, o.start, o.end, o.priority, o.ttl = opRetain, d.Session, d.Start, d.End, d.Priority, d.Duration
 		case directive.Resume:
-			o.why = "resuming a lease needs the mover's load-back path, which is not built yet"
+			o.kind, o.lease = opResume, d.LeaseID
+		case directive.Share:
+			o.why = "publishing a prefix to the shared remote tier is not built yet"
 		default:
 			o.why = fmt.Sprintf("verb %q has no executor", o.verb)
 		}

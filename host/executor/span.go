@@ -1,0 +1,261 @@
+package executor
+
+import (
+	"errors"
+	"slices"
+
+	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/splice"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+)
+
+// Span verbs (Splice, Evict, span Pin, Retain) address a session's cached
+// sequence by position, and a Think purge of an interior page is a splice
+// of every session whose path runs through it (DESIGN §5, §6). Sessions
+// are read from the splicer's Sessions before the index lock is taken
+// (the engine service locks its sessions, then the index: never the
+// reverse), planned with their fresh pages reserved after the reversible
+// verbs (so a turn's pins are seen and a refusal still rolls them back),
+// and applied first in the commit step. Fills run after the lock is
+// released (splice.Splicer.Finish).
+
+// turnState carries what a turn's span verbs read before the lock, and the
+// splice jobs planned under it.
+type turnState struct {
+	snaps   map[string]splice.Snapshot
+	snapErr map[string]error
+	// through maps a Think purge's page to the sessions whose path holds it.
+	through map[uint64][]splice.Snapshot
+	jobs    []*splice.Job
+	// groups are the splices to plan: one per session, in turn order.
+	groups []*spliceGroup
+}
+
+// spliceGroup is one session's edits in a turn (Splice, Evict, or a Think
+// purge), planned as one multi-edit splice.
+type spliceGroup struct {
+	snap  splice.Snapshot
+	edits []splice.Edit
+	ops   []*op
+	job   *splice.Job
+}
+
+// prefetch reads, without the index lock, the sessions the turn's span
+// verbs name and the sessions through the pages of its Think purges.
+func (e *Executor) prefetch(tenant string, ops []*op) *turnState {
+	st := &turnState{snaps: map[string]splice.Snapshot{}, snapErr: map[string]error{}}
+	sp := e.cfg.Splicer
+	if sp == nil {
+		return st
+	}
+	for _, o := range ops {
+		switch {
+		case o.session != "":
+			if _, done := st.snaps[o.session]; done || st.snapErr[o.session] != nil {
+				continue
+			}
+			if s, err := sp.Snapshot(o.session); err != nil {
+				st.snapErr[o.session] = err
+			} else {
+				st.snaps[o.session] = s
+			}
+		case o.kind == opPurge:
+			for _, h := range o.hashes {
+				if st.through == nil {
+					st.through = map[uint64][]splice.Snapshot{}
+				}
+				if _, done := st.through[h]; done {
+					continue
+				}
+				var snaps []splice.Snapshot
+				for _, s := range sp.Sessions().Through(tenant, h) {
+					snaps = append(snaps, splice.Snapshot{Session: s, Leaves: sp.Sessions().Leaves(tenant, s.ID)})
+				}
+				st.through[h] = snaps
+			}
+		}
+	}
+	return st
+}
+
+// checkSpan resolves a span op against its session (check step, lock
+// held). Pin and Retain become page ops; Splice and Evict join their
+// session's splice group.
+func (e *Executor) checkSpan(tenant string, o *op, st *turnState) *errcode.Error {
+	if e.cfg.Splicer == nil {
+		return errcode.New(errcode.Unavailable, "%s: no device pool is attached to splice or resolve sessions", o.verb)
+	}
+	snap, ok := st.snaps[o.session]
+	if !ok {
+		return fromSplice(st.snapErr[o.session])
+	}
+	sess := snap.Session
+	if sess.Tenant != tenant {
+		return errcode.New(errcode.TenantMismatch, "session %q belongs to another tenant", o.session)
+	}
+	n := int64(len(sess.Tokens))
+	if o.end > n {
+		return errcode.New(errcode.InvalidSpan, "%s: span [%d, %d) past the end of session %q's %d-token sequence", o.verb, o.start, o.end, o.session, n)
+	}
+	switch o.kind {
+	case opSplice:
+		if o.textRepl {
+			return errcode.New(errcode.NotSupportedYet, "%s: text replacements need the engine's tokenizer; send the replacement as token ids", o.verb)
+		}
+		g := st.group(snap)
+		g.edits = append(g.edits, splice.Edit{Start: int(o.start), End: int(o.end), Replacement: o.repl, Mode: e.modeOf(o.dirMode)})
+		g.ops = append(g.ops, o)
+	case opPin:
+		o.tokens = sess.Tokens[:o.end]
+	case opRetain:
+		P := e.cfg.Index.PageSize()
+		seqs, _, _ := resolveTokens(e.cfg.Index, tenant, e.cfg.Salt(tenant), sess.Tokens[:o.end])
+		if first := int(o.start) / P; first < len(seqs) {
+			o.seqs = seqs[first:]
+		}
+		if len(o.seqs) == 0 {
+			return errcode.New(errcode.UnknownBlock, "Retain: no cached page of session %q covers [%d, %d)", o.session, o.start, o.end)
+		}
+		o.ttlD = e.cfg.PinTTL.Resolve(o.ttlOr0())
+	}
+	return nil
+}
+
+// group returns the session's splice group, creating it in turn order.
+func (st *turnState) group(snap splice.Snapshot) *spliceGroup {
+	for _, g := range st.groups {
+		if g.snap.Session.ID == snap.Session.ID {
+			return g
+		}
+	}
+	g := &spliceGroup{snap: snap}
+	st.groups = append(st.groups, g)
+	return g
+}
+
+// checkThinkSplice turns the interior transient pages of a Think purge
+// into splice groups: for each session through them, each run of
+// consecutive purged pages on its path is an edit with an empty
+// replacement, in the configured mode.
+func (e *Executor) checkThinkSplice(tenant string, o *op, interior []uint64, st *turnState) *errcode.Error {
+	if e.cfg.Splicer == nil {
+		return errcode.New(errcode.NotSupportedYet, "Think: block %d is an interior transient block; purging it is a splice, and no device pool is attached to splice", interior[0])
+	}
+	P := e.cfg.Index.PageSize()
+	purge := map[uint64]bool{} // the purge's transient pages: what the splices remove
+	for _, s := range o.seqs {
+		if p, ok := e.cfg.Index.Lookup(tenant, s); ok && p.Transient {
+			purge[s] = true
+		}
+	}
+	o.spliced = true
+	for _, seq := range interior {
+		snaps := st.through[seq]
+		if len(snaps) == 0 {
+			return errcode.New(errcode.UnknownSession, "Think: interior transient block %d is on no known session's cached sequence, so its descendants cannot be re-hashed; send Evict on the session's span instead", seq)
+		}
+		for _, snap := range snaps {
+			g := st.group(snap)
+			if slices.Contains(g.ops, o) {
+				continue // this session's runs are already planned
+			}
+			sess := snap.Session
+			h := hashesOf(sess.Tokens, P, e.cfg.Salt(tenant))
+			for k := 0; k < len(h); k++ {
+				if !purge[h[k]] {
+					continue
+				}
+				start := k
+				for k < len(h) && purge[h[k]] {
+					k++
+				}
+				g.edits = append(g.edits, splice.Edit{Start: start * P, End: k * P, Mode: e.modeOf("")})
+			}
+			g.ops = append(g.ops, o)
+		}
+	}
+	return nil
+}
+
+// planSplices plans every group and reserves its pages (reversible step,
+// journal open). On a failure the jobs planned so far are cancelled and
+// the failing group's first op carries the error.
+func (e *Executor) planSplices(st *turnState) (failed *op, err *errcode.Error) {
+	for _, g := range st.groups {
+		job, perr := e.cfg.Splicer.Plan(g.snap, g.edits)
+		if perr != nil {
+			for _, j := range st.jobs {
+				j.Cancel()
+			}
+			st.jobs = nil
+			return g.ops[0], fromSplice(perr)
+		}
+		g.job = job
+		st.jobs = append(st.jobs, job)
+	}
+	return nil, nil
+}
+
+// applySplices applies the planned jobs (commit step, first). The check
+// made them current, so an error is a bug or a kernel failure: it is the
+// turn's error.
+func (e *Executor) applySplices(st *turnState) *errcode.Error {
+	var first *errcode.Error
+	for _, g := range st.groups {
+		err := g.job.Apply()
+		if err != nil && !g.job.Applied() {
+			g.job.Cancel()
+		}
+		res := g.job.Result()
+		for _, o := range g.ops {
+			o.eff.Blocks += res.NewPages
+			o.eff.Skipped += res.Shared
+			o.eff.Tokens += int64(res.MovedRows + res.InPlace*e.cfg.Index.PageSize())
+		}
+		if err != nil && first == nil {
+			first = errcode.Wrap(errcode.Internal, err, "splice").At(g.ops[0].index)
+		}
+	}
+	return first
+}
+
+func (e *Executor) modeOf(m directive.Mode) splice.Mode {
+	if m == directive.ModeDefault {
+		m = e.cfg.DefaultMode
+	}
+	if m == directive.ModeForget {
+		return splice.Forget
+	}
+	return splice.Amortize
+}
+
+func hashesOf(tokens []uint32, pageSize int, salt blockid.Salt) []uint64 {
+	return blockid.Compute(tokens, pageSize, salt).Sequence
+}
+
+// spliceCodes maps splice and index errors to registry codes.
+var spliceCodes = []struct {
+	err  error
+	code errcode.Code
+}{
+	{splice.ErrUnknownSession, errcode.UnknownSession},
+	{splice.ErrCapacity, errcode.CapacityExhausted},
+	{splice.ErrNoDevice, errcode.Unavailable},
+	{cache.ErrSpliceSpan, errcode.InvalidSpan},
+	{cache.ErrSpliceOverlap, errcode.OverlappingSpans},
+	{cache.ErrSpliceSink, errcode.SinkProtected},
+}
+
+func fromSplice(err error) *errcode.Error {
+	if err == nil {
+		return errcode.New(errcode.Internal, "span verb failed without a reason")
+	}
+	for _, m := range spliceCodes {
+		if errors.Is(err, m.err) {
+			return errcode.Wrap(m.code, err, "")
+		}
+	}
+	return fromCache(err)
+}
