@@ -52,6 +52,7 @@ type Daemon struct {
 
 	core    core
 	control *plane.Plane
+	engine  *engineHost
 	// life ends when the host shuts down; background work started on a
 	// caller's behalf (warm transfers, releases) runs under it.
 	life context.Context
@@ -89,6 +90,9 @@ func (d *Daemon) build() error {
 		return err
 	}
 	if err := d.buildPolicies(); err != nil {
+		return err
+	}
+	if err := d.buildEngine(); err != nil {
 		return err
 	}
 	if err := d.buildControl(); err != nil {
@@ -160,6 +164,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); d.sweep(ctx) }()
 	d.stepLoop(ctx, &wg)
+	d.runEngine(ctx, &wg)
 	d.runPolicies(ctx, &wg)
 	d.runControl(ctx, &wg)
 	d.feedKVEvents(ctx, &wg)

@@ -21,16 +21,7 @@ type engineHost struct {
 	started atomic.Bool
 }
 
-// engines holds each daemon's engine service until the Daemon struct has a
-// field for it (lead: add `engine *engineHost` to Daemon and replace the two
-// uses of this map).
-var engines sync.Map // *Daemon -> *engineHost
-
-func (d *Daemon) engineHost() *engineHost {
-	v, _ := engines.Load(d)
-	eh, _ := v.(*engineHost)
-	return eh
-}
+func (d *Daemon) engineHost() *engineHost { return d.engine }
 
 // buildEngine binds the engine socket and its descriptor side channel and
 // builds the Engine service (DESIGN.md §7). With a configured model the
@@ -87,8 +78,8 @@ func (d *Daemon) buildEngine() error {
 	d.closers = append(d.closers, func() error { _ = eh.fdln.Close(); return nil })
 	// Runs before the closers above (they are unwound last to first), so
 	// requests are released and pools closed while the index still stands.
-	d.closers = append(d.closers, func() error { engines.Delete(d); return svc.Close() })
-	engines.Store(d, eh)
+	d.closers = append(d.closers, svc.Close)
+	d.engine = eh
 	d.AddCheck("engine", func() error { return nil })
 	return nil
 }

@@ -31,14 +31,14 @@ func (e *Executor) run(turnID, source, tenant string, ops []*op) directive.TurnR
 	e.mu.Unlock()
 	if len(st.jobs) > 0 {
 		// Sessions updated, released slots freed, fills started.
-		e.cfg.Splicer.Finish(st.jobs...)
+		e.att().Splicer.Finish(st.jobs...)
 	}
 
 	if len(trans) > 0 {
-		e.cfg.Transitions(trans)
+		e.att().Transitions(trans)
 	}
-	if len(freed) > 0 && e.cfg.Free != nil {
-		e.cfg.Free(freed)
+	if len(freed) > 0 && e.att().Free != nil {
+		e.att().Free(freed)
 	}
 	if errs != nil {
 		return e.finish(turnID, source, tenant, ops, errs)

@@ -83,7 +83,7 @@ func (e *Executor) check(tenant string, ops []*op, st *turnState) []*errcode.Err
 				fail(i, errcode.New(errcode.UnknownLease, "lease %q", o.lease))
 			case v.tenant != tenant:
 				fail(i, errcode.New(errcode.TenantMismatch, "lease %q belongs to another tenant", o.lease))
-			case e.cfg.Transitions == nil:
+			case e.att().Transitions == nil:
 				fail(i, errcode.New(errcode.Unavailable, "Resume: no mover is attached to load the lease back"))
 			default:
 				v.exists = false
@@ -95,7 +95,7 @@ func (e *Executor) check(tenant string, ops []*op, st *turnState) []*errcode.Err
 				fail(i, errcode.Wrap(errcode.InvalidTier, err, ""))
 			case !present(t):
 				fail(i, errcode.New(errcode.InvalidTier, "tier %s is not configured on this host", t))
-			case e.cfg.Transitions == nil:
+			case e.att().Transitions == nil:
 				fail(i, errcode.New(errcode.Unavailable, "Warm: no mover is attached to carry out copies"))
 			}
 			o.to = t

@@ -41,6 +41,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
@@ -108,7 +109,35 @@ var DefaultLeaseTTL = ttl.Policy{Default: time.Hour, Min: time.Second, Max: 7 * 
 type Executor struct {
 	cfg Config
 	mu  sync.Locker
+	// attached holds the parts that exist only once the pools are open
+	// (Config's Transitions, Free and Splicer, or a later Attach).
+	attached atomic.Pointer[Attachments]
 }
+
+// Attachments are the executor's links to the mover and the splicer. A host
+// whose pools open when an engine registers attaches them then.
+type Attachments struct {
+	// Transitions receives Warm's planned copies (nil: Warm is refused as
+	// unavailable).
+	Transitions func([]cache.Transition)
+	// Free receives slots freed by prune, purge and revoke.
+	Free func([]cache.Freed)
+	// Splicer runs the span verbs (nil: they are refused as unavailable).
+	Splicer *splice.Splicer
+}
+
+// Attach replaces the attachments. Hosts attach once, when the pools open,
+// before an engine can send requests; a turn that races an Attach may see
+// either set. The splicer must share the executor's index lock.
+func (e *Executor) Attach(a Attachments) error {
+	if a.Splicer != nil && a.Splicer.Locker() != e.mu {
+		return fmt.Errorf("executor: the splicer must share the executor's index lock")
+	}
+	e.attached.Store(&a)
+	return nil
+}
+
+func (e *Executor) att() *Attachments { return e.attached.Load() }
 
 // New checks cfg and returns an Executor.
 func New(cfg Config) (*Executor, error) {
@@ -151,6 +180,7 @@ func New(cfg Config) (*Executor, error) {
 	if e.mu == nil {
 		e.mu = new(sync.Mutex)
 	}
+	e.attached.Store(&Attachments{Transitions: cfg.Transitions, Free: cfg.Free, Splicer: cfg.Splicer})
 	return e, nil
 }
 

@@ -46,7 +46,7 @@ type spliceGroup struct {
 // verbs name and the sessions through the pages of its Think purges.
 func (e *Executor) prefetch(tenant string, ops []*op) *turnState {
 	st := &turnState{snaps: map[string]splice.Snapshot{}, snapErr: map[string]error{}}
-	sp := e.cfg.Splicer
+	sp := e.att().Splicer
 	if sp == nil {
 		return st
 	}
@@ -84,7 +84,7 @@ func (e *Executor) prefetch(tenant string, ops []*op) *turnState {
 // held). Pin and Retain become page ops; Splice and Evict join their
 // session's splice group.
 func (e *Executor) checkSpan(tenant string, o *op, st *turnState) *errcode.Error {
-	if e.cfg.Splicer == nil {
+	if e.att().Splicer == nil {
 		return errcode.New(errcode.Unavailable, "%s: no device pool is attached to splice or resolve sessions", o.verb)
 	}
 	snap, ok := st.snaps[o.session]
@@ -140,7 +140,7 @@ func (st *turnState) group(snap splice.Snapshot) *spliceGroup {
 // consecutive purged pages on its path is an edit with an empty
 // replacement, in the configured mode.
 func (e *Executor) checkThinkSplice(tenant string, o *op, interior []uint64, st *turnState) *errcode.Error {
-	if e.cfg.Splicer == nil {
+	if e.att().Splicer == nil {
 		return errcode.New(errcode.NotSupportedYet, "Think: block %d is an interior transient block; purging it is a splice, and no device pool is attached to splice", interior[0])
 	}
 	P := e.cfg.Index.PageSize()
@@ -184,7 +184,7 @@ func (e *Executor) checkThinkSplice(tenant string, o *op, interior []uint64, st 
 // the failing group's first op carries the error.
 func (e *Executor) planSplices(st *turnState) (failed *op, err *errcode.Error) {
 	for _, g := range st.groups {
-		job, perr := e.cfg.Splicer.Plan(g.snap, g.edits)
+		job, perr := e.att().Splicer.Plan(g.snap, g.edits)
 		if perr != nil {
 			for _, j := range st.jobs {
 				j.Cancel()

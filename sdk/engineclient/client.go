@@ -119,7 +119,9 @@ func Dial(ctx context.Context, o Options) (*Client, error) {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
-	conn, err := grpc.NewClient("unix://"+o.Socket,
+	// "unix:PATH" takes relative paths too; "unix://" would read the first
+	// element of a relative path as an authority.
+	conn, err := grpc.NewClient("unix:"+o.Socket,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
