@@ -40,6 +40,10 @@ type Config struct {
 	Pools         Pools         `koanf:"pools"`
 	Mover         Mover         `koanf:"mover"`
 	PolicyRuntime PolicyRuntime `koanf:"policy_runtime"`
+	// GCPercent sets the Go garbage collector's target (GOGC). The host's
+	// heap is small and its latency budget tight, so it trades memory for
+	// fewer collections; GOGC in the environment wins over this value.
+	GCPercent int `koanf:"gc_percent"`
 	// Policies is the set of policy plugins to run. Editing it in the config
 	// file hot-swaps the set while the host keeps serving.
 	Policies []Policy `koanf:"policies"`
@@ -261,6 +265,7 @@ func Default() Config {
 		Model:         Model{Attention: "mha", DType: "bf16", RopeStyle: "half_split"},
 		Pools:         Pools{DeviceBackend: "auto", DiskFsync: "batch", RemoteBucket: "kvpilot-pages", RemoteReplicas: 1},
 		Mover:         Mover{Workers: 8, Retries: 2, RetryBackoff: 20 * time.Millisecond, DropWait: 5 * time.Second, StepInterval: 100 * time.Millisecond},
+		GCPercent:     400,
 		PolicyRuntime: PolicyRuntime{TickInterval: 10 * time.Second, CallTimeout: 2 * time.Second, QueueSize: 4096},
 		Pins:          Pins{DefaultTTL: 300 * time.Second, MinTTL: time.Second, MaxTTL: 24 * time.Hour},
 	}

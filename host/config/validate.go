@@ -95,6 +95,9 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.validatePools()...)
 	errs = append(errs, c.validatePolicyRuntime()...)
+	if c.GCPercent < 25 || c.GCPercent > 10000 {
+		bad("gc_percent", "%d is not in 25..10000", c.GCPercent)
+	}
 	errs = append(errs, c.validateEngine()...)
 	seen := map[string]bool{}
 	for i, p := range c.Policies {

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -75,6 +77,9 @@ func New(cfg config.Config, log hclog.Logger, opts ...Option) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, log: log, metrics: metrics.New(), checks: map[string]func() error{}}
 	for _, o := range opts {
 		o(d)
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(cfg.GCPercent)
 	}
 	d.life, d.stop = context.WithCancel(context.Background())
 	if err := d.build(); err != nil {
