@@ -16,90 +16,23 @@
 package events
 
 import (
-	"encoding/json"
-
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/kvevent"
 )
 
-// RouterEvent is one Dynamo router event.
-type RouterEvent struct {
-	WorkerID    uint64     `json:"worker_id"`
-	StorageTier string     `json:"storage_tier"`
-	Event       KvCacheEvt `json:"event"`
-	// Tenant is not part of Dynamo's format; it scopes in-process watchers
-	// and is never serialized.
-	Tenant string `json:"-"`
-}
+// RouterEvent is one Dynamo router event; the wire types live in
+// sdk/kvevent so clients decode exactly what the host encodes.
+type RouterEvent = kvevent.Event
 
-// KvCacheEvt is the inner event.
-type KvCacheEvt struct {
-	EventID uint64 `json:"event_id"`
-	Data    Data   `json:"data"`
-	DPRank  uint32 `json:"dp_rank"`
-}
-
-// Data is exactly one of Stored, Removed or Cleared.
-type Data struct {
-	Stored  *StoredData
-	Removed *RemovedData
-	Cleared bool
-}
-
-// StoredData lists blocks that landed, children of ParentHash.
-type StoredData struct {
-	ParentHash *uint64       `json:"parent_hash"`
-	Blocks     []StoredBlock `json:"blocks"`
-}
-
-// StoredBlock is one stored block's sequence and local hash.
-type StoredBlock struct {
-	BlockHash  uint64 `json:"block_hash"`
-	TokensHash uint64 `json:"tokens_hash"`
-}
-
-// RemovedData lists blocks that left the tier.
-type RemovedData struct {
-	BlockHashes []uint64 `json:"block_hashes"`
-}
-
-// MarshalJSON writes Dynamo's externally tagged form.
-func (d Data) MarshalJSON() ([]byte, error) {
-	switch {
-	case d.Stored != nil:
-		return json.Marshal(struct {
-			Stored *StoredData `json:"stored"`
-		}{d.Stored})
-	case d.Removed != nil:
-		return json.Marshal(struct {
-			Removed *RemovedData `json:"removed"`
-		}{d.Removed})
-	default:
-		return []byte(`"cleared"`), nil
-	}
-}
-
-// UnmarshalJSON reads Dynamo's externally tagged form (used by tests and by
-// tools that watch events).
-func (d *Data) UnmarshalJSON(b []byte) error {
-	var s string
-	if json.Unmarshal(b, &s) == nil {
-		if s != "cleared" {
-			return &json.UnsupportedValueError{Str: s}
-		}
-		*d = Data{Cleared: true}
-		return nil
-	}
-	var v struct {
-		Stored  *StoredData  `json:"stored"`
-		Removed *RemovedData `json:"removed"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	*d = Data{Stored: v.Stored, Removed: v.Removed}
-	return nil
-}
+// The parts of a RouterEvent.
+type (
+	KvCacheEvt  = kvevent.EventBody
+	Data        = kvevent.EventData
+	StoredData  = kvevent.StoredData
+	StoredBlock = kvevent.StoredBlock
+	RemovedData = kvevent.RemovedData
+)
 
 // Encoder numbers events and folds runs of index events into RouterEvents.
 // It is not safe for concurrent use; the publisher owns one.
@@ -116,13 +49,13 @@ func (e *Encoder) Encode(dst []RouterEvent, evs []cache.Event) []RouterEvent {
 		j := i + 1
 		switch ev.Kind {
 		case cache.Stored:
-			d := &StoredData{Blocks: []StoredBlock{{ev.Seq, ev.Local}}}
+			d := &StoredData{Blocks: []StoredBlock{{BlockHash: ev.Seq, TokensHash: ev.Local}}}
 			if ev.HasParent {
 				p := ev.Parent
 				d.ParentHash = &p
 			}
 			for ; j < len(evs) && sameRun(ev, evs[j]) && evs[j].HasParent && evs[j].Parent == evs[j-1].Seq; j++ {
-				d.Blocks = append(d.Blocks, StoredBlock{evs[j].Seq, evs[j].Local})
+				d.Blocks = append(d.Blocks, StoredBlock{BlockHash: evs[j].Seq, TokensHash: evs[j].Local})
 			}
 			dst = append(dst, e.next(ev, Data{Stored: d}))
 		case cache.Removed:

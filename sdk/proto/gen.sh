@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates the Go code for the kvpilot protos (sdk/proto/kvpilot/v1).
+# Regenerates the Go code for kvpilot's protos: the host's services
+# (sdk/proto/kvpilot/v1) and the policy plugin protocol
+# (sdk/proto/kvpilot/plugin/v1). Each package is generated on its own.
 #
 # The plugin versions are pinned here, and the generated files name them in
 # their headers, so `make verify` can tell stale code from a version bump.
@@ -31,12 +33,14 @@ install_plugin "$gobin_go" "google.golang.org/protobuf/cmd/protoc-gen-go@$PROTOC
 install_plugin "$gobin_grpc" "google.golang.org/grpc/cmd/protoc-gen-go-grpc@$PROTOC_GEN_GO_GRPC_VERSION"
 
 cd "$here"
-rm -f kvpilot/v1/*.pb.go
-protoc \
-	--plugin=protoc-gen-go="$gobin_go/protoc-gen-go" \
-	--plugin=protoc-gen-go-grpc="$gobin_grpc/protoc-gen-go-grpc" \
-	--proto_path=. \
-	--go_out=. --go_opt=paths=source_relative \
-	--go-grpc_out=. --go-grpc_opt=paths=source_relative \
-	kvpilot/v1/*.proto
-echo "gen.sh: regenerated $(ls kvpilot/v1/*.pb.go | wc -l) files with protoc $(protoc --version | cut -d' ' -f2)"
+for pkg in kvpilot/v1 kvpilot/plugin/v1; do
+	rm -f "$pkg"/*.pb.go
+	protoc \
+		--plugin=protoc-gen-go="$gobin_go/protoc-gen-go" \
+		--plugin=protoc-gen-go-grpc="$gobin_grpc/protoc-gen-go-grpc" \
+		--proto_path=. \
+		--go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative \
+		"$pkg"/*.proto
+	echo "gen.sh: regenerated $(ls "$pkg"/*.pb.go | wc -l) files in $pkg with protoc $(protoc --version | cut -d' ' -f2)"
+done
