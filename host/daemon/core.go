@@ -138,5 +138,8 @@ func (d *Daemon) sweep(ctx context.Context) {
 		if res.Pins > 0 || res.Leases > 0 {
 			d.log.Debug("swept expired entries", "pins", res.Pins, "leases", res.Leases, "expired_leases", res.Expired)
 		}
+		if err := d.saveMeta(); err != nil {
+			d.log.Error("saving pins and leases failed; a restart now would lose recent ones", "error", err)
+		}
 	}
 }

@@ -53,6 +53,7 @@ type Daemon struct {
 	checks map[string]func() error
 
 	core    core
+	meta    metaState
 	control *plane.Plane
 	engine  *engineHost
 	// life ends when the host shuts down; background work started on a
@@ -91,6 +92,9 @@ func New(cfg config.Config, log hclog.Logger, opts ...Option) (*Daemon, error) {
 
 // build constructs the components in dependency order.
 func (d *Daemon) build() error {
+	if err := d.buildMeta(); err != nil {
+		return err
+	}
 	if err := d.buildCore(); err != nil {
 		return err
 	}

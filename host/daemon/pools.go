@@ -97,6 +97,7 @@ func (d *Daemon) openPools(ctx context.Context, l *layout.Layout) (*tiers.Set, *
 		}
 		d.log.Info("disk tier restored into the index", "result", fmt.Sprintf("%+v", res))
 	}
+	d.restoreMeta()
 	return set, m, nil
 }
 

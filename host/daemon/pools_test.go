@@ -108,7 +108,10 @@ func TestPausedSessionSurvivesRestart(t *testing.T) {
 	})
 	reply := d.Executor().Apply(context.Background(), directive.Turn{
 		Source: "test", Tenant: "acme",
-		Directives: []directive.Directive{directive.Pause{BlockHashes: []directive.Hash{directive.Hash(last)}, TTL: directive.TTLOf(time.Hour), LeaseID: "s1"}},
+		Directives: []directive.Directive{
+			directive.Cache{BlockHashes: []directive.Hash{directive.Hash(h.Sequence[0])}, Pin: true, TTL: directive.TTLOf(time.Hour)},
+			directive.Pause{BlockHashes: []directive.Hash{directive.Hash(last)}, TTL: directive.TTLOf(time.Hour), LeaseID: "s1"},
+		},
 	})
 	if reply.Status != directive.StatusOK {
 		t.Fatalf("pause refused: %+v", reply)
@@ -132,6 +135,19 @@ func TestPausedSessionSurvivesRestart(t *testing.T) {
 		if p, ok := pageInfo(d2, "acme", s); !ok || !p.Tiers.Has(tier.Disk) {
 			t.Fatalf("page %d not restored from disk: %+v", s, p)
 		}
+	}
+	// The lease and the pin came back too, expiring about when they would
+	// have (the restart took well under a minute).
+	ix2, mu2 := d2.Index()
+	mu2.Lock()
+	lease, ok := ix2.Lease("s1")
+	now := ix2.Config().Clock.Now()
+	mu2.Unlock()
+	if !ok || lease.Tenant != "acme" || lease.Pages != len(h.Sequence) || lease.Expiry-now < 59*time.Minute {
+		t.Fatalf("lease after restart: %+v (ok %v)", lease, ok)
+	}
+	if p, _ := pageInfo(d2, "acme", h.Sequence[0]); p.PinCount != 1 || p.PinTTL != time.Hour || p.PinExpiry-now < 59*time.Minute {
+		t.Fatalf("pin after restart: %+v", p)
 	}
 	if _, err := d2.core.mover.LoadBack(context.Background(), cache.TargetHashes("acme", last), time.Now().Add(5*time.Second)); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,104 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/meta"
+)
+
+// metaState persists pins and leases (host/meta). Saving starts only once
+// the stored snapshot was restored, which happens when the pools open (the
+// pages they refer to come back from the disk tier then): a host waiting
+// for its engine must not overwrite the snapshot with its empty index.
+type metaState struct {
+	store    *meta.Store
+	restored atomic.Bool
+}
+
+func (d *Daemon) buildMeta() error {
+	if err := os.MkdirAll(d.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data_dir %s: %w", d.cfg.DataDir, err)
+	}
+	s, err := meta.Open(filepath.Join(d.cfg.DataDir, "meta.db"))
+	if err != nil {
+		return err
+	}
+	d.meta.store = s
+	// Runs before the store closes (closers unwind last to first).
+	d.closers = append(d.closers, s.Close, func() error { return d.saveMeta() })
+	return nil
+}
+
+// restoreMeta re-applies the stored leases and pins to the pages the index
+// holds now. What no longer fits (pages lost, a budget lowered) is logged and
+// skipped; it runs once.
+func (d *Daemon) restoreMeta() {
+	if d.meta.store == nil || d.meta.restored.Load() {
+		return
+	}
+	defer d.meta.restored.Store(true)
+	snap, err := d.meta.store.Load()
+	if err != nil {
+		d.log.Warn("reading persisted pins and leases", "error", err)
+	}
+	c := &d.core
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now, wall := c.clock.Now(), time.Now()
+	var leases, pins, skipped int
+	for _, l := range snap.Leases {
+		left := l.Expiry.Sub(wall)
+		if left <= 0 {
+			continue
+		}
+		if _, _, err := c.index.Pause(cache.TargetHashes(l.Tenant, l.Seqs...), l.ID, l.Tier, left); err != nil {
+			skipped++
+			d.log.Warn("lease not restored", "lease", l.ID, "tenant", l.Tenant, "error", err)
+			continue
+		}
+		leases++
+	}
+	for _, p := range snap.Pins {
+		left := p.Expiry.Sub(wall)
+		if left <= 0 {
+			continue
+		}
+		if err := c.index.RestorePin(cache.TargetHashes(p.Tenant, p.Seq), p.Count, p.TTL, now+left); err != nil {
+			skipped++
+			d.log.Warn("pin not restored", "tenant", p.Tenant, "block", p.Seq, "error", err)
+			continue
+		}
+		pins++
+	}
+	if leases+pins+skipped > 0 {
+		d.log.Info("restored persisted pins and leases", "leases", leases, "pins", pins, "skipped", skipped)
+	}
+}
+
+// saveMeta writes the current pins and leases.
+func (d *Daemon) saveMeta() error {
+	if d.meta.store == nil || !d.meta.restored.Load() {
+		return nil
+	}
+	c := &d.core
+	c.mu.Lock()
+	now, wall := c.clock.Now(), time.Now()
+	toWall := func(at time.Duration) time.Time { return wall.Add(at - now) }
+	var snap meta.Snapshot
+	for _, p := range c.index.Pins(now) {
+		snap.Pins = append(snap.Pins, meta.Pin{Tenant: p.Tenant, Seq: p.Seq, Count: p.Count, TTL: p.TTL, Expiry: toWall(p.Expiry)})
+	}
+	for _, l := range c.index.Leases() {
+		snap.Leases = append(snap.Leases, meta.Lease{ID: l.ID, Tenant: l.Tenant, Tier: l.Tier, Seqs: l.Seqs, Expiry: toWall(l.Expiry)})
+	}
+	c.mu.Unlock()
+	if err := d.meta.store.Save(snap); err != nil {
+		return fmt.Errorf("persist pins and leases: %w", err)
+	}
+	return nil
+}
