@@ -16,6 +16,7 @@ import (
 // and host share KV bytes only through the descriptors passed on the socket.
 func TestMain(m *testing.M) {
 	enginetest.MaybeHostMain()
+	maybePolicyMain() // the binary also stands in for `kvpilot policy NAME` (host_test.go)
 	os.Exit(m.Run())
 }
 

@@ -157,6 +157,10 @@ type Index struct {
 	resident    [tier.Count]int
 	pendingIn   [tier.Count]int
 	pendingDrop [tier.Count]int
+	// reserved counts slots handed out but not committed (Reserve); they
+	// count as used, so eviction makes room for them. Reset keeps them:
+	// they belong to running requests, not to cached pages.
+	reserved [tier.Count]int
 
 	// pinned is an intrusive list of pages whose pin count is positive
 	// (expired or not), so Sweep and Stats never scan the whole tree.

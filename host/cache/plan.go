@@ -39,7 +39,7 @@ func (ix *Index) Plan(now time.Duration, dst []Transition) []Transition {
 }
 
 func (ix *Index) used(t tier.Tier) int {
-	return ix.resident[t] + ix.pendingIn[t] - ix.pendingDrop[t]
+	return ix.resident[t] + ix.pendingIn[t] - ix.pendingDrop[t] + ix.reserved[t]
 }
 
 // copySource is the hottest tier holding n that no planned drop is freeing.

@@ -19,6 +19,8 @@ type TierStats struct {
 	// the tier that the mover has not reported yet.
 	PendingIn   int
 	PendingDrop int
+	// Reserved counts slots handed out and not yet committed (Reserve).
+	Reserved int
 }
 
 // Stats is a snapshot of the index.
@@ -46,7 +48,7 @@ func (ix *Index) Stats() Stats {
 	}
 	for _, t := range tier.All {
 		s.Tiers[t] = TierStats{Tier: t, Capacity: ix.cfg.Tiers[t].Capacity, Pages: ix.resident[t],
-			PendingIn: ix.pendingIn[t], PendingDrop: ix.pendingDrop[t]}
+			PendingIn: ix.pendingIn[t], PendingDrop: ix.pendingDrop[t], Reserved: ix.reserved[t]}
 	}
 	for _, ts := range ix.tenants {
 		s.Pages += len(ts.bySeq)

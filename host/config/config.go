@@ -98,6 +98,10 @@ type Index struct {
 	// everything after the edit. Off by default: it changes what a request
 	// attends to (the amortize contract) without a directive asking.
 	AutoSplice bool `koanf:"auto_splice"`
+	// SinkTokens is the protected attention-sink prefix: no splice, evict
+	// or auto-splice edits the first sink_tokens positions of a session
+	// (DESIGN.md §6), since models lean on them whatever follows.
+	SinkTokens int `koanf:"sink_tokens"`
 }
 
 // Tiers configures each tier's size, watermarks and pin budget.
@@ -245,6 +249,7 @@ func Default() Config {
 			PauseTier:     "disk",
 			SweepInterval: 5 * time.Second,
 			AutoSplice:    false,
+			SinkTokens:    4,
 		},
 		Tiers: Tiers{
 			Device: Tier{CapacityPages: 4096, HighWatermark: 0.95, LowWatermark: 0.85, PinBudget: 0.5},

@@ -42,6 +42,9 @@ func (c Config) Validate() error {
 	default:
 		bad("index.pause_tier", "%q is not one of host, disk, remote", c.Index.PauseTier)
 	}
+	if c.Index.SinkTokens < 0 || c.Index.SinkTokens > 1<<20 {
+		bad("index.sink_tokens", "%d is not in 0..%d", c.Index.SinkTokens, 1<<20)
+	}
 	if c.Index.SweepInterval <= 0 {
 		bad("index.sweep_interval", "must be positive, got %v", c.Index.SweepInterval)
 	}

@@ -37,9 +37,9 @@ func (d *Daemon) buildControl() error {
 		Stream:           d.cfg.NATS.CommandStream,
 		RateLimit:        d.cfg.NATS.RateLimit,
 		RateBurst:        d.cfg.NATS.RateBurst,
-		// Page bytes are known once an engine registers its layout; until
-		// the engine service lands, Stats reports bytes as 0.
-		BytesPerPage: nil,
+		// Page bytes are those of the open pools' layout (0 until an
+		// engine registers one, when no model is configured).
+		BytesPerPage: d.BytesPerPage,
 		Metrics:      d.metrics,
 		Log:          d.log,
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/engine"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/mover"
@@ -102,11 +103,18 @@ func (d *Daemon) buildCore() error {
 		WorkerID:     directive.WorkerID(strconv.FormatUint(d.cfg.WorkerID, 10)),
 		Audit:        c.audit,
 		OnAuditError: func(err error) { d.log.Error("audit log write failed", "error", err) },
-		Transitions:  d.transitionsHook(),
-		Free:         d.freeHook(),
+		Limits:       directive.Limits{SinkTokens: int64(d.cfg.Index.SinkTokens)},
+		// Transitions, Free and the splicer are attached when pools open
+		// (below, or when an engine registers): until then Warm and the
+		// span verbs are refused as unavailable.
 	})
 	if err != nil {
 		return fmt.Errorf("start executor: %w", err)
+	}
+	if c.mover != nil {
+		if err := d.attachPools(&engine.Pools{Set: c.pools, Mover: c.mover}); err != nil {
+			return fmt.Errorf("attach the pools to the executor: %w", err)
+		}
 	}
 	d.metrics.Registry.MustRegister(&indexCollector{c: c})
 	return nil

@@ -43,6 +43,14 @@ func WithConfigFile(path string, environ []string) Option {
 // for the kvpilot command and wrong for a test binary).
 func WithPolicyExecutable(exe string) Option { return func(d *Daemon) { d.policyExe = exe } }
 
+// WithTokenizer gives the host the model's tokenizer, so policy splices
+// with a text replacement (the truncation policy's stubs) are applied as
+// the token ids it returns. Without one they are refused as
+// not_supported_yet: the engine protocol carries no tokenizer.
+func WithTokenizer(tokenize func(text string) ([]uint32, error)) Option {
+	return func(d *Daemon) { d.tokenize = tokenize }
+}
+
 // Daemon is one running host.
 type Daemon struct {
 	cfg     config.Config
@@ -56,6 +64,10 @@ type Daemon struct {
 	meta    metaState
 	control *plane.Plane
 	engine  *engineHost
+	// attached is what the executor is bound to once pools open (splice.go).
+	attached attachments
+	// tokenize turns text splice replacements into token ids (WithTokenizer).
+	tokenize func(string) ([]uint32, error)
 	// life ends when the host shuts down; background work started on a
 	// caller's behalf (warm transfers, releases) runs under it.
 	life context.Context

@@ -11,6 +11,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/engine"
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/uds"
+	"github.com/kvpilot/kvpilot/sdk/policy"
 )
 
 // engineHost is the Engine service with its two listeners.
@@ -39,6 +40,10 @@ func (d *Daemon) buildEngine() error {
 		RequestTTL:       d.cfg.Engine.RequestTTL,
 		MaxSessions:      d.cfg.Engine.MaxSessions,
 		Log:              d.log.Named("engine"),
+		Observer:         policyObserver{d},
+		OnRegister:       d.onRegister,
+		OnPoolsClose:     d.detachPools,
+		AutoSplice:       d.cfg.Index.AutoSplice,
 	}
 	if c.pools != nil {
 		l, _, err := d.cfg.Layout()
@@ -53,7 +58,13 @@ func (d *Daemon) buildEngine() error {
 				return nil, err
 			}
 			d.log.Info("pools open for the registered layout", "model", l.Model, "page_bytes", l.PageBytes(), "fingerprint", l.Fingerprint())
-			return &engine.Pools{Layout: l.Clone(), Set: set, Mover: m, DeviceOrdinal: d.cfg.Pools.DeviceOrdinal, Close: set.Close}, nil
+			p := &engine.Pools{Layout: l.Clone(), Set: set, Mover: m, DeviceOrdinal: d.cfg.Pools.DeviceOrdinal, Close: set.Close}
+			// Warm works from here on; the splicer follows at OnRegister.
+			if err := d.attachPools(p); err != nil {
+				_ = set.Close()
+				return nil, err
+			}
+			return p, nil
 		}
 	}
 	svc, err := engine.New(cfg)
@@ -76,6 +87,9 @@ func (d *Daemon) buildEngine() error {
 		return err
 	}
 	d.closers = append(d.closers, func() error { _ = eh.fdln.Close(); return nil })
+	// Runs after the engine service closed (closers unwind last to first):
+	// background splice fills have failed by then, and end.
+	d.closers = append(d.closers, d.closeAttachments)
 	// Runs before the closers above (they are unwound last to first), so
 	// requests are released and pools closed while the index still stands.
 	d.closers = append(d.closers, svc.Close)
@@ -110,4 +124,52 @@ func (d *Daemon) runEngine(ctx context.Context, wg *sync.WaitGroup) {
 		eh.svc.Stop(5 * time.Second)
 	}()
 	d.log.Info("serving the engine protocol", "socket", eh.ln.Path(), "fd_socket", eh.fdln.Path())
+}
+
+// BytesPerPage is the page size in bytes of the layout the pools hold, or 0
+// before any are open (the control plane's Stats).
+func (d *Daemon) BytesPerPage() int64 {
+	if eh := d.engineHost(); eh != nil {
+		if p := eh.svc.Pools(); p != nil && p.Layout != nil {
+			return int64(p.Layout.PageBytes())
+		}
+	}
+	return 0
+}
+
+// Engine returns the Engine service.
+func (d *Daemon) Engine() *engine.Service {
+	if eh := d.engineHost(); eh != nil {
+		return eh.svc
+	}
+	return nil
+}
+
+// policyObserver reports the engine's requests to the policies as
+// RequestStarted and RequestFinished observations. The engine calls it
+// outside every lock; offering to the runtime never blocks.
+type policyObserver struct{ d *Daemon }
+
+func (o policyObserver) RequestStarted(r engine.RequestStarted) {
+	msgs := make([]policy.Message, len(r.Messages))
+	for i, m := range r.Messages {
+		pm := policy.Message{Role: m.Role, ToolName: m.ToolName, Content: m.Content, ThinkingText: m.ThinkingText,
+			Span: policy.Span{Start: int64(m.Start), End: int64(m.End)}, Edited: m.Edited}
+		for _, th := range m.Thinking {
+			pm.Thinking = append(pm.Thinking, policy.Span{Start: int64(th[0]), End: int64(th[1])})
+		}
+		msgs[i] = pm
+	}
+	o.d.observe(policy.Observation{Time: time.Now(), Kind: policy.KindRequestStarted, Session: r.Session, Tenant: r.Tenant,
+		Started: &policy.RequestStarted{RequestID: r.RequestID, Turn: int64(r.Turn), PromptTokens: int64(len(r.Tokens)),
+			PageSize: uint32(r.PageSize), BlockHashes: r.BlockHashes, Messages: msgs}})
+}
+
+func (o policyObserver) RequestFinished(r engine.RequestFinished) {
+	o.d.observe(policy.Observation{Time: time.Now(), Kind: policy.KindRequestFinished, Session: r.Session, Tenant: r.Tenant,
+		Finished: &policy.RequestFinished{RequestID: r.RequestID,
+			Usage:           policy.Usage{InputTokens: r.InputTokens, CachedTokens: r.CachedTokens, OutputTokens: r.OutputTokens, ReasoningTokens: r.ReasoningTokens},
+			CacheControl:    policy.CacheControl{Type: r.CacheControl.Type, TTL: r.CacheControl.TTL},
+			BlockHashes:     r.BlockHashes,
+			ReasoningBlocks: r.ReasoningBlocks}})
 }

@@ -48,12 +48,46 @@ func (d *Daemon) buildPolicies() error {
 // applyPolicyTurn hands a policy's directives to the executor, which
 // audits them under the policy's name.
 func (d *Daemon) applyPolicyTurn(ctx context.Context, t directive.Turn) error {
+	if err := d.tokenizeReplacements(&t); err != nil {
+		return err
+	}
 	reply := d.core.exec.Apply(ctx, t)
 	if reply.Status != directive.StatusOK {
 		if reply.Error != nil {
 			return reply.Error
 		}
 		return fmt.Errorf("turn refused: %+v", reply.Results)
+	}
+	return nil
+}
+
+// tokenizeReplacements turns the text replacements of a turn's splices into
+// token ids with the host's tokenizer (WithTokenizer), so the executor can
+// apply them; without a tokenizer the turn goes as it is and the executor
+// refuses text as not_supported_yet. The turn's directives are copied, not
+// edited in place.
+func (d *Daemon) tokenizeReplacements(t *directive.Turn) error {
+	if d.tokenize == nil {
+		return nil
+	}
+	var out []directive.Directive
+	for i, dir := range t.Directives {
+		sp, ok := dir.(directive.Splice)
+		if !ok || sp.Replacement.Text == "" {
+			continue
+		}
+		toks, err := d.tokenize(sp.Replacement.Text)
+		if err != nil {
+			return fmt.Errorf("tokenize the replacement of directive %d: %w", i, err)
+		}
+		if out == nil {
+			out = append([]directive.Directive(nil), t.Directives...)
+		}
+		sp.Replacement = directive.Replacement{Tokens: toks}
+		out[i] = sp
+	}
+	if out != nil {
+		t.Directives = out
 	}
 	return nil
 }

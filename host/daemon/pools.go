@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/pool/disk"
@@ -99,39 +98,6 @@ func (d *Daemon) openPools(ctx context.Context, l *layout.Layout) (*tiers.Set, *
 	}
 	d.restoreMeta()
 	return set, m, nil
-}
-
-// transitionsHook hands the executor's planned copies (Warm) to the mover;
-// nil when there is no mover, so the executor refuses Warm as unavailable
-// instead of accepting work nobody will do.
-func (d *Daemon) transitionsHook() func([]cache.Transition) {
-	m := d.core.mover
-	if m == nil {
-		return nil
-	}
-	return func(ts []cache.Transition) {
-		fence := m.Submit(d.life, ts)
-		go func() {
-			r, err := fence.Wait(d.life)
-			if err == nil && len(r.Errors) > 0 {
-				d.log.Warn("warm transfers failed", "failed", r.Failed, "errors", errors.Join(r.Errors...))
-			}
-		}()
-	}
-}
-
-// freeHook releases the pool copies of pages the index removed on its own
-// authority (prune, purge, revoke).
-func (d *Daemon) freeHook() func([]cache.Freed) {
-	m := d.core.mover
-	if m == nil {
-		return nil
-	}
-	return func(freed []cache.Freed) {
-		if err := m.Release(d.life, freed); err != nil {
-			d.log.Warn("releasing freed pages failed", "pages", len(freed), "error", err)
-		}
-	}
 }
 
 // stepLoop runs the eviction planner and write-through copies every

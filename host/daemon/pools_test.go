@@ -12,6 +12,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
 // modelConfig is a host with a tiny model, so the pools open at start.
@@ -165,14 +166,19 @@ func TestPausedSessionSurvivesRestart(t *testing.T) {
 	}
 }
 
+// A cached page (made-up locations: no pools) cannot be warmed while no
+// pools are open: the refusal is unavailable, not a missing block.
+// TestAttachmentsFollowRegistration shows Warm accepted once an engine
+// registered.
 func TestWarmRefusedWithoutPools(t *testing.T) {
 	d, stop := start(t, testConfig(t))
 	defer stop()
+	h := commitTokens(t, d, "acme", make([]uint32, 2*d.Config().Index.PageSize), d.Config().Index.PageSize)
 	reply := d.Executor().Apply(context.Background(), directive.Turn{
 		Source: "test", Tenant: "acme",
-		Directives: []directive.Directive{directive.Warm{BlockKeys: []directive.BlockKey{"1"}, TargetTier: "host"}},
+		Directives: []directive.Directive{directive.Warm{BlockKeys: []directive.BlockKey{directive.BlockKey(directive.Hash(h.Sequence[1]).String())}, TargetTier: "host"}},
 	})
-	if reply.Status == directive.StatusOK {
-		t.Fatalf("warm accepted with no pools to carry it out: %+v", reply)
+	if reply.Status == directive.StatusOK || reply.Error == nil || reply.Error.Code != errcode.Unavailable {
+		t.Fatalf("warm with no pools to carry it out: %+v, want unavailable", reply)
 	}
 }

@@ -69,7 +69,7 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 		return nil, errcode.New(errcode.BadRequest, "request_id %.64q is already running; ids must be unique among running requests", id)
 	}
 	r := &request{
-		id: id, reg: reg, session: req.GetSession(), tenant: req.GetTenant(), salt: saltOf(req.GetTenant()),
+		id: id, reg: reg, session: req.GetSession(), tenant: req.GetTenant(), salt: SaltOf(req.GetTenant()),
 		prompt: append([]uint32(nil), toks...), messages: msgs, owned: map[pool.Slot]struct{}{}, touched: s.cfg.Now(),
 	}
 	r.mu.Lock() // no other call can find it before Match answers
@@ -77,7 +77,16 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 	s.requests[id] = r
 	pools := s.pools
 	s.stats.Matches++
+	var prev []Message // touch replaces a session's messages, never edits them
+	if s.cfg.AutoSplice && r.session != "" {
+		if ss := s.sessions.get(r.session, false); ss != nil {
+			prev = ss.Messages
+		}
+	}
 	s.mu.Unlock()
+	if s.cfg.AutoSplice {
+		s.autoSplice(ctx, r, prev) // before matching, without the index lock (splice INTEGRATION.md §4)
+	}
 
 	fail := func(err error) (*pb.MatchResponse, error) {
 		s.endRequest(r)
@@ -152,6 +161,7 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 	s.cfg.Lock.Unlock()
 	r.matched = cut
 	r.committed = append([]uint32(nil), toks[:cut*ps]...)
+	r.hashes = append([]uint64(nil), resp.BlockHashes[:cut]...)
 	resp.CachedTokens = uint32(cut * ps)
 	resp.PageSlots = slots
 
@@ -162,10 +172,13 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 	if resp.LoadBackIncomplete {
 		s.stats.LoadBackIncomplete++
 	}
-	s.sessions.touch(r.session, r.tenant, msgs)
+	r.turn, _ = s.sessions.touch(r.session, r.tenant, msgs)
+	if ss := s.sessions.get(r.session, false); ss != nil && len(ss.Edited) > 0 {
+		markEdited(msgs, ss.Edited)
+	}
 	s.mu.Unlock()
 	if o := s.cfg.Observer; o != nil {
-		o.RequestStarted(RequestStarted{RequestID: id, Session: r.session, Tenant: r.tenant, Tokens: r.prompt,
+		o.RequestStarted(RequestStarted{RequestID: id, Session: r.session, Tenant: r.tenant, Turn: r.turn, PageSize: ps, Tokens: r.prompt,
 			BlockHashes: resp.BlockHashes, CachedTokens: cut * ps, Messages: msgs})
 	}
 	return resp, nil
@@ -198,21 +211,21 @@ func (s *Service) allocate(ctx context.Context, req *pb.AllocateRequest) (*pb.Al
 		return nil, errcode.New(errcode.BadRequest, "pages %d: want 1..%d (the device arena's capacity)", n, capPages)
 	}
 	resp := &pb.AllocateResponse{}
-	var slots []pool.Slot
-	// The index evicts by watermark; when the arena is full, run its plan
-	// and try again, a few times, before telling the engine.
-	for attempt := 0; ; attempt++ {
-		slots, err = dev.Alloc(slots[:0], n)
-		if err == nil || !errors.Is(err, pool.ErrFull) || attempt == 3 {
-			break
-		}
-		rep := p.Mover.Step(ctx)
-		resp.EvictedPages += uint32(rep.Dropped)
-		if rep.Dropped == 0 && rep.Copied == 0 && attempt > 0 {
-			break
-		}
-	}
+	ix := s.cfg.Index
+	// The slots count as used in the index from now until they are
+	// committed or freed, so its eviction makes room for them.
+	s.cfg.Lock.Lock()
+	err = ix.Reserve(tier.Device, n)
+	s.cfg.Lock.Unlock()
 	if err != nil {
+		return nil, mapIndexErr(err, "reserve %d device pages", n)
+	}
+	slots, evicted, err := s.allocSlots(ctx, p, dev, n)
+	resp.EvictedPages = uint32(evicted)
+	if err != nil {
+		s.cfg.Lock.Lock()
+		s.unreserveLocked(r, n)
+		s.cfg.Lock.Unlock()
 		st := dev.Stats()
 		return nil, mapIndexErr(err, "allocate %d device pages: %d of %d free; the rest hold cached pages that are locked, pinned or not yet evictable, or slots of running requests", n, st.Free, st.Capacity)
 	}
@@ -303,6 +316,15 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 	for _, u := range res.Unused {
 		unused[u] = true
 	}
+	// The request's slots are the index's now (or freed just below, as
+	// duplicates): their reservation ends with the commit.
+	committedOwned := 0
+	for _, sl := range offered {
+		if _, ok := r.owned[pool.Slot(sl)]; ok && !unused[uint64(sl)] {
+			committedOwned++
+		}
+	}
+	s.unreserveLocked(r, committedOwned)
 	s.cfg.Lock.Unlock()
 
 	var free []pool.Slot
@@ -319,12 +341,16 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 		if err := p.Set.Memory(tier.Device).Free(free...); err != nil {
 			s.cfg.Log.Error("freeing duplicate slots failed", "request", r.id, "error", err)
 		}
+		s.cfg.Lock.Lock()
+		s.unreserveLocked(r, len(free))
+		s.cfg.Lock.Unlock()
 	}
 	if deepest+1 > len(r.committed)/ps {
 		r.committed = append(r.committed[:0], toks[:(deepest+1)*ps]...)
+		r.hashes = append(r.hashes[:0], h.Sequence[:deepest+1]...)
 	}
 	s.mu.Lock()
-	s.sessions.commit(r.session, r.tenant, toks, (deepest+1)*ps)
+	s.sessions.commit(r.session, r.tenant, toks, (deepest+1)*ps, h.Sequence[:deepest+1])
 	s.stats.CommittedPages += uint64(res.Stored)
 	s.mu.Unlock()
 	s.kickStep()
@@ -398,10 +424,11 @@ func (s *Service) finish(ctx context.Context, req *pb.FinishRequest) (*pb.Finish
 	resp.FreedSlots = uint32(s.endRequest(r))
 	if o := s.cfg.Observer; o != nil {
 		u := req.GetUsage()
-		o.RequestFinished(RequestFinished{RequestID: r.id, Session: r.session, Tenant: r.tenant,
+		o.RequestFinished(RequestFinished{RequestID: r.id, Session: r.session, Tenant: r.tenant, Turn: r.turn,
 			InputTokens: int64(u.GetInputTokens()), CachedTokens: int64(u.GetCachedTokens()),
 			OutputTokens: int64(u.GetOutputTokens()), ReasoningTokens: int64(u.GetReasoningTokens()),
-			CacheControl: cc, CommittedTokens: len(r.committed)})
+			CacheControl: cc, CommittedTokens: len(r.committed), BlockHashes: r.hashes,
+			ReasoningBlocks: reasoningPages(r.hashes, s.cfg.Index.PageSize(), len(r.prompt), int(u.GetReasoningTokens()))})
 	}
 	return resp, nil
 }

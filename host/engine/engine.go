@@ -22,7 +22,19 @@
 // refused while pages are cached, unless the engine asks for a reset.
 //
 // The service keeps, per session, the latest token sequence it cached, which
-// splice and session diff read (Sessions).
+// splice and session diff read (SpliceSessions), and it carries the
+// splicer's fill orders to the engine (SpliceFill). With auto-splice on,
+// Match first diffs the request against the session's cached sequence and
+// splices the cache to match (splicer.go).
+//
+// Positions: a request's tokens are the prompt the model attends, and its
+// message spans index those tokens. After a splice of a session (a policy's
+// or an operator's directive), the engine's next prompt of that session
+// must carry the edit: it is the session's edited sequence plus the new
+// turn, so the spans the host reports to policies are positions in the
+// cached sequence. An engine whose harness keeps sending the unedited
+// history should run with auto-splice off for directive splices, or the
+// host splices the history back.
 //
 // Locking: the service mutex guards registrations, requests and sessions; the
 // index lock (shared with the executor and the mover) guards the cache index.
@@ -38,6 +50,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -48,6 +61,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/pool/tiers"
+	"github.com/kvpilot/kvpilot/host/splice"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
 )
 
@@ -91,6 +105,18 @@ type Config struct {
 	MaxTokens int
 	// Observer is told about requests; nil tells no one.
 	Observer Observer
+	// OnRegister is called after each successful registration, before the
+	// engine hears back, with the registration and its pools: the host
+	// builds the layout's splicer there and installs it with SetSplicer.
+	// It must not call the service's registration methods.
+	OnRegister func(Registration, *Pools)
+	// OnPoolsClose is called before the service closes pools it opened (a
+	// layout change, or Close), so the host detaches what uses them.
+	OnPoolsClose func(*Pools)
+	// AutoSplice runs session diff before every Match (index.auto_splice):
+	// a request that edits its session's cached history gets the cache
+	// spliced to match (DESIGN.md §6). It needs an installed splicer.
+	AutoSplice bool
 	// Log; nil discards.
 	Log hclog.Logger
 	// Now is the wall clock for request ages; nil means time.Now.
@@ -114,6 +140,9 @@ type Service struct {
 	fills    *fillHub
 	nextReq  uint64
 	stats    Stats
+
+	// splicer is the live layout's (SetSplicer); nil until one is built.
+	splicer atomic.Pointer[splice.Splicer]
 }
 
 // Errors of New.
@@ -153,7 +182,7 @@ func New(cfg Config) (*Service, error) {
 		kick:     make(chan struct{}, 1),
 		pools:    cfg.Pools,
 		requests: map[string]*request{},
-		sessions: newSessions(cfg.MaxSessions),
+		sessions: newSessions(cfg.MaxSessions, cfg.Index.PageSize()),
 	}
 	s.fills = newFillHub()
 	s.fds = newFDServer(s, cfg.Log.Named("fds"))
@@ -237,7 +266,11 @@ func (s *Service) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.retireLocked("host shutting down")
+	s.SetSplicer(nil)
 	if s.pools != nil && s.pools.Close != nil {
+		if f := s.cfg.OnPoolsClose; f != nil {
+			f(s.pools)
+		}
 		err := s.pools.Close()
 		s.pools = nil
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
@@ -42,10 +43,43 @@ type fillHub struct {
 	waiting map[string]*pendingFill
 	closed  chan struct{} // closed to end the current streams
 	next    uint64
+	// streams counts the engine's open FillOrders streams: with none for
+	// streamWait, a fill fails instead of waiting for its caller's
+	// deadline (a Match running session diff would stall on an engine that
+	// serves no fills). opened is closed when a stream opens.
+	streams int
+	opened  chan struct{}
+}
+
+// streamWait is how long a fill waits for the engine to open its stream
+// (it may be registering right now).
+const streamWait = 2 * time.Second
+
+// awaitStream waits until a stream is open; h.mu is held on entry and on
+// a nil return.
+func (h *fillHub) awaitStream(ctx context.Context) error {
+	var timer *time.Timer
+	for h.streams == 0 {
+		if timer == nil {
+			timer = time.NewTimer(streamWait)
+			defer timer.Stop()
+		}
+		wait := h.opened
+		h.mu.Unlock()
+		select {
+		case <-wait:
+		case <-timer.C:
+			return errcode.New(errcode.Unavailable, "the engine has no FillOrders stream open: it does not serve fill orders")
+		case <-ctx.Done():
+			return errcode.Wrap(errcode.DeadlineExceeded, ctx.Err(), "waiting for the engine's fill stream")
+		}
+		h.mu.Lock()
+	}
+	return nil
 }
 
 func newFillHub() *fillHub {
-	return &fillHub{queue: make(chan *pendingFill, 1024), waiting: map[string]*pendingFill{}, closed: make(chan struct{})}
+	return &fillHub{queue: make(chan *pendingFill, 1024), waiting: map[string]*pendingFill{}, closed: make(chan struct{}), opened: make(chan struct{})}
 }
 
 // closeAll ends the streams of a retired registration and fails what waits.
@@ -79,6 +113,9 @@ func (s *Service) Fill(ctx context.Context, o FillOrder) error {
 	}
 	h := s.fills
 	h.mu.Lock()
+	if err := h.awaitStream(ctx); err != nil {
+		return err
+	}
 	h.next++
 	id := "f" + strconv.FormatUint(h.next, 10)
 	p := &pendingFill{done: make(chan error, 1), order: &pb.FillOrder{
@@ -116,7 +153,15 @@ func (s *Service) FillOrders(req *pb.FillOrdersRequest, stream pb.Engine_FillOrd
 	h := s.fills
 	h.mu.Lock()
 	closed := h.closed
+	h.streams++
+	close(h.opened)
+	h.opened = make(chan struct{})
 	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.streams--
+		h.mu.Unlock()
+	}()
 	for {
 		select {
 		case <-stream.Context().Done():

@@ -13,10 +13,16 @@ type Observer interface {
 // RequestStarted describes a matched request.
 type RequestStarted struct {
 	RequestID, Session, Tenant string
-	Tokens                     []uint32
-	BlockHashes                []uint64
-	CachedTokens               int
-	Messages                   []Message
+	// Turn is the session's request count before this one (from 0).
+	Turn     int
+	PageSize int
+	Tokens   []uint32
+	// BlockHashes are the sequence hashes of every full page of the prompt.
+	BlockHashes  []uint64
+	CachedTokens int
+	// Messages carry spans over Tokens (the session's cached positions),
+	// with Edited set where the host already spliced.
+	Messages []Message
 }
 
 // RequestFinished describes a finished request.
@@ -24,8 +30,14 @@ type RequestFinished struct {
 	RequestID, Session, Tenant                               string
 	InputTokens, CachedTokens, OutputTokens, ReasoningTokens int64
 	CacheControl                                             enginewire.CacheControl
-	// CommittedTokens is the request's cached prefix (full pages).
+	Turn                                                     int
+	// CommittedTokens is the request's cached prefix (full pages);
+	// BlockHashes their sequence hashes, root first.
 	CommittedTokens int
+	BlockHashes     []uint64
+	// ReasoningBlocks are the committed output pages holding only
+	// reasoning tokens (the output's first ReasoningTokens).
+	ReasoningBlocks []uint64
 }
 
 // Stats counts what the service did since it started.
@@ -39,6 +51,8 @@ type Stats struct {
 	CommittedPages     uint64
 	Pins               uint64
 	FillOrders         uint64
+	// AutoSplices counts session-diff splices before a Match.
+	AutoSplices uint64
 	// Requests running now.
 	Running int
 }

@@ -35,8 +35,9 @@ type Registration struct {
 	EngineID string
 	Layout   *layout.Layout
 	// Rotary is the model's RoPE (nil for a layout without a rotary slice):
-	// what splice rotates keys with.
-	Rotary *rope.Rotary
+	// what splice rotates keys with; RopeConfig is its config.
+	Rotary     *rope.Rotary
+	RopeConfig rope.Config
 }
 
 // Registration returns the live registration, if any.
@@ -46,7 +47,7 @@ func (s *Service) Registration() (Registration, bool) {
 	if s.reg == nil {
 		return Registration{}, false
 	}
-	return Registration{ID: s.reg.id, EngineID: s.reg.engineID, Layout: s.reg.layout.Clone(), Rotary: s.reg.rope}, true
+	return Registration{ID: s.reg.id, EngineID: s.reg.engineID, Layout: s.reg.layout.Clone(), Rotary: s.reg.rope, RopeConfig: s.reg.ropeCfg}, true
 }
 
 // Pools returns the open pools (nil before the first registration when the
@@ -59,6 +60,13 @@ func (s *Service) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 	if err != nil {
 		s.cfg.Log.Warn("registration refused", "engine_id", req.GetEngineId(), "error", err)
 		return nil, convert.GRPCStatus(errcode.From(err))
+	}
+	// The host attaches what depends on the layout (the splicer) before
+	// the engine can send a request under the new registration.
+	if f := s.cfg.OnRegister; f != nil {
+		if reg, ok := s.Registration(); ok && reg.ID == resp.RegistrationId {
+			f(reg, s.currentPools())
+		}
 	}
 	return resp, nil
 }
@@ -155,7 +163,11 @@ func (s *Service) resetLocked() {
 	s.cfg.Lock.Lock()
 	n := s.cfg.Index.Reset()
 	s.cfg.Lock.Unlock()
+	s.SetSplicer(nil)
 	if s.pools.Close != nil {
+		if f := s.cfg.OnPoolsClose; f != nil {
+			f(s.pools)
+		}
 		if err := s.pools.Close(); err != nil {
 			s.cfg.Log.Warn("closing the previous layout's pools", "error", err)
 		}

@@ -33,23 +33,30 @@ type request struct {
 	hasLock   bool
 	owned     map[pool.Slot]struct{}
 	committed []uint32 // tokens of the full pages committed (or matched)
+	hashes    []uint64 // sequence hashes of those pages
 	matched   int      // pages matched
+	turn      int      // the session's request count before this one
 	touched   time.Time
 	done      bool
 }
 
 // Message is a chat message with its token span, as the engine sent it.
+// Start and End index the request's tokens, which are the session's cached
+// sequence when the engine sent the prompt with the host's edits applied.
 type Message struct {
 	Role, ToolName, Content string
 	Start, End              int
 	Thinking                [][2]int
 	ThinkingText            string
+	// Edited: a splice already replaced part of the message's span (the
+	// host's record of the session's edits; see Session.Edited).
+	Edited bool
 }
 
-// saltOf is the hashing salt of a tenant. It must be the executor's (its
-// default: the tenant is the namespace), so a Finish pin_prefix names the
-// pages Match and Commit stored.
-func saltOf(tenant string) blockid.Salt { return blockid.Salt{Namespace: tenant} }
+// SaltOf is the hashing salt of a tenant. It must be the executor's and the
+// splicer's (their default: the tenant is the namespace), so a Finish
+// pin_prefix or a splice names the pages Match and Commit stored.
+func SaltOf(tenant string) blockid.Salt { return blockid.Salt{Namespace: tenant} }
 
 // requestOf finds a live request of the live registration.
 func (s *Service) requestOf(regID, reqID string) (*request, error) {
@@ -98,9 +105,6 @@ func (s *Service) endRequest(r *request) int {
 		return 0
 	}
 	r.done = true
-	s.cfg.Lock.Lock()
-	_ = s.lockPathLocked(r, 0, false)
-	s.cfg.Lock.Unlock()
 	n := len(r.owned)
 	if n > 0 {
 		if p := s.currentPools(); p != nil {
@@ -115,6 +119,12 @@ func (s *Service) endRequest(r *request) int {
 		}
 		r.owned = nil
 	}
+	// The slots are back in the pool before their reservation ends, so
+	// the index never counts less than the pool holds.
+	s.cfg.Lock.Lock()
+	_ = s.lockPathLocked(r, 0, false)
+	s.unreserveLocked(r, n)
+	s.cfg.Lock.Unlock()
 	s.mu.Lock()
 	if s.requests[r.id] == r {
 		delete(s.requests, r.id)
@@ -167,6 +177,17 @@ func (s *Service) reapIdle() {
 			s.cfg.Log.Warn("released an idle request", "request", r.id, "session", r.session, "idle_for", s.cfg.RequestTTL)
 		}
 		r.mu.Unlock()
+	}
+}
+
+// unreserveLocked releases n of the request's reserved device slots (they
+// were committed, or are being freed). Index lock held.
+func (s *Service) unreserveLocked(r *request, n int) {
+	if n == 0 {
+		return
+	}
+	if err := s.cfg.Index.Unreserve(tier.Device, n); err != nil {
+		s.cfg.Log.Error("releasing a request's slot reservation failed", "request", r.id, "slots", n, "error", err)
 	}
 }
 

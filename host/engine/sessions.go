@@ -2,7 +2,10 @@ package engine
 
 import (
 	"container/list"
+	"slices"
 	"time"
+
+	"github.com/kvpilot/kvpilot/host/blockid"
 )
 
 // Session is what the host remembers of a session: its latest cached token
@@ -11,69 +14,201 @@ import (
 type Session struct {
 	ID     string
 	Tenant string
-	// Tokens is the sequence of the session's latest commit; CachedTokens
-	// of them (full pages) were committed to the cache.
+	// Tokens is the sequence of the session's latest commit (or splice);
+	// CachedTokens of them (full pages) were committed to the cache.
 	Tokens       []uint32
 	CachedTokens int
 	Messages     []Message
 	Requests     int
 	Updated      time.Time
+	// Edited are the ranges of Tokens a splice replaced (in the current
+	// positions), so observations can tell policies which messages the
+	// host already edited.
+	Edited []Span
+}
+
+// Span is a token range [Start, End).
+type Span struct{ Start, End int }
+
+// maxEditedSpans bounds the edit ranges remembered per session; the oldest
+// are forgotten first.
+const maxEditedSpans = 256
+
+// sessionState is a session with what splicing needs fast: the sequence
+// hashes of its cached pages, so Leaves and Through need no rehashing.
+type sessionState struct {
+	Session
+	hashes []uint64
 }
 
 // sessions is an LRU map of sessions, bounded so a flood of one-shot
-// sessions cannot grow the host without limit.
+// sessions cannot grow the host without limit, with a per-tenant index for
+// the splicer's Leaves and Through.
 type sessions struct {
-	max  int
-	byID map[string]*list.Element
-	lru  *list.List // front: most recent
+	max      int
+	pageSize int
+	byID     map[string]*list.Element
+	byTenant map[string]map[string]*sessionState
+	lru      *list.List // front: most recent
 }
 
-func newSessions(max int) *sessions {
-	return &sessions{max: max, byID: map[string]*list.Element{}, lru: list.New()}
+func newSessions(max, pageSize int) *sessions {
+	return &sessions{max: max, pageSize: pageSize, byID: map[string]*list.Element{},
+		byTenant: map[string]map[string]*sessionState{}, lru: list.New()}
 }
 
-func (ss *sessions) get(id string, create bool) *Session {
+func (ss *sessions) get(id string, create bool) *sessionState {
 	if e, ok := ss.byID[id]; ok {
 		ss.lru.MoveToFront(e)
-		return e.Value.(*Session)
+		return e.Value.(*sessionState)
 	}
 	if !create {
 		return nil
 	}
-	s := &Session{ID: id}
+	s := &sessionState{Session: Session{ID: id}}
 	ss.byID[id] = ss.lru.PushFront(s)
+	ss.setTenant(s, "")
 	for ss.lru.Len() > ss.max {
 		old := ss.lru.Back()
 		ss.lru.Remove(old)
-		delete(ss.byID, old.Value.(*Session).ID)
+		o := old.Value.(*sessionState)
+		delete(ss.byID, o.ID)
+		ss.dropTenant(o)
 	}
 	return s
 }
 
-// touch records a request of the session (Match).
-func (ss *sessions) touch(id, tenant string, msgs []Message) {
-	if id == "" {
+// setTenant moves s to tenant's index.
+func (ss *sessions) setTenant(s *sessionState, tenant string) {
+	if m := ss.byTenant[s.Tenant]; m != nil && m[s.ID] == s && s.Tenant == tenant {
 		return
 	}
-	s := ss.get(id, true)
+	ss.dropTenant(s)
 	s.Tenant = tenant
+	m := ss.byTenant[tenant]
+	if m == nil {
+		m = map[string]*sessionState{}
+		ss.byTenant[tenant] = m
+	}
+	m[s.ID] = s
+}
+
+func (ss *sessions) dropTenant(s *sessionState) {
+	if m := ss.byTenant[s.Tenant]; m != nil && m[s.ID] == s {
+		delete(m, s.ID)
+		if len(m) == 0 {
+			delete(ss.byTenant, s.Tenant)
+		}
+	}
+}
+
+// touch records a request of the session (Match) and returns its turn
+// (the request count before it) and the messages of its previous request.
+func (ss *sessions) touch(id, tenant string, msgs []Message) (turn int, prev []Message) {
+	if id == "" {
+		return 0, nil
+	}
+	s := ss.get(id, true)
+	ss.setTenant(s, tenant)
+	turn, prev = s.Requests, s.Messages
 	s.Requests++
 	s.Updated = time.Now()
 	if len(msgs) > 0 {
 		s.Messages = msgs
 	}
+	return turn, prev
 }
 
-// commit records the session's latest cached sequence.
-func (ss *sessions) commit(id, tenant string, toks []uint32, cached int) {
+// commit records the session's latest cached sequence: toks, of which
+// cached tokens are in the full pages whose sequence hashes are hashes.
+func (ss *sessions) commit(id, tenant string, toks []uint32, cached int, hashes []uint64) {
 	if id == "" {
 		return
 	}
 	s := ss.get(id, true)
-	s.Tenant = tenant
+	ss.setTenant(s, tenant)
+	// Edits beyond where the new sequence leaves the old one no longer
+	// describe it (the engine sent another history).
+	keep := commonPrefix(s.Tokens, toks)
+	s.Edited = slices.DeleteFunc(s.Edited, func(e Span) bool { return e.End > keep })
 	s.Tokens = append(s.Tokens[:0], toks...)
 	s.CachedTokens = cached
+	s.hashes = append(s.hashes[:0], hashes...)
 	s.Updated = time.Now()
+}
+
+// splice records a splice's result: toks replaces the sequence, cached of
+// it is in committed pages. The edited range is derived from the old and
+// new sequences (their common prefix and suffix), and earlier edit ranges
+// are moved to the new positions.
+func (ss *sessions) splice(id, tenant string, toks []uint32, cached int, salt blockid.Salt) {
+	s := ss.get(id, true)
+	ss.setTenant(s, tenant)
+	old := s.Tokens
+	if p := commonPrefix(old, toks); p < len(old) || p < len(toks) {
+		sfx := commonSuffix(old[p:], toks[p:])
+		oldEnd, newEnd := len(old)-sfx, len(toks)-sfx
+		delta := newEnd - oldEnd
+		merged := Span{Start: p, End: newEnd}
+		out := s.Edited[:0]
+		for _, e := range s.Edited {
+			switch {
+			case e.End <= p:
+				out = append(out, e)
+			case e.Start >= oldEnd:
+				out = append(out, Span{e.Start + delta, e.End + delta})
+			default: // overlaps the edit: one range covers both
+				merged.Start = min(merged.Start, e.Start)
+				merged.End = max(merged.End, e.End+delta)
+			}
+		}
+		out = append(out, merged)
+		slices.SortFunc(out, func(a, b Span) int { return a.Start - b.Start })
+		if len(out) > maxEditedSpans {
+			out = out[len(out)-maxEditedSpans:]
+		}
+		s.Edited = out
+	}
+	s.Tokens = append([]uint32(nil), toks...) // old may be a caller's copy
+	s.CachedTokens = cached
+	full := min(cached, len(toks)) / ss.pageSize * ss.pageSize
+	s.hashes = blockid.Compute(toks[:full], ss.pageSize, salt).Sequence
+	s.Updated = time.Now()
+}
+
+// markEdited sets Edited on the messages whose span overlaps an edit of
+// the session (an empty edit, a deletion, counts as its position).
+func markEdited(msgs []Message, edited []Span) {
+	for i := range msgs {
+		m := &msgs[i]
+		for _, e := range edited {
+			end := max(e.End, e.Start+1)
+			if e.Start < m.End && m.Start < end {
+				m.Edited = true
+				break
+			}
+		}
+	}
+}
+
+func commonPrefix(a, b []uint32) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+func commonSuffix(a, b []uint32) int {
+	n := min(len(a), len(b))
+	for i := 1; i <= n; i++ {
+		if a[len(a)-i] != b[len(b)-i] {
+			return i - 1
+		}
+	}
+	return n
 }
 
 // Session returns a copy of what the host remembers of session id.
@@ -84,9 +219,10 @@ func (s *Service) Session(id string) (Session, bool) {
 	if ss == nil {
 		return Session{}, false
 	}
-	out := *ss
-	out.Tokens = append([]uint32(nil), ss.Tokens...)
-	out.Messages = append([]Message(nil), ss.Messages...)
+	out := ss.Session
+	out.Tokens = slices.Clone(ss.Tokens)
+	out.Messages = slices.Clone(ss.Messages)
+	out.Edited = slices.Clone(ss.Edited)
 	return out, true
 }
 
@@ -96,5 +232,5 @@ func (s *Service) Session(id string) (Session, bool) {
 func (s *Service) SetSessionTokens(id, tenant string, tokens []uint32, cached int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sessions.commit(id, tenant, tokens, cached)
+	s.sessions.splice(id, tenant, tokens, cached, SaltOf(tenant))
 }

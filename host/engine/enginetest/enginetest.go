@@ -2,7 +2,8 @@
 // benchmarks, in this process or in a child process, the way net/http/httptest
 // runs a server: a cache index, the directive executor with an in-memory audit
 // ring, memfd device and host arenas, a disk tier under a directory, the
-// mover, and the Engine service on private Unix sockets. Nothing is mocked.
+// mover, the splicer (built at each registration, as the daemon does), and
+// the Engine service on private Unix sockets. Nothing is mocked.
 //
 // A test binary that wants hosts in separate processes calls MaybeHostMain
 // first thing in TestMain; Spawn then re-executes the test binary as a host.
@@ -26,8 +27,10 @@ import (
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/pool/disk"
 	"github.com/kvpilot/kvpilot/host/pool/tiers"
+	"github.com/kvpilot/kvpilot/host/splice"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/host/uds"
+	"github.com/kvpilot/kvpilot/sdk/directive"
 )
 
 // Options shape a test host. Zero sizes take small defaults.
@@ -40,8 +43,9 @@ type Options struct {
 	HostPages   int    `json:"host_pages"`
 	// DeviceHeadroom is arena pages beyond the index's device capacity,
 	// for slots allocated to running requests and not yet committed (the
-	// index evicts by its own watermarks, which do not see them); default
-	// a quarter of DevicePages.
+	// index counts them as used, but a pool exactly the index's capacity
+	// then depends on eviction keeping up); default a quarter of
+	// DevicePages, negative for none.
 	DeviceHeadroom int `json:"device_headroom"`
 	// DiskPages 0 disables the disk tier.
 	DiskPages int `json:"disk_pages"`
@@ -60,6 +64,10 @@ type Options struct {
 	// StepEvery is the mover's plan interval (default 20ms).
 	StepEvery time.Duration `json:"step_every"`
 	WorkerID  string        `json:"worker_id"`
+	// SinkTokens protects the first positions from splices (default 0).
+	SinkTokens int `json:"sink_tokens"`
+	// AutoSplice turns session diff on (index.auto_splice).
+	AutoSplice bool `json:"auto_splice"`
 	// Verbose logs to stderr.
 	Verbose bool `json:"verbose"`
 }
@@ -71,8 +79,11 @@ func (o *Options) defaults() {
 	if o.DevicePages == 0 {
 		o.DevicePages = 64
 	}
-	if o.DeviceHeadroom == 0 {
+	switch {
+	case o.DeviceHeadroom == 0:
 		o.DeviceHeadroom = max(4, o.DevicePages/4)
+	case o.DeviceHeadroom < 0:
+		o.DeviceHeadroom = 0
 	}
 	if o.HostPages == 0 {
 		o.HostPages = 256
@@ -110,8 +121,12 @@ type Host struct {
 	opts       Options
 	configured *tiers.Set // pools opened at start, closed by Close
 	cancel     context.CancelFunc
-	wg         sync.WaitGroup
-	closed     bool
+
+	mu           sync.Mutex
+	splicers     []*splice.Splicer // one per registration; their fills end at Close
+	closeKernels []func() error
+	wg           sync.WaitGroup
+	closed       bool
 }
 
 // SocketPath is where a host with dir serves the engine socket.
@@ -169,6 +184,7 @@ func Start(o Options) (*Host, error) {
 	}
 	h.Executor, err = executor.New(executor.Config{
 		Index: h.Index, Lock: h.Lock, WorkerID: "7", Audit: h.Audit,
+		Limits: directive.Limits{SinkTokens: int64(o.SinkTokens)},
 		Free: func(freed []cache.Freed) {
 			poolsMu.Lock()
 			p := pools
@@ -181,8 +197,39 @@ func Start(o Options) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
+	free := func(freed []cache.Freed) {
+		poolsMu.Lock()
+		p := pools
+		poolsMu.Unlock()
+		if p != nil {
+			_ = p.Mover.Release(context.Background(), freed)
+		}
+	}
 	cfg := engine.Config{Index: h.Index, Lock: h.Lock, Executor: h.Executor, WorkerID: o.WorkerID,
-		LoadBackDeadline: o.LoadBackDeadline, Log: log.Named("engine")}
+		LoadBackDeadline: o.LoadBackDeadline, Log: log.Named("engine"), AutoSplice: o.AutoSplice,
+		// The splicer of each registered layout, as the daemon builds it.
+		OnRegister: func(reg engine.Registration, p *engine.Pools) {
+			dev, closeKernels, err := splice.DeviceForPools(p.Set, reg.RopeConfig)
+			if err != nil {
+				log.Warn("no splice device for this layout", "error", err)
+				dev = nil
+			}
+			sp, err := splice.New(splice.Config{Index: h.Index, Lock: h.Lock, Device: dev, Sessions: h.Service.SpliceSessions(),
+				Salt: engine.SaltOf, SinkTokens: o.SinkTokens, Fill: h.Service.SpliceFill, Free: free})
+			if err == nil {
+				err = h.Executor.Attach(executor.Attachments{Free: free, Splicer: sp})
+			}
+			if err != nil {
+				log.Error("splicer not attached", "error", err)
+				return
+			}
+			h.Service.SetSplicer(sp)
+			h.mu.Lock()
+			h.splicers = append(h.splicers, sp)
+			h.closeKernels = append(h.closeKernels, closeKernels)
+			h.mu.Unlock()
+		},
+	}
 	if o.Configured != nil {
 		p, err := open(context.Background(), o.Configured)
 		if err != nil {
@@ -245,6 +292,14 @@ func (h *Host) Close() error {
 	h.Service.Stop(2 * time.Second)
 	h.cancel()
 	h.wg.Wait()
+	h.mu.Lock()
+	for _, sp := range h.splicers {
+		sp.Wait()
+	}
+	for _, c := range h.closeKernels {
+		_ = c()
+	}
+	h.mu.Unlock()
 	err := h.Service.Close()
 	if h.configured != nil {
 		err = errors.Join(err, h.configured.Close())
