@@ -8,10 +8,11 @@ import (
 	"github.com/kvpilot/kvpilot/sdk/engineclient"
 )
 
-// FillServer runs the engine's side of fill orders for tests: each order's
+// FillServer runs the engine's side of fill orders: each order's
 // replacement tokens are prefilled at their positions into the page slots
-// the host named, as the engine writes any prompt. (Kept in a test file:
-// the reference engine package itself does not serve fills yet.)
+// the host named, exactly as the engine writes any prompt, so the splice
+// contract check holds for filled rows too. Orders and Tokens count what
+// it served (the prefill a splice still costs).
 type FillServer struct {
 	Orders atomic.Int64
 	Tokens atomic.Int64
