@@ -8,7 +8,7 @@ BIN       := bin/kvpilot
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: all build run test bench lint verify proto ptx ptx-check fuzz clean
+.PHONY: all build run test bench lint verify proto ptx ptx-check fuzz clean demo
 
 all: build
 
@@ -19,6 +19,12 @@ build:
 ## run: start the host on embedded defaults (Ctrl-C stops it)
 run: build
 	./$(BIN) serve
+
+## demo: the host with the four built-in policies, real agent traces replayed
+## through the reference engine, and a table of what the directives saved
+demo: build
+	CGO_ENABLED=0 $(GO) build -o bin/refengine ./examples/refengine/cmd/refengine
+	$(GO) run ./examples/demo --kvpilot ./$(BIN) --config examples/demo/kvpilot.yaml
 
 ## test: the whole suite with the race detector and invariant checks on
 test:
