@@ -41,6 +41,10 @@ func (m *Mover) Warm(ctx context.Context, target cache.Target, to tier.Tier) (Re
 	return m.fetch(ctx, target, to, "warm")
 }
 
+// alreadyWait bounds how long a fetch waits for copies another fetch has
+// under way, when its context has no earlier deadline.
+const alreadyWait = 5 * time.Second
+
 func (m *Mover) fetch(ctx context.Context, target cache.Target, to tier.Tier, op string) (Report, error) {
 	var (
 		ts  []cache.Transition
@@ -51,10 +55,32 @@ func (m *Mover) fetch(ctx context.Context, target cache.Target, to tier.Tier, op
 	if err != nil {
 		return Report{}, fmt.Errorf("%s %s to %s: %w", op, target, to, err)
 	}
+	m.makeRoom(ctx, ts, to)
 	r := m.Run(ctx, ts)
-	// Pages already under way to the tier (by another fetch) count as
-	// there only if they are there now.
+	// Pages already under way to the tier (by another fetch: a Resume's or
+	// a Warm's load, a concurrent Match) count as there only once they
+	// are: wait for them within ctx (at most alreadyWait), re-planning
+	// each round so a copy that failed elsewhere is planned again here.
+	// Without this a Match right after a Resume served a partial prefix.
 	missing := m.missing(target, to)
+	waitUntil := time.Now().Add(alreadyWait)
+	for missing > 0 && res.Already > 0 && r.Failed == 0 && res.Skipped == 0 && time.Now().Before(waitUntil) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Millisecond):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		m.withIndex(func(ix *cache.Index) { ts, res, err = ix.PlanFetch(target, to, nil) })
+		if err != nil {
+			return r, fmt.Errorf("%s %s to %s: %w", op, target, to, err)
+		}
+		if len(ts) > 0 {
+			r.Merge(m.Run(ctx, ts))
+		}
+		missing = m.missing(target, to)
+	}
 	if r.Failed > 0 || missing > 0 || res.Skipped > 0 {
 		return r, fmt.Errorf("%s %s to %s: %d of %d planned copies failed, %d pages skipped, %d pages not on %s: %w",
 			op, target, to, r.Failed, res.Planned, res.Skipped, missing, to, errors.Join(ErrIncomplete, r.Err()))

@@ -1,0 +1,57 @@
+package mover
+
+import (
+	"context"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/tier"
+)
+
+// makeRoom frees slots in the memory pool of tier to for the copies ts
+// bring there: it reserves them in the index, so the next plans count them
+// as used and evict committed pages (never pinned, locked or leased ones)
+// down to the low watermark, and steps until the pool has room or ctx
+// ends. Without it a load-back into a full device tier fails for want of
+// slots while evictable pages sit there: the pinned prefix of a session
+// that was demoted under pressure could never come back.
+func (m *Mover) makeRoom(ctx context.Context, ts []cache.Transition, to tier.Tier) {
+	pool := m.pools.Memory(to)
+	if pool == nil {
+		return
+	}
+	need := 0
+	for _, t := range ts {
+		if t.Kind == cache.Copy && t.To == to {
+			need++
+		}
+	}
+	if need == 0 || pool.Stats().Free >= int64(need) {
+		return
+	}
+	var reserved bool
+	m.withIndex(func(ix *cache.Index) { reserved = ix.Reserve(to, need) == nil })
+	if !reserved {
+		return
+	}
+	defer m.withIndex(func(ix *cache.Index) {
+		if err := ix.Unreserve(to, need); err != nil {
+			m.log.Error("unreserving load-back slots", "error", err)
+		}
+	})
+	wait := time.Millisecond
+	for pool.Stats().Free < int64(need) && ctx.Err() == nil {
+		r := m.Step(ctx)
+		if r.Dropped > 0 || r.Copied > 0 {
+			wait = time.Millisecond
+			continue
+		}
+		// Nothing to do in this plan: another caller's step may hold the
+		// drops, or nothing is evictable; wait a little and look again.
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 20*time.Millisecond)
+	}
+}
