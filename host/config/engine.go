@@ -25,6 +25,11 @@ type Engine struct {
 	// RequestTTL releases a request the engine left idle this long (its
 	// locks and unused slots), e.g. after the engine crashed.
 	RequestTTL time.Duration `koanf:"request_ttl"`
+	// Tokenizer turns text splice replacements (the truncation policy's
+	// stubs) into tokens. Empty: none, and such splices are refused as
+	// not_supported_yet, since the engine owns its tokenizer. "chunk4" is
+	// the reference engine's (sdk/chunktok), for demos and benchmarks.
+	Tokenizer string `koanf:"tokenizer"`
 	// MaxSessions bounds the sessions whose latest cached token sequence the
 	// host remembers; the least recently used is forgotten first.
 	MaxSessions int `koanf:"max_sessions"`
@@ -48,6 +53,9 @@ func (c Config) EngineFDSocket() string {
 
 func (c Config) validateEngine() []error {
 	var errs []error
+	if c.Engine.Tokenizer != "" && c.Engine.Tokenizer != "chunk4" {
+		errs = append(errs, fmt.Errorf("%w: engine.tokenizer: %q is not \"\" (none) or \"chunk4\"", ErrInvalid, c.Engine.Tokenizer))
+	}
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, key, fmt.Sprintf(format, args...)))
 	}

@@ -17,8 +17,12 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 	if len(c.Policies) == 0 {
 		c.Policies = want.Policies
 	}
+	// nil and empty lists mean the same.
 	if len(c.Control.AllowUIDs) == 0 {
 		c.Control.AllowUIDs = want.Control.AllowUIDs
+	}
+	if len(c.Engine.AllowUIDs) == 0 {
+		c.Engine.AllowUIDs = want.Engine.AllowUIDs
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("example differs from defaults:\n got %+v\nwant %+v", c, want)

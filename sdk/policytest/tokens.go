@@ -3,21 +3,14 @@ package policytest
 import (
 	"encoding/binary"
 	"hash/fnv"
+
+	"github.com/kvpilot/kvpilot/sdk/chunktok"
 )
 
-// Tokenize is the harness's stand-in tokenizer: every 4 bytes of text are
-// one token whose id is their FNV-1a hash. It is deterministic and has
-// about the density of a real BPE tokenizer on English and code, which is
-// all policy tests need (real token ids come from the engine).
-func Tokenize(s string) []uint32 {
-	out := make([]uint32, 0, (len(s)+3)/4)
-	for i := 0; i < len(s); i += 4 {
-		h := fnv.New32a()
-		h.Write([]byte(s[i:min(i+4, len(s))]))
-		out = append(out, h.Sum32())
-	}
-	return out
-}
+// Tokenize is the harness's stand-in tokenizer (sdk/chunktok): every 4
+// bytes of text are one token whose id is their FNV-1a hash. Real token ids
+// come from the engine; this is all policy tests need.
+func Tokenize(s string) []uint32 { return chunktok.Tokenize(s) }
 
 // PageHashes chains full pages of tokens into sequence hashes, root first:
 // the harness's stand-in for the host's block identity (DESIGN.md §4),

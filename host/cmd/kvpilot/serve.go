@@ -9,6 +9,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/daemon"
 	"github.com/kvpilot/kvpilot/host/logging"
+	"github.com/kvpilot/kvpilot/sdk/chunktok"
 )
 
 func init() {
@@ -42,6 +43,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	var opts []daemon.Option
 	if *path != "" {
 		opts = append(opts, daemon.WithConfigFile(*path, os.Environ()))
+	}
+	if cfg.Engine.Tokenizer == chunktok.Name {
+		opts = append(opts, daemon.WithTokenizer(func(text string) ([]uint32, error) { return chunktok.Tokenize(text), nil }))
 	}
 	d, err := daemon.New(cfg, log, opts...)
 	if err != nil {
