@@ -161,7 +161,8 @@ func PeerCred(c *net.UnixConn) (*syscall.Ucred, error) {
 }
 
 // privateDir creates dir with mode 0700 (0710 and the group when gid >= 0),
-// or tightens an existing directory we own. A directory owned by someone else
+// or tightens an existing directory we own (leaving a 0710 one, which a
+// grouped socket beside this one needs). A directory owned by someone else
 // is refused: they could swap the socket under us.
 func privateDir(dir string, gid int) error {
 	mode := os.FileMode(0o700)
@@ -182,6 +183,14 @@ func privateDir(dir string, gid int) error {
 		if err := os.Chown(dir, -1, gid); err != nil {
 			return fmt.Errorf("uds: give socket directory %s to gid %d: %w", dir, gid, err)
 		}
+	}
+	if gid < 0 && fi.Mode().Perm() == 0o710 {
+		// Another socket in this directory (the Engine socket beside
+		// Control, say) opened it to its group: keep that group's
+		// traverse right. It reaches no socket here but that one, since
+		// this socket's own mode is 0600; tightening to 0700 would
+		// silently cut the other socket's group off.
+		return nil
 	}
 	if fi.Mode().Perm() != mode {
 		if err := os.Chmod(dir, mode); err != nil {

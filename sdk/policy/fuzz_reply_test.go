@@ -1,0 +1,64 @@
+package policy
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvpilot/kvpilot/sdk/directive"
+	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
+)
+
+// FuzzDecodeReply feeds the host side of the plugin protocol whatever a
+// plugin process can answer: any proto bytes for a Reply. For any input:
+// no panic; either an error and no directives (a turn is all or none), or
+// directives that each pass DecodeCommand's checks with tenants parallel
+// to them.
+func FuzzDecodeReply(f *testing.F) {
+	ttl := directive.TTLOf(time.Minute)
+	seeds := [][]Directive{
+		{directive.Cache{BlockHashes: []directive.Hash{1, 2}, Pin: true, TTL: ttl}},
+		{directive.Splice{Session: "s", Start: 4, End: 9, Replacement: directive.Replacement{Text: "[cut]"}}, WithTenant("b", directive.Pin{Session: "s", End: 64})},
+		{WithTenant("a", directive.Pause{BlockHashes: []directive.Hash{4}, LeaseID: "l"}), directive.RevokeLease{LeaseID: "l"}},
+	}
+	for _, ds := range seeds {
+		r, err := replyToProto(ds, nil)
+		if err != nil {
+			f.Fatal(err)
+		}
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	r, _ := replyToProto(nil, errors.New("policy failed"))
+	b, _ := proto.Marshal(r)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var rep pb.Reply
+		if proto.Unmarshal(data, &rep) != nil {
+			return
+		}
+		res := decodeReply(&rep)
+		if res.Err != nil {
+			if len(res.Directives) != 0 || res.Tenants != nil {
+				t.Fatalf("an error reply kept %d directives", len(res.Directives))
+			}
+			return
+		}
+		if res.Tenants != nil && len(res.Tenants) != len(res.Directives) {
+			t.Fatalf("%d tenants for %d directives", len(res.Tenants), len(res.Directives))
+		}
+		for i, d := range res.Directives {
+			if d == nil {
+				t.Fatalf("directive %d is nil", i)
+			}
+			if _, err := directive.DecodeCommand(rep.GetDirectivesJson()[i], directive.Limits{}); err != nil {
+				t.Fatalf("directive %d accepted but does not decode: %v", i, err)
+			}
+		}
+	})
+}
