@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/kvpilot/kvpilot/kernels/rope"
 	"github.com/kvpilot/kvpilot/sdk/engineclient"
@@ -83,6 +84,8 @@ type TurnStats struct {
 	LoadedBytes        int64   `json:"loaded_bytes"`
 	LoadBackIncomplete bool    `json:"load_back_incomplete"`
 	TTFTms             float64 `json:"ttft_ms"`
+	// MatchMs is the wall time of the Match call (load-back included).
+	MatchMs float64 `json:"match_ms"`
 	// CheckedRows were compared with the contract; RoundedRows of them
 	// matched within tolerance but not bit for bit (rotated keys).
 	CheckedRows  int  `json:"checked_rows"`
@@ -176,10 +179,12 @@ func (e *Engine) run(ctx context.Context, r TurnRequest) (st TurnStats, err erro
 	w := newWriter(&e.layout, e.rot, e.cfg.Seed) // per turn: turns may run concurrently
 	seq := make([]uint32, 0, len(r.Tokens)+len(r.Output))
 	seq = append(append(seq, r.Tokens...), r.Output...)
+	matchStart := time.Now()
 	m, err := e.c.Match(ctx, engineclient.MatchRequest{Session: r.Session, Tenant: r.Tenant, Tokens: r.Tokens, Messages: r.Messages})
 	if err != nil {
 		return st, err
 	}
+	st.MatchMs = float64(time.Since(matchStart).Microseconds()) / 1000
 	finished := false
 	defer func() {
 		if !finished {

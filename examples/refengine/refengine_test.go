@@ -17,6 +17,7 @@ import (
 func TestMain(m *testing.M) {
 	enginetest.MaybeHostMain()
 	maybePolicyMain() // the binary also stands in for `kvpilot policy NAME` (host_test.go)
+	maybeDaemonMain() // and for `kvpilot serve` in a child process (crash_restart_test.go)
 	os.Exit(m.Run())
 }
 

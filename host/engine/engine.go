@@ -184,6 +184,7 @@ func New(cfg Config) (*Service, error) {
 		requests: map[string]*request{},
 		sessions: newSessions(cfg.MaxSessions, cfg.Index.PageSize()),
 	}
+	s.sessions.maxBytes = sessionBudget(cfg.Index)
 	s.fills = newFillHub()
 	s.fds = newFDServer(s, cfg.Log.Named("fds"))
 	s.grpc = grpc.NewServer(

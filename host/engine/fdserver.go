@@ -31,6 +31,9 @@ type fdServer struct {
 	mu     sync.Mutex
 	offers map[string]*fdOffer // by token
 	ln     net.Listener
+	// closed: close ran, so a serve that starts after it (a host stopped
+	// right after it started) returns at once instead of accepting forever.
+	closed bool
 }
 
 type fdOffer struct {
@@ -61,6 +64,11 @@ func (f *fdServer) offer(reg string, uid int, fds []int) []byte {
 
 func (f *fdServer) serve(ln net.Listener) error {
 	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		_ = ln.Close()
+		return nil
+	}
 	f.ln = ln
 	f.mu.Unlock()
 	for {
@@ -78,6 +86,7 @@ func (f *fdServer) serve(ln net.Listener) error {
 func (f *fdServer) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.closed = true
 	if f.ln != nil {
 		_ = f.ln.Close()
 	}

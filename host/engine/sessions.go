@@ -39,6 +39,18 @@ const maxEditedSpans = 256
 type sessionState struct {
 	Session
 	hashes []uint64
+	// weight is the bytes this session holds, as last counted (reweigh).
+	weight int64
+}
+
+// size is roughly the bytes a session holds: its tokens, page hashes and
+// message texts.
+func (s *sessionState) size() int64 {
+	n := int64(4*cap(s.Tokens) + 8*cap(s.hashes) + 16*cap(s.Edited) + len(s.ID) + 128)
+	for _, m := range s.Messages {
+		n += int64(len(m.Role)+len(m.ToolName)+len(m.Content)+len(m.ThinkingText)+16*len(m.Thinking)) + 64
+	}
+	return n
 }
 
 // sessions is an LRU map of sessions, bounded so a flood of one-shot
@@ -47,9 +59,12 @@ type sessionState struct {
 type sessions struct {
 	max      int
 	pageSize int
-	byID     map[string]*list.Element
-	byTenant map[string]map[string]*sessionState
-	lru      *list.List // front: most recent
+	// maxBytes bounds the bytes the sessions hold together (0: no bound):
+	// a count bound alone lets long sessions grow the host by gigabytes.
+	maxBytes, bytes int64
+	byID            map[string]*list.Element
+	byTenant        map[string]map[string]*sessionState
+	lru             *list.List // front: most recent
 }
 
 func newSessions(max, pageSize int) *sessions {
@@ -68,14 +83,34 @@ func (ss *sessions) get(id string, create bool) *sessionState {
 	s := &sessionState{Session: Session{ID: id}}
 	ss.byID[id] = ss.lru.PushFront(s)
 	ss.setTenant(s, "")
-	for ss.lru.Len() > ss.max {
+	ss.trim(s)
+	return s
+}
+
+// reweigh recounts s's bytes after a change and forgets the least
+// recently used sessions past the bounds.
+func (ss *sessions) reweigh(s *sessionState) {
+	w := s.size()
+	ss.bytes += w - s.weight
+	s.weight = w
+	ss.trim(s)
+}
+
+// trim forgets the least recently used sessions while there are more
+// than max or they hold more than maxBytes, never keep (the session being
+// updated, at the front).
+func (ss *sessions) trim(keep *sessionState) {
+	for ss.lru.Len() > ss.max || (ss.maxBytes > 0 && ss.bytes > ss.maxBytes && ss.lru.Len() > 1) {
 		old := ss.lru.Back()
-		ss.lru.Remove(old)
 		o := old.Value.(*sessionState)
+		if o == keep {
+			return
+		}
+		ss.lru.Remove(old)
 		delete(ss.byID, o.ID)
 		ss.dropTenant(o)
+		ss.bytes -= o.weight
 	}
-	return s
 }
 
 // setTenant moves s to tenant's index.
@@ -115,6 +150,7 @@ func (ss *sessions) touch(id, tenant string, msgs []Message) (turn int, prev []M
 	s.Updated = time.Now()
 	if len(msgs) > 0 {
 		s.Messages = msgs
+		ss.reweigh(s)
 	}
 	return turn, prev
 }
@@ -135,6 +171,7 @@ func (ss *sessions) commit(id, tenant string, toks []uint32, cached int, hashes 
 	s.CachedTokens = cached
 	s.hashes = append(s.hashes[:0], hashes...)
 	s.Updated = time.Now()
+	ss.reweigh(s)
 }
 
 // splice records a splice's result: toks replaces the sequence, cached of
@@ -174,6 +211,7 @@ func (ss *sessions) splice(id, tenant string, toks []uint32, cached int, salt bl
 	full := min(cached, len(toks)) / ss.pageSize * ss.pageSize
 	s.hashes = blockid.Compute(toks[:full], ss.pageSize, salt).Sequence
 	s.Updated = time.Now()
+	ss.reweigh(s)
 }
 
 // markEdited sets Edited on the messages whose span overlaps an edit of

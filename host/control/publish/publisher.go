@@ -6,6 +6,14 @@
 //
 // One goroutine does all of it, so NATS subscribers and watchers see the
 // same events in the same order, numbered by one event_id sequence.
+//
+// While NATS is unreachable, events are handed to the NATS client, which
+// buffers them (its reconnect buffer, 8 MiB by default) and sends them in
+// order when it reconnects; an event that does not fit is dropped, counted
+// by Failed and logged. Core NATS delivers at most once, so a subscriber
+// that is itself reconnecting may miss events too. Either way no event is
+// reordered and event_id has no reuse: a gap tells a router to resync.
+// Watchers (the Hub) get every event, outage or not.
 package publish
 
 import (
