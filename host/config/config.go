@@ -78,13 +78,12 @@ type HTTP struct {
 	Listen string `koanf:"listen"`
 }
 
-// Index configures the cache index.
+// Index configures the cache index. Block hashes are always salted with the
+// tenant (DESIGN.md §4), so tenants never share pages; a mode without the
+// salt, and the Share directive, are not built yet.
 type Index struct {
 	// PageSize is tokens per page until an engine registers its own layout.
 	PageSize int `koanf:"page_size"`
-	// NamespaceSalt salts block hashes with the tenant, so tenants never share
-	// pages unless a Share directive says so.
-	NamespaceSalt bool `koanf:"namespace_salt"`
 	// WritePolicy is the device tier's: write-through, write-back or none.
 	WritePolicy string `koanf:"write_policy"`
 	// PauseTier is where Pause keeps a session's pages: disk, host, or
@@ -244,7 +243,6 @@ func Default() Config {
 		HTTP:     HTTP{Listen: "127.0.0.1:9464"},
 		Index: Index{
 			PageSize:      64,
-			NamespaceSalt: true,
 			WritePolicy:   "write-through",
 			PauseTier:     "disk",
 			SweepInterval: 5 * time.Second,
