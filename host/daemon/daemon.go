@@ -102,8 +102,17 @@ func New(cfg config.Config, log hclog.Logger, opts ...Option) (*Daemon, error) {
 	return d, nil
 }
 
-// build constructs the components in dependency order.
+// build constructs the components in dependency order. The HTTP port is
+// bound first: a busy port fails before any plugin process is started.
 func (d *Daemon) build() error {
+	if d.cfg.HTTP.Listen != "" {
+		ln, err := net.Listen("tcp", d.cfg.HTTP.Listen)
+		if err != nil {
+			return fmt.Errorf("http.listen %s: %w (pick a free address, or set it to \"\" to disable)", d.cfg.HTTP.Listen, err)
+		}
+		d.httpLn = ln
+		d.closers = append(d.closers, func() error { return ignoreClosed(ln.Close()) })
+	}
 	if err := d.buildMeta(); err != nil {
 		return err
 	}
@@ -118,13 +127,6 @@ func (d *Daemon) build() error {
 	}
 	if err := d.buildControl(); err != nil {
 		return err
-	}
-	if d.cfg.HTTP.Listen != "" {
-		ln, err := net.Listen("tcp", d.cfg.HTTP.Listen)
-		if err != nil {
-			return fmt.Errorf("http.listen %s: %w (pick a free address, or set it to \"\" to disable)", d.cfg.HTTP.Listen, err)
-		}
-		d.httpLn = ln
 	}
 	return nil
 }
@@ -217,4 +219,13 @@ func (d *Daemon) close() {
 		}
 	}
 	d.closers = nil
+}
+
+// ignoreClosed treats closing an already closed listener as success: the
+// HTTP server closes its listener on a clean shutdown.
+func ignoreClosed(err error) error {
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
 }
