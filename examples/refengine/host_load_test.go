@@ -2,6 +2,7 @@ package refengine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/kvpilot/kvpilot/policies/idlepause"
 	"github.com/kvpilot/kvpilot/policies/thinkevict"
 	"github.com/kvpilot/kvpilot/policies/truncation"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
 	"github.com/kvpilot/kvpilot/sdk/policytest"
 )
 
@@ -113,13 +115,14 @@ func TestLoad128SessionsReplayTracesWithPolicies(t *testing.T) {
 	baseG, baseFD, baseHeap := runtime.NumGoroutine(), openFDs(t), heapInUse()
 
 	var (
-		mu      sync.Mutex
-		matchMs []float64
-		errs    []error
-		turns   atomic.Int64
-		cached  atomic.Int64
-		prompt  atomic.Int64
-		checked atomic.Int64
+		mu       sync.Mutex
+		matchMs  []float64
+		errs     []error
+		turns    atomic.Int64
+		requeued atomic.Int64
+		cached   atomic.Int64
+		prompt   atomic.Int64
+		checked  atomic.Int64
 	)
 	deadline := time.Now().Add(dur)
 	// The policies' work, sampled: pins and leases must have happened for
@@ -157,7 +160,23 @@ func TestLoad128SessionsReplayTracesWithPolicies(t *testing.T) {
 					}
 					// Not ctxT: a test cleanup per turn would grow the heap this test watches.
 					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-					st, err := e.Run(ctx, refengine.TurnRequest{Session: id, Tokens: s.Tokens(), Messages: engineMessages(s.Messages())})
+					var st refengine.TurnStats
+					var err error
+					// When running requests hold more device slots than a new one
+					// needs, the host answers capacity_exhausted; an engine's
+					// scheduler queues such a request and tries again, and so
+					// does this client (counted, within the turn's minute).
+					for wait := 5 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+						st, err = e.Run(ctx, refengine.TurnRequest{Session: id, Tokens: s.Tokens(), Messages: engineMessages(s.Messages())})
+						if !errors.Is(err, errcode.ErrCapacityExhausted) || ctx.Err() != nil {
+							break
+						}
+						requeued.Add(1)
+						select {
+						case <-ctx.Done():
+						case <-time.After(wait):
+						}
+					}
 					cancel()
 					if err != nil {
 						mu.Lock()
@@ -198,6 +217,7 @@ func TestLoad128SessionsReplayTracesWithPolicies(t *testing.T) {
 		100*float64(cached.Load())/float64(max(1, prompt.Load())), checked.Load(), pct(0.50), pct(0.99), matchMs[len(matchMs)-1], es)
 
 	t.Logf("policies at work: up to %d pinned pages and %d leases at once", maxPinned, maxLeases)
+	t.Logf("turns queued and retried after capacity_exhausted (device slots held by running requests): %d", requeued.Load())
 	if maxPinned == 0 || maxLeases == 0 {
 		t.Fatalf("the policies pinned %d pages and held %d leases at most: the leak check would prove nothing", maxPinned, maxLeases)
 	}
