@@ -70,6 +70,25 @@ func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string
 			notify() // it may have changed while unwatched
 		}
 	}()
+	// A stat poll backs the watch up: file events can be missed or
+	// coalesced (network and overlay filesystems, a read racing a write in
+	// place), and a reload that finds nothing new costs one config load.
+	go func() {
+		t := time.NewTicker(pollEvery)
+		defer t.Stop()
+		last := fileStamp(path)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if st := fileStamp(path); st != last {
+				last = st
+				notify()
+			}
+		}
+	}()
 	go func() {
 		for {
 			select {
@@ -106,6 +125,24 @@ func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string
 		}
 	}()
 	return nil
+}
+
+// pollEvery is how often the config file is stat'ed as a backstop to
+// file events.
+const pollEvery = 2 * time.Second
+
+// stamp identifies a version of a file well enough to notice an edit.
+type stamp struct {
+	size    int64
+	modTime time.Time
+}
+
+func fileStamp(path string) stamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return stamp{}
+	}
+	return stamp{fi.Size(), fi.ModTime()}
 }
 
 func drainSignal(c chan struct{}) {
