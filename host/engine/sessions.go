@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/splice"
 )
 
 // Session is what the host remembers of a session: its latest cached token
@@ -165,7 +166,7 @@ func (ss *sessions) commit(id, tenant string, toks []uint32, cached int, hashes 
 	ss.setTenant(s, tenant)
 	// Edits beyond where the new sequence leaves the old one no longer
 	// describe it (the engine sent another history).
-	keep := commonPrefix(s.Tokens, toks)
+	keep := splice.CommonPrefix(s.Tokens, toks)
 	s.Edited = slices.DeleteFunc(s.Edited, func(e Span) bool { return e.End > keep })
 	s.Tokens = append(s.Tokens[:0], toks...)
 	s.CachedTokens = cached
@@ -182,8 +183,8 @@ func (ss *sessions) splice(id, tenant string, toks []uint32, cached int, salt bl
 	s := ss.get(id, true)
 	ss.setTenant(s, tenant)
 	old := s.Tokens
-	if p := commonPrefix(old, toks); p < len(old) || p < len(toks) {
-		sfx := commonSuffix(old[p:], toks[p:])
+	if p := splice.CommonPrefix(old, toks); p < len(old) || p < len(toks) {
+		sfx := splice.CommonSuffix(old[p:], toks[p:])
 		oldEnd, newEnd := len(old)-sfx, len(toks)-sfx
 		delta := newEnd - oldEnd
 		merged := Span{Start: p, End: newEnd}
@@ -227,26 +228,6 @@ func markEdited(msgs []Message, edited []Span) {
 			}
 		}
 	}
-}
-
-func commonPrefix(a, b []uint32) int {
-	n := min(len(a), len(b))
-	for i := 0; i < n; i++ {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return n
-}
-
-func commonSuffix(a, b []uint32) int {
-	n := min(len(a), len(b))
-	for i := 1; i <= n; i++ {
-		if a[len(a)-i] != b[len(b)-i] {
-			return i - 1
-		}
-	}
-	return n
 }
 
 // Session returns a copy of what the host remembers of session id.

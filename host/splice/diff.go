@@ -48,11 +48,11 @@ func Worth(edits []Edit, oldLen, sink int) bool {
 }
 
 func diffTokens(old, new []uint32) []Edit {
-	p := commonPrefix(old, new)
+	p := CommonPrefix(old, new)
 	if p == len(old) {
 		return nil // new extends old
 	}
-	s := commonSuffix(old[p:], new[p:])
+	s := CommonSuffix(old[p:], new[p:])
 	return []Edit{{Start: p, End: len(old) - s, Replacement: slices.Clone(new[p : len(new)-s])}}
 }
 
@@ -71,7 +71,7 @@ func diffMessages(old []uint32, oldMsgs []Span, new []uint32, newMsgs []Span) []
 	}
 	// After the last aligned pair nothing downstream is kept: truncate old
 	// where new stops matching it.
-	if c := commonPrefix(old[po:], new[pn:]); po+c < len(old) {
+	if c := CommonPrefix(old[po:], new[pn:]); po+c < len(old) {
 		edits = append(edits, Edit{Start: po + c, End: len(old)})
 	}
 	return edits
@@ -84,8 +84,8 @@ func gapEdit(old []uint32, os, oe int, new []uint32, ns, ne int) (Edit, bool) {
 	if slices.Equal(og, ng) {
 		return Edit{}, false
 	}
-	p := commonPrefix(og, ng)
-	s := commonSuffix(og[p:], ng[p:])
+	p := CommonPrefix(og, ng)
+	s := CommonSuffix(og[p:], ng[p:])
 	return Edit{Start: os + p, End: oe - s, Replacement: slices.Clone(ng[p : len(ng)-s])}, true
 }
 
@@ -154,7 +154,8 @@ func validSpans(spans []Span, n int) bool {
 	return true
 }
 
-func commonPrefix(a, b []uint32) int {
+// CommonPrefix is the length of the longest common prefix of a and b.
+func CommonPrefix(a, b []uint32) int {
 	n := min(len(a), len(b))
 	for i := 0; i < n; i++ {
 		if a[i] != b[i] {
@@ -164,7 +165,8 @@ func commonPrefix(a, b []uint32) int {
 	return n
 }
 
-func commonSuffix(a, b []uint32) int {
+// CommonSuffix is the length of the longest common suffix of a and b.
+func CommonSuffix(a, b []uint32) int {
 	n := min(len(a), len(b))
 	for i := 1; i <= n; i++ {
 		if a[len(a)-i] != b[len(b)-i] {
