@@ -11,8 +11,9 @@ import (
 // makeRoom frees slots in the memory pool of tier to for the copies ts
 // bring there: it reserves them in the index, so the next plans count them
 // as used and evict committed pages (never pinned, locked or leased ones)
-// down to the low watermark, and steps until the pool has room or ctx
-// ends. Without it a load-back into a full device tier fails for want of
+// down to the low watermark, and steps until the pool has room, ctx ends,
+// or alreadyWait passes (a fetch without a deadline must not spin when
+// nothing is evictable; its copies then fail for want of slots). Without it a load-back into a full device tier fails for want of
 // slots while evictable pages sit there: the pinned prefix of a session
 // that was demoted under pressure could never come back.
 func (m *Mover) makeRoom(ctx context.Context, ts []cache.Transition, to tier.Tier) {
@@ -39,6 +40,8 @@ func (m *Mover) makeRoom(ctx context.Context, ts []cache.Transition, to tier.Tie
 			m.log.Error("unreserving load-back slots", "error", err)
 		}
 	})
+	ctx, cancel := context.WithTimeout(ctx, alreadyWait)
+	defer cancel()
 	wait := time.Millisecond
 	for pool.Stats().Free < int64(need) && ctx.Err() == nil {
 		r := m.Step(ctx)
