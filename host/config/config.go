@@ -78,9 +78,9 @@ type HTTP struct {
 	Listen string `koanf:"listen"`
 }
 
-// Index configures the cache index. Block hashes are always salted with the
-// tenant (DESIGN.md §4), so tenants never share pages; a mode without the
-// salt, and the Share directive, are not built yet.
+// Index configures the cache index. Block hashes are salted with the
+// tenant's namespace (DESIGN.md §4): by default each tenant is its own
+// namespace, so tenants never share pages.
 type Index struct {
 	// PageSize is tokens per page until an engine registers its own layout.
 	PageSize int `koanf:"page_size"`
@@ -101,6 +101,15 @@ type Index struct {
 	// or auto-splice edits the first sink_tokens positions of a session
 	// (DESIGN.md §6), since models lean on them whatever follows.
 	SinkTokens int `koanf:"sink_tokens"`
+	// NamespaceSalt salts block hashes with the tenant's namespace. Off,
+	// every tenant hashes into one unsalted namespace: identical prefixes
+	// are shared across tenants, and so are their pins, leases and pin
+	// quota (Dynamo's behaviour without a cache namespace).
+	NamespaceSalt bool `koanf:"namespace_salt"`
+	// Share names shared namespaces and the tenants in each: the listed
+	// tenants hash with the namespace's name instead of their own, so they
+	// share prefixes (and pins, leases and quota) with each other only.
+	Share map[string][]string `koanf:"share"`
 }
 
 // Tiers configures each tier's size, watermarks and pin budget.
@@ -159,6 +168,12 @@ type NATS struct {
 	RateLimit float64 `koanf:"rate_limit"`
 	// RateBurst is the burst each source may send at once.
 	RateBurst int `koanf:"rate_burst"`
+	// TenantSubjects binds tenants to subjects: a command on
+	// <worker_subject>.<tenant> or <broadcast_subject>.<tenant> acts for
+	// that tenant only, and one on the bare subjects for the default
+	// tenant only. The NATS server's per-user publish permissions then
+	// decide who may act for which tenant.
+	TenantSubjects bool `koanf:"tenant_subjects"`
 }
 
 // Control is the gRPC kvpilot.v1.Control service on a Unix socket.
@@ -169,6 +184,14 @@ type Control struct {
 	Group string `koanf:"group"`
 	// AllowUIDs are peer uids accepted besides the host's own.
 	AllowUIDs []int `koanf:"allow_uids"`
+	// Tenants binds peer uids (decimal keys) to the tenants they may act
+	// for; "*" is every tenant. Empty: any allowed uid acts for any
+	// tenant. Once one uid is listed, an unlisted uid acts for none.
+	Tenants map[string][]string `koanf:"tenants"`
+	// RateLimit is calls per second per peer uid; 0 disables limiting.
+	RateLimit float64 `koanf:"rate_limit"`
+	// RateBurst is the burst each uid may send at once.
+	RateBurst int `koanf:"rate_burst"`
 }
 
 // Model describes a model's KV layout (DESIGN.md §7).
@@ -248,6 +271,7 @@ func Default() Config {
 			SweepInterval: 5 * time.Second,
 			AutoSplice:    false,
 			SinkTokens:    4,
+			NamespaceSalt: true,
 		},
 		Tiers: Tiers{
 			Device: Tier{CapacityPages: 4096, HighWatermark: 0.95, LowWatermark: 0.85, PinBudget: 0.5},
@@ -264,6 +288,7 @@ func Default() Config {
 			RateLimit:        1000,
 			RateBurst:        200,
 		},
+		Control:       Control{RateBurst: 1000},
 		Engine:        Engine{LoadBackDeadline: 2 * time.Second, RequestTTL: 10 * time.Minute, MaxSessions: 65536},
 		Model:         Model{Attention: "mha", DType: "bf16", RopeStyle: "half_split"},
 		Pools:         Pools{DeviceBackend: "auto", DiskFsync: "batch", RemoteBucket: "kvpilot-pages", RemoteReplicas: 1},

@@ -24,6 +24,13 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 	if len(c.Engine.AllowUIDs) == 0 {
 		c.Engine.AllowUIDs = want.Engine.AllowUIDs
 	}
+	// nil and empty maps mean the same.
+	if len(c.Index.Share) == 0 {
+		c.Index.Share = want.Index.Share
+	}
+	if len(c.Control.Tenants) == 0 {
+		c.Control.Tenants = want.Control.Tenants
+	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("example differs from defaults:\n got %+v\nwant %+v", c, want)
 	}

@@ -96,6 +96,7 @@ func (c Config) Validate() error {
 			bad(fmt.Sprintf("control.allow_uids[%d]", i), "uid %d is negative", u)
 		}
 	}
+	errs = append(errs, c.validateTenancy()...)
 	errs = append(errs, c.validatePools()...)
 	errs = append(errs, c.validatePolicyRuntime()...)
 	if c.GCPercent < 25 || c.GCPercent > 10000 {

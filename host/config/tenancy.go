@@ -1,0 +1,95 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+)
+
+// Tenancy: who may act for which tenant, and which tenants share a cache
+// namespace. These keys live in the index, control and nats sections; their
+// checks are gathered here because they only make sense together.
+
+// TenantWildcard in control.tenants lets a uid act for every tenant (an
+// operator's).
+const TenantWildcard = "*"
+
+// validateTenancy checks index.share, control.tenants and the socket's
+// rate limit.
+func (c Config) validateTenancy() []error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("config %s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	if len(c.Index.Share) > 0 && !c.Index.NamespaceSalt {
+		bad("index.share", "has no effect with index.namespace_salt off (every tenant already shares one namespace); remove one of them")
+	}
+	owner := map[string]string{}
+	for _, ns := range sortedKeys(c.Index.Share) {
+		if ns == "" {
+			bad("index.share", "a shared namespace needs a non-empty name")
+		}
+		if len(c.Index.Share[ns]) < 2 {
+			bad("index.share."+ns, "lists %d tenant(s); sharing needs at least two", len(c.Index.Share[ns]))
+		}
+		for _, t := range c.Index.Share[ns] {
+			if prev, dup := owner[t]; dup {
+				bad("index.share."+ns, "tenant %q is already in shared namespace %q; a tenant has one namespace", t, prev)
+			}
+			owner[t] = ns
+		}
+	}
+	for _, uid := range sortedKeys(c.Control.Tenants) {
+		if n, err := strconv.Atoi(uid); err != nil || n < 0 {
+			bad("control.tenants", "key %q is not a uid (a non-negative integer)", uid)
+		}
+		if len(c.Control.Tenants[uid]) == 0 {
+			bad("control.tenants."+uid, "lists no tenant; list them, or %q for all, or remove the uid", TenantWildcard)
+		}
+	}
+	if c.Control.RateLimit < 0 {
+		bad("control.rate_limit", "must not be negative, got %v", c.Control.RateLimit)
+	}
+	if c.Control.RateBurst < 1 {
+		bad("control.rate_burst", "must be at least 1, got %d", c.Control.RateBurst)
+	}
+	return errs
+}
+
+// NamespaceOf returns the cache namespace of tenant: the shared namespace
+// that index.share puts it in, "" for everyone with index.namespace_salt
+// off, and otherwise the tenant itself (DESIGN.md §4: the tenant is the
+// namespace by default).
+func (c Index) NamespaceOf(tenant string) string {
+	if !c.NamespaceSalt {
+		return ""
+	}
+	for ns, tenants := range c.Share {
+		for _, t := range tenants {
+			if t == tenant {
+				return ns
+			}
+		}
+	}
+	return tenant
+}
+
+// TenantsOf returns the tenants control.tenants lets uid act for, and
+// whether tenants are bound at all. An empty control.tenants binds nobody:
+// every allowed uid may act for any tenant. Once it lists any uid, a uid
+// it does not list may act for none.
+func (c Control) TenantsOf(uid int) (tenants []string, bound bool) {
+	if len(c.Tenants) == 0 {
+		return nil, false
+	}
+	return c.Tenants[strconv.Itoa(uid)], true
+}
+
+func sortedKeys(m map[string][]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
