@@ -104,6 +104,13 @@ type Config struct {
 	// OnEvent, when set, receives every event synchronously instead of the
 	// internal buffer that DrainEvents empties. It must not call the index.
 	OnEvent func(Event)
+	// Namespace maps a tenant to its cache namespace: the partition its
+	// pages live in and the salt of their hashes (DESIGN.md §4). Tenants
+	// mapped to one namespace share its pages, pins and quota. Nil: each
+	// tenant is its own namespace. It must be idempotent (a namespace maps
+	// to itself), because the index reports pages by namespace and callers
+	// hand those names back.
+	Namespace func(tenant string) string
 }
 
 func (c *Config) validate() error {
@@ -240,9 +247,27 @@ func (ix *Index) PageSize() int { return ix.cfg.PageSize }
 // Config returns the configuration the index was built with.
 func (ix *Index) Config() Config { return ix.cfg }
 
-func (ix *Index) tenant(name string) *tenantState { return ix.tenants[name] }
+// Namespace returns the cache namespace of tenant: the name the index
+// reports its pages under (Event.Tenant, Freed.Tenant and the like), which
+// is also what pool keys use.
+func (ix *Index) Namespace(tenant string) string {
+	if ix.cfg.Namespace == nil {
+		return tenant
+	}
+	return ix.cfg.Namespace(tenant)
+}
+
+// Salt returns the hashing salt of tenant's pages: its namespace. Every
+// caller that hashes tokens for the index (engine, executor, splicer) must
+// use it, or it names pages the index never stored.
+func (ix *Index) Salt(tenant string) blockid.Salt {
+	return blockid.Salt{Namespace: ix.Namespace(tenant)}
+}
+
+func (ix *Index) tenant(name string) *tenantState { return ix.tenants[ix.Namespace(name)] }
 
 func (ix *Index) tenantOrCreate(name string) *tenantState {
+	name = ix.Namespace(name)
 	ts := ix.tenants[name]
 	if ts == nil {
 		ts = &tenantState{name: name, bySeq: make(map[uint64]*node), quota: ix.cfg.TenantPinQuota}

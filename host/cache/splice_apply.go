@@ -106,7 +106,7 @@ func (ix *Index) ApplySplice(p *SplicePlan) (SpliceCommit, error) {
 				continue
 			}
 			if t != tier.Device || !inPlace[seq] {
-				res.Freed = append(res.Freed, Freed{Tenant: p.Tenant, Seq: seq, Tier: t, Loc: c.loc[t]})
+				res.Freed = append(res.Freed, Freed{Tenant: ts.name, Seq: seq, Tier: t, Loc: c.loc[t]})
 			}
 			ix.removeResidency(c, t)
 		}

@@ -39,6 +39,13 @@ func (c Config) validateTenancy() []error {
 			owner[t] = ns
 		}
 	}
+	for _, ns := range sortedKeys(c.Index.Share) {
+		// The index reports pages by namespace and is handed those names
+		// back as tenants, so a namespace must map to itself.
+		if prev, ok := owner[ns]; ok && prev != ns {
+			bad("index.share."+ns, "is also a tenant of shared namespace %q; name the namespace differently", prev)
+		}
+	}
 	for _, uid := range sortedKeys(c.Control.Tenants) {
 		if n, err := strconv.Atoi(uid); err != nil || n < 0 {
 			bad("control.tenants", "key %q is not a uid (a non-negative integer)", uid)
@@ -61,17 +68,34 @@ func (c Config) validateTenancy() []error {
 // off, and otherwise the tenant itself (DESIGN.md §4: the tenant is the
 // namespace by default).
 func (c Index) NamespaceOf(tenant string) string {
-	if !c.NamespaceSalt {
-		return ""
-	}
-	for ns, tenants := range c.Share {
-		for _, t := range tenants {
-			if t == tenant {
-				return ns
-			}
-		}
+	if f := c.NamespaceFunc(); f != nil {
+		return f(tenant)
 	}
 	return tenant
+}
+
+// NamespaceFunc returns NamespaceOf as a function with its table built
+// once (the index calls it on every lookup), or nil when every tenant is
+// its own namespace.
+func (c Index) NamespaceFunc() func(tenant string) string {
+	if !c.NamespaceSalt {
+		return func(string) string { return "" }
+	}
+	if len(c.Share) == 0 {
+		return nil
+	}
+	of := map[string]string{}
+	for ns, tenants := range c.Share {
+		for _, t := range tenants {
+			of[t] = ns
+		}
+	}
+	return func(tenant string) string {
+		if ns, ok := of[tenant]; ok {
+			return ns
+		}
+		return tenant
+	}
 }
 
 // TenantsOf returns the tenants control.tenants lets uid act for, and

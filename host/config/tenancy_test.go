@@ -48,6 +48,7 @@ func TestTenancyInvalid(t *testing.T) {
 		{"index: {share: {team: [a, b]}, namespace_salt: false}", "index.share"},
 		{"index: {share: {team: [a]}}", "index.share.team"},
 		{"index: {share: {x: [a, b], y: [b, c]}}", "already in shared namespace"},
+		{"index: {share: {x: [a, y], y: [c, d]}}", "is also a tenant of shared namespace"},
 		{`control: {tenants: {"root": [a]}}`, "control.tenants"},
 		{`control: {tenants: {"7": []}}`, "control.tenants.7"},
 		{"control: {rate_limit: -1}", "control.rate_limit"},

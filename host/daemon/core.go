@@ -56,6 +56,7 @@ func (d *Daemon) buildCore() error {
 		Tiers:          tierConfigs(d.cfg),
 		DeviceWrite:    wp,
 		TenantPinQuota: d.cfg.Pins.TenantQuotaPages,
+		Namespace:      d.cfg.Index.NamespaceFunc(),
 		Clock:          c.clock,
 		OnEvent:        c.events.Push,
 	})

@@ -53,7 +53,7 @@ func (d *Daemon) onRegister(reg engine.Registration, p *engine.Pools) {
 		Lock:       &d.core.mu,
 		Device:     dev,
 		Sessions:   svc.SpliceSessions(),
-		Salt:       engine.SaltOf,
+		Salt:       d.core.index.Salt,
 		SinkTokens: d.cfg.Index.SinkTokens,
 		Fill:       svc.SpliceFill,
 		Free:       d.freeHook(p.Mover),

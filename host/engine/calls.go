@@ -69,7 +69,7 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 		return nil, errcode.New(errcode.BadRequest, "request_id %.64q is already running; ids must be unique among running requests", id)
 	}
 	r := &request{
-		id: id, reg: reg, session: req.GetSession(), tenant: req.GetTenant(), salt: SaltOf(req.GetTenant()),
+		id: id, reg: reg, session: req.GetSession(), tenant: req.GetTenant(), salt: s.cfg.Index.Salt(req.GetTenant()),
 		prompt: append([]uint32(nil), toks...), messages: msgs, owned: map[pool.Slot]struct{}{}, touched: s.cfg.Now(),
 	}
 	r.mu.Lock() // no other call can find it before Match answers

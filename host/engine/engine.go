@@ -182,7 +182,7 @@ func New(cfg Config) (*Service, error) {
 		kick:     make(chan struct{}, 1),
 		pools:    cfg.Pools,
 		requests: map[string]*request{},
-		sessions: newSessions(cfg.MaxSessions, cfg.Index.PageSize()),
+		sessions: newSessions(cfg.MaxSessions, cfg.Index.PageSize(), cfg.Index.Namespace),
 	}
 	s.sessions.maxBytes = sessionBudget(cfg.Index)
 	s.fills = newFillHub()

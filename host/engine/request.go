@@ -53,11 +53,6 @@ type Message struct {
 	Edited bool
 }
 
-// SaltOf is the hashing salt of a tenant. It must be the executor's and the
-// splicer's (their default: the tenant is the namespace), so a Finish
-// pin_prefix or a splice names the pages Match and Commit stored.
-func SaltOf(tenant string) blockid.Salt { return blockid.Salt{Namespace: tenant} }
-
 // requestOf finds a live request of the live registration.
 func (s *Service) requestOf(regID, reqID string) (*request, error) {
 	s.mu.Lock()

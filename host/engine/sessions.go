@@ -55,8 +55,9 @@ func (s *sessionState) size() int64 {
 }
 
 // sessions is an LRU map of sessions, bounded so a flood of one-shot
-// sessions cannot grow the host without limit, with a per-tenant index for
-// the splicer's Leaves and Through.
+// sessions cannot grow the host without limit, with a per-namespace index
+// for the splicer's Leaves and Through: sessions of tenants that share a
+// cache namespace share pages, so a splice must see all of them.
 type sessions struct {
 	max      int
 	pageSize int
@@ -64,13 +65,29 @@ type sessions struct {
 	// a count bound alone lets long sessions grow the host by gigabytes.
 	maxBytes, bytes int64
 	byID            map[string]*list.Element
-	byTenant        map[string]map[string]*sessionState
+	byNamespace     map[string]map[string]*sessionState
 	lru             *list.List // front: most recent
+	// namespace maps a tenant to its cache namespace (the index's); nil:
+	// the tenant is the namespace.
+	namespace func(tenant string) string
 }
 
-func newSessions(max, pageSize int) *sessions {
-	return &sessions{max: max, pageSize: pageSize, byID: map[string]*list.Element{},
-		byTenant: map[string]map[string]*sessionState{}, lru: list.New()}
+func newSessions(max, pageSize int, namespace func(string) string) *sessions {
+	return &sessions{max: max, pageSize: pageSize, namespace: namespace, byID: map[string]*list.Element{},
+		byNamespace: map[string]map[string]*sessionState{}, lru: list.New()}
+}
+
+// nsOf is tenant's key in byNamespace.
+func (ss *sessions) nsOf(tenant string) string {
+	if ss.namespace == nil {
+		return tenant
+	}
+	return ss.namespace(tenant)
+}
+
+// inNamespace returns the sessions of tenant's namespace.
+func (ss *sessions) inNamespace(tenant string) map[string]*sessionState {
+	return ss.byNamespace[ss.nsOf(tenant)]
 }
 
 func (ss *sessions) get(id string, create bool) *sessionState {
@@ -114,26 +131,28 @@ func (ss *sessions) trim(keep *sessionState) {
 	}
 }
 
-// setTenant moves s to tenant's index.
+// setTenant moves s to tenant's namespace index.
 func (ss *sessions) setTenant(s *sessionState, tenant string) {
-	if m := ss.byTenant[s.Tenant]; m != nil && m[s.ID] == s && s.Tenant == tenant {
+	if m := ss.inNamespace(s.Tenant); m != nil && m[s.ID] == s && s.Tenant == tenant {
 		return
 	}
 	ss.dropTenant(s)
 	s.Tenant = tenant
-	m := ss.byTenant[tenant]
+	ns := ss.nsOf(tenant)
+	m := ss.byNamespace[ns]
 	if m == nil {
 		m = map[string]*sessionState{}
-		ss.byTenant[tenant] = m
+		ss.byNamespace[ns] = m
 	}
 	m[s.ID] = s
 }
 
 func (ss *sessions) dropTenant(s *sessionState) {
-	if m := ss.byTenant[s.Tenant]; m != nil && m[s.ID] == s {
+	ns := ss.nsOf(s.Tenant)
+	if m := ss.byNamespace[ns]; m != nil && m[s.ID] == s {
 		delete(m, s.ID)
 		if len(m) == 0 {
-			delete(ss.byTenant, s.Tenant)
+			delete(ss.byNamespace, ns)
 		}
 	}
 }
@@ -251,5 +270,5 @@ func (s *Service) Session(id string) (Session, bool) {
 func (s *Service) SetSessionTokens(id, tenant string, tokens []uint32, cached int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.sessions.splice(id, tenant, tokens, cached, SaltOf(tenant))
+	s.sessions.splice(id, tenant, tokens, cached, blockid.Salt{Namespace: s.sessions.nsOf(tenant)})
 }

@@ -10,7 +10,7 @@ import (
 // hold more than its byte budget, whatever their count, and keeps its
 // byte count exact as sessions change and leave.
 func TestSessionsBoundedByBytes(t *testing.T) {
-	ss := newSessions(1000, 4)
+	ss := newSessions(1000, 4, nil)
 	ss.maxBytes = 64 << 10
 	toks := make([]uint32, 2048) // 8 KiB of tokens a session
 	for i := range 40 {

@@ -21,7 +21,7 @@ func toks(from, n int) []uint32 {
 // with the page hashes of its full pages.
 func commitSession(ss *sessions, id, tenant string, tokens []uint32) []uint64 {
 	full := len(tokens) / ss.pageSize * ss.pageSize
-	h := blockid.Compute(tokens[:full], ss.pageSize, SaltOf(tenant)).Sequence
+	h := blockid.Compute(tokens[:full], ss.pageSize, blockid.Salt{Namespace: tenant}).Sequence
 	ss.commit(id, tenant, tokens, full, h)
 	return h
 }
@@ -29,7 +29,7 @@ func commitSession(ss *sessions, id, tenant string, tokens []uint32) []uint64 {
 // Leaves and Through come from the hashes stored at commit (and recomputed
 // after a splice), per tenant, without rehashing the other sessions.
 func TestSpliceSessionsLeavesAndThrough(t *testing.T) {
-	s := &Service{sessions: newSessions(16, 4)}
+	s := &Service{sessions: newSessions(16, 4, nil)}
 	a := s.SpliceSessions()
 	shared := toks(0, 8)
 	ha := commitSession(s.sessions, "a", "acme", append(slices.Clone(shared), toks(100, 9)...))
@@ -61,7 +61,7 @@ func TestSpliceSessionsLeavesAndThrough(t *testing.T) {
 	// A splice (as the splicer records it) moves the leaf to the new branch.
 	edited := append(append(slices.Clone(shared), toks(900, 2)...), toks(104, 5)...)
 	a.SetSession(spliceSession("a", "acme", edited, 12))
-	want := blockid.Compute(edited[:12], 4, SaltOf("acme")).Sequence
+	want := blockid.Compute(edited[:12], 4, blockid.Salt{Namespace: "acme"}).Sequence
 	if got := a.Leaves("acme", "b"); !slices.Equal(got, want[len(want)-1:]) {
 		t.Fatalf("leaf after the splice %v, want %v", got, want[len(want)-1:])
 	}
@@ -78,22 +78,22 @@ func TestSpliceSessionsLeavesAndThrough(t *testing.T) {
 // Edited ranges follow the session's positions across splices and mark
 // the messages they touch.
 func TestEditedSpansFollowSplices(t *testing.T) {
-	ss := newSessions(4, 4)
+	ss := newSessions(4, 4, nil)
 	base := toks(0, 40)
 	commitSession(ss, "s", "", base)
 	// Replace [8, 12) by 2 tokens: Δ = -2.
 	e1 := append(append(slices.Clone(base[:8]), 500, 501), base[12:]...)
-	ss.splice("s", "", e1, 36, SaltOf(""))
+	ss.splice("s", "", e1, 36, blockid.Salt{Namespace: ""})
 	// Replace [20, 30) of e1 (old positions 22..32) by nothing.
 	e2 := append(slices.Clone(e1[:20]), e1[30:]...)
-	ss.splice("s", "", e2, 28, SaltOf(""))
+	ss.splice("s", "", e2, 28, blockid.Salt{Namespace: ""})
 	got := ss.get("s", false).Edited
 	if want := []Span{{8, 10}, {20, 20}}; !slices.Equal(got, want) {
 		t.Fatalf("edited %v, want %v", got, want)
 	}
 	// A later edit before both moves them by its Δ.
 	e3 := append(append(slices.Clone(e2[:4]), 700, 701, 702), e2[5:]...) // [4,5) → 3 tokens: Δ = +2
-	ss.splice("s", "", e3, 28, SaltOf(""))
+	ss.splice("s", "", e3, 28, blockid.Salt{Namespace: ""})
 	if got, want := ss.get("s", false).Edited, []Span{{4, 7}, {10, 12}, {22, 22}}; !slices.Equal(got, want) {
 		t.Fatalf("edited after a third splice %v, want %v", got, want)
 	}
@@ -140,7 +140,7 @@ func spliceSession(id, tenant string, tokens []uint32, cached int) splice.Sessio
 // hashes, Through scans stored page hashes; neither rehashes tokens.
 func BenchmarkSpliceSessions(b *testing.B) {
 	const sessionsN, tokensN = 10000, 4096
-	s := &Service{sessions: newSessions(sessionsN, 16)}
+	s := &Service{sessions: newSessions(sessionsN, 16, nil)}
 	for i := 0; i < sessionsN; i++ {
 		commitSession(s.sessions, "s"+string(rune('a'+i%26))+itoa(i), "acme", toks(i*7, tokensN))
 	}

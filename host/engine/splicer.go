@@ -45,12 +45,13 @@ func (a spliceSessions) SetSession(sess splice.Session) {
 	a.s.SetSessionTokens(sess.ID, sess.Tenant, sess.Tokens, sess.Cached)
 }
 
-// Leaves reads the leaf hash each session stored at its last commit.
+// Leaves reads the leaf hash each session of tenant's namespace stored at
+// its last commit (another tenant sharing the namespace shares pages).
 func (a spliceSessions) Leaves(tenant, except string) []uint64 {
 	s := a.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.sessions.byTenant[tenant]
+	m := s.sessions.inNamespace(tenant)
 	out := make([]uint64, 0, len(m))
 	for id, ss := range m {
 		if id != except && len(ss.hashes) > 0 {
@@ -60,14 +61,15 @@ func (a spliceSessions) Leaves(tenant, except string) []uint64 {
 	return out
 }
 
-// Through scans the tenant's sessions' stored page hashes (no rehashing);
+// Through scans the stored page hashes of the sessions in tenant's
+// namespace (no rehashing);
 // sessions come back in id order, so a turn's splices are deterministic.
 func (a spliceSessions) Through(tenant string, seq uint64) []splice.Session {
 	s := a.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []splice.Session
-	for _, ss := range s.sessions.byTenant[tenant] {
+	for _, ss := range s.sessions.inNamespace(tenant) {
 		if slices.Contains(ss.hashes, seq) {
 			out = append(out, splice.Session{ID: ss.ID, Tenant: ss.Tenant, Tokens: slices.Clone(ss.Tokens), Cached: ss.CachedTokens})
 		}

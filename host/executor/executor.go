@@ -74,7 +74,7 @@ type Config struct {
 	// for leases any worker can resume.
 	PauseTier tier.Tier
 	// Salt gives the hashing salt of a tenant for pin_prefix/unpin_prefix.
-	// Nil: blockid.Salt{Namespace: tenant} (the tenant is the namespace).
+	// Nil: the index's (Index.Salt: the tenant's namespace).
 	Salt func(tenant string) blockid.Salt
 	// WorkerID is echoed in cache_control replies and checked against the
 	// requests' worker_id.
@@ -163,7 +163,7 @@ func New(cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("executor: pause tier %v is not a tier", cfg.PauseTier)
 	}
 	if cfg.Salt == nil {
-		cfg.Salt = func(tenant string) blockid.Salt { return blockid.Salt{Namespace: tenant} }
+		cfg.Salt = cfg.Index.Salt
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -105,7 +105,7 @@ func (m *MemorySessions) Leaves(tenant, except string) []uint64 {
 	var out []uint64
 	for _, id := range m.sortedIDs() {
 		s := m.byID[id]
-		if s.Tenant != tenant || s.ID == except {
+		if m.Salt(s.Tenant) != m.Salt(tenant) || s.ID == except { // another namespace
 			continue
 		}
 		if leaf, ok := LeafOf(s.Tokens, s.Cached, m.PageSize, m.Salt(tenant)); ok {
@@ -122,7 +122,7 @@ func (m *MemorySessions) Through(tenant string, seq uint64) []Session {
 	var out []Session
 	for _, id := range m.sortedIDs() {
 		s := m.byID[id]
-		if s.Tenant == tenant && PathContains(s.Tokens, s.Cached, m.PageSize, m.Salt(tenant), seq) {
+		if m.Salt(s.Tenant) == m.Salt(tenant) && PathContains(s.Tokens, s.Cached, m.PageSize, m.Salt(tenant), seq) {
 			s.Tokens = slices.Clone(s.Tokens)
 			out = append(out, s)
 		}

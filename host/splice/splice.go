@@ -107,7 +107,7 @@ type Config struct {
 	Device *Device
 	// Sessions resolves sessions. Required.
 	Sessions Sessions
-	// Salt gives a tenant's hashing salt. Nil: the tenant is the namespace.
+	// Salt gives a tenant's hashing salt. Nil: the index's (Index.Salt).
 	Salt func(tenant string) blockid.Salt
 	// SinkTokens protects the first positions of every sequence.
 	SinkTokens int
@@ -144,7 +144,7 @@ func New(cfg Config) (*Splicer, error) {
 		return nil, fmt.Errorf("splicer: sink tokens %d must not be negative", cfg.SinkTokens)
 	}
 	if cfg.Salt == nil {
-		cfg.Salt = defaultSalt
+		cfg.Salt = cfg.Index.Salt
 	}
 	if cfg.FillTimeout <= 0 {
 		cfg.FillTimeout = 2 * time.Minute

@@ -215,7 +215,7 @@ func Start(o Options) (*Host, error) {
 				dev = nil
 			}
 			sp, err := splice.New(splice.Config{Index: h.Index, Lock: h.Lock, Device: dev, Sessions: h.Service.SpliceSessions(),
-				Salt: engine.SaltOf, SinkTokens: o.SinkTokens, Fill: h.Service.SpliceFill, Free: free})
+				Salt: h.Index.Salt, SinkTokens: o.SinkTokens, Fill: h.Service.SpliceFill, Free: free})
 			if err == nil {
 				err = h.Executor.Attach(executor.Attachments{Free: free, Splicer: sp})
 			}
