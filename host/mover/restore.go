@@ -103,9 +103,10 @@ func (m *Mover) Import(ctx context.Context, t tier.Tier, tenant string, seqs []u
 		return RestoreResult{}, fmt.Errorf("import from %s: %w", t, ErrNoPool)
 	}
 	var res RestoreResult
+	ns := m.ix.Namespace(tenant) // stores key pages by namespace, not tenant
 	for _, seq := range seqs {
 		var chain []pool.Entry
-		key := pool.Key{Namespace: tenant, Seq: seq}
+		key := pool.Key{Namespace: ns, Seq: seq}
 		for depth := 0; ; depth++ {
 			if depth > 1<<16 {
 				return res, fmt.Errorf("import %v from %s: parent chain does not end", key, t)
@@ -131,7 +132,7 @@ func (m *Mover) Import(ctx context.Context, t tier.Tier, tenant string, seqs []u
 			if !e.HasParent {
 				break
 			}
-			key = pool.Key{Namespace: tenant, Seq: e.Parent}
+			key = pool.Key{Namespace: ns, Seq: e.Parent}
 		}
 		m.withIndex(func(*cache.Index) {
 			for i := len(chain) - 1; i >= 0; i-- {
