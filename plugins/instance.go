@@ -277,9 +277,12 @@ func (in *instance) apply(it item, res policy.Result) {
 		return
 	}
 	for _, turn := range splitByTenant(in.name, it.tenant, res) {
-		ctx, cancel := context.WithTimeout(context.Background(), in.r.opts.SinkTimeout)
-		err := in.r.opts.Sink.Apply(ctx, turn)
-		cancel()
+		err := in.outside(turn.Tenant)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), in.r.opts.SinkTimeout)
+			err = in.r.opts.Sink.Apply(ctx, turn)
+			cancel()
+		}
 		in.turns.Add(1)
 		result := "ok"
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/go-plugin"
@@ -102,7 +103,8 @@ func paramsJSON(params map[string]any) ([]byte, error) {
 
 // sameSpec reports whether a running instance of a can stand for b.
 func sameSpec(a, b config.Policy) bool {
-	if a.Name != b.Name || a.Builtin != b.Builtin || a.Path != b.Path || !strings.EqualFold(a.SHA256, b.SHA256) {
+	if a.Name != b.Name || a.Builtin != b.Builtin || a.Path != b.Path || !strings.EqualFold(a.SHA256, b.SHA256) ||
+		!slices.Equal(a.Tenants, b.Tenants) {
 		return false
 	}
 	pa, errA := paramsJSON(a.Params)

@@ -182,7 +182,7 @@ func (r *Runtime) Observe(obs policy.Observation) error {
 		return ErrClosed
 	}
 	for _, in := range r.set {
-		if in.subs[obs.Kind] {
+		if in.subs[obs.Kind] && in.admits(obs) {
 			in.enqueue(item{obs: p, tenant: obs.Tenant})
 		}
 	}

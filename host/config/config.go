@@ -62,6 +62,11 @@ type Policy struct {
 	SHA256 string `koanf:"sha256"`
 	// Params is handed to the policy's Configure as JSON.
 	Params map[string]any `koanf:"params"`
+	// Tenants, when set, confines the policy to these tenants: it observes
+	// only their requests and KV events (plus the host-wide ticks and tier
+	// pressure), and a directive it emits for any other tenant is refused.
+	// Empty: every tenant (a policy the operator trusts with all of them).
+	Tenants []string `koanf:"tenants"`
 }
 
 // LogConfig selects the log level and format.
