@@ -1,8 +1,8 @@
 package engine
 
 import (
-	"bytes"
 	"crypto/rand"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -23,7 +23,8 @@ const offerTTL = 30 * time.Second
 // registration's memfd descriptors, with SCM_RIGHTS, to the process that
 // presents the registration's token, once. The listener is a host/uds socket,
 // so the same directory mode, socket mode and uid allow-list fence it as the
-// engine socket; on top, the claimant's uid must be the registering one.
+// engine socket; on top, the claimant's uid must be the registering one,
+// and a claim refused for its uid leaves the token to that engine.
 type fdServer struct {
 	s   *Service
 	log hclog.Logger
@@ -93,6 +94,36 @@ func (f *fdServer) close() {
 	clear(f.offers)
 }
 
+// claim takes the offer tok names for a claimant of uid, or says why not.
+// Only a claim that succeeds, or finds the offer expired, removes it: a
+// claim from the wrong uid must not consume the token, or any local
+// process the socket admits that learns a token could burn the legitimate
+// engine's registration (it would have to register again, and again).
+func (f *fdServer) claim(tok []byte, uid int, now time.Time) (*fdOffer, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var key string
+	var o *fdOffer
+	for k, v := range f.offers {
+		// Constant time: how fast a guess is refused says nothing of how
+		// close it came.
+		if subtle.ConstantTimeCompare([]byte(k), tok) == 1 {
+			key, o = k, v
+		}
+	}
+	switch {
+	case o == nil:
+		return nil, "unknown or already claimed token: register again"
+	case now.After(o.expiry):
+		delete(f.offers, key)
+		return nil, "token expired: register again"
+	case o.uid >= 0 && uid != o.uid:
+		return nil, fmt.Sprintf("uid %d claimed descriptors registered by uid %d", uid, o.uid)
+	}
+	delete(f.offers, key) // one claim per token
+	return o, ""
+}
+
 func (f *fdServer) handle(c net.Conn) {
 	defer c.Close()
 	uc, ok := c.(*net.UnixConn)
@@ -119,24 +150,9 @@ func (f *fdServer) handle(c net.Conn) {
 		refuse("cannot read peer credentials")
 		return
 	}
-	f.mu.Lock()
-	var o *fdOffer
-	for k, v := range f.offers {
-		if bytes.Equal([]byte(k), tok) {
-			o = v
-			delete(f.offers, k) // one claim per token
-		}
-	}
-	f.mu.Unlock()
-	switch {
-	case o == nil:
-		refuse("unknown or already claimed token: register again")
-		return
-	case time.Now().After(o.expiry):
-		refuse("token expired: register again")
-		return
-	case o.uid >= 0 && int(cred.Uid) != o.uid:
-		refuse(fmt.Sprintf("uid %d claimed descriptors registered by uid %d", cred.Uid, o.uid))
+	o, why := f.claim(tok, int(cred.Uid), time.Now())
+	if o == nil {
+		refuse(why)
 		return
 	}
 	if err := fdpass.Send(uc, enginewire.EncodeFDReply(len(o.fds), ""), o.fds...); err != nil {
