@@ -26,6 +26,17 @@ type Metrics struct {
 	TransferLatency *prometheus.HistogramVec
 	// PluginRestarts counts policy plugin restarts by policy name.
 	PluginRestarts *prometheus.CounterVec
+	// EventsPublished counts KV events handed to NATS (sent, or held in
+	// the client's reconnect buffer during an outage).
+	EventsPublished prometheus.Counter
+	// EventsFailed counts KV events NATS subscribers will never see: the
+	// connection was closed or the reconnect buffer full. Routers see the
+	// gap in event_id and resync; a rising count says the buffer is too
+	// small for the outages this host lives through.
+	EventsFailed prometheus.Counter
+	// EventWatchersOverflowed counts WatchEvents watchers ended because
+	// they fell a whole buffer behind the event stream.
+	EventWatchersOverflowed prometheus.Counter
 }
 
 // New builds a registry with the Go runtime and process collectors plus
@@ -54,7 +65,17 @@ func New() *Metrics {
 		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvpilot_plugin_restarts_total", Help: "Policy plugin restarts, by policy.",
 		}, []string{"policy"}),
+		EventsPublished: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvpilot_events_published_total", Help: "KV events handed to NATS.",
+		}),
+		EventsFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvpilot_events_failed_total", Help: "KV events not published to NATS (connection closed or reconnect buffer full).",
+		}),
+		EventWatchersOverflowed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvpilot_event_watchers_overflowed_total", Help: "WatchEvents watchers ended for falling a buffer behind.",
+		}),
 	}
-	r.MustRegister(m.PinRejections, m.Directives, m.DirectiveLatency, m.TransferBytes, m.TransferLatency, m.PluginRestarts)
+	r.MustRegister(m.PinRejections, m.Directives, m.DirectiveLatency, m.TransferBytes, m.TransferLatency, m.PluginRestarts,
+		m.EventsPublished, m.EventsFailed, m.EventWatchersOverflowed)
 	return m
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvpilot/kvpilot/host/events"
 )
 
@@ -23,6 +25,10 @@ const DefaultWatchBuffer = 4096
 type Hub struct {
 	mu   sync.Mutex
 	subs map[*Watch]struct{}
+	// overflowed counts watchers ended with ErrOverflow; metric, when
+	// set, is told too. Both guarded by mu.
+	overflowed uint64
+	metric     prometheus.Counter
 }
 
 // NewHub returns a hub with no watchers.
@@ -81,6 +87,20 @@ func (h *Hub) Watchers() int {
 	return len(h.subs)
 }
 
+// Overflowed is the number of watchers ended with ErrOverflow so far.
+func (h *Hub) Overflowed() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.overflowed
+}
+
+// countOverflows exports overflows on c from now on.
+func (h *Hub) countOverflows(c prometheus.Counter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.metric = c
+}
+
 // Broadcast hands evs, in order, to every watcher that wants them. The
 // events must not be modified afterwards: watchers share them.
 func (h *Hub) Broadcast(evs []events.RouterEvent) {
@@ -95,6 +115,10 @@ func (h *Hub) Broadcast(evs []events.RouterEvent) {
 			case w.ch <- evs[i]:
 			default:
 				w.err = fmt.Errorf("%w: %d events were waiting", ErrOverflow, cap(w.ch))
+				h.overflowed++
+				if h.metric != nil {
+					h.metric.Inc()
+				}
 				w.closed = true
 				delete(h.subs, w)
 				close(w.ch)

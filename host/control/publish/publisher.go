@@ -10,8 +10,9 @@
 // While NATS is unreachable, events are handed to the NATS client, which
 // buffers them (its reconnect buffer, 8 MiB by default) and sends them in
 // order when it reconnects; an event that does not fit is dropped, counted
-// by Failed and logged. Core NATS delivers at most once, so a subscriber
-// that is itself reconnecting may miss events too. Either way no event is
+// by Failed (and kvpilot_events_failed_total) and logged. Core NATS
+// delivers at most once, so a subscriber that is itself reconnecting may
+// miss events too. Either way no event is
 // reordered and event_id has no reuse: a gap tells a router to resync.
 // Watchers (the Hub) get every event, outage or not.
 package publish
@@ -28,6 +29,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/events"
+	"github.com/kvpilot/kvpilot/host/metrics"
 )
 
 // Config configures a Publisher.
@@ -41,6 +43,10 @@ type Config struct {
 	DPRank   uint32
 	// Hub receives every event for watchers; nil: a new one (see Hub()).
 	Hub *Hub
+	// Metrics, when set, exports Published and Failed as
+	// kvpilot_events_published_total and kvpilot_events_failed_total, and
+	// the hub's overflowed watchers as kvpilot_event_watchers_overflowed_total.
+	Metrics *metrics.Metrics
 	// Log receives publish failures; nil discards them.
 	Log hclog.Logger
 }
@@ -64,6 +70,9 @@ func New(cfg Config) (*Publisher, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = hclog.NewNullLogger()
+	}
+	if cfg.Metrics != nil {
+		cfg.Hub.countOverflows(cfg.Metrics.EventWatchersOverflowed)
 	}
 	return &Publisher{cfg: cfg, enc: events.Encoder{WorkerID: cfg.WorkerID, DPRank: cfg.DPRank}}, nil
 }
@@ -89,11 +98,17 @@ func (p *Publisher) Consume(evs []cache.Event) {
 				// the connection is closed or the buffer is full. The
 				// event is lost for NATS subscribers, so say so loudly.
 				p.failed.Add(1)
+				if p.cfg.Metrics != nil {
+					p.cfg.Metrics.EventsFailed.Inc()
+				}
 				p.cfg.Log.Error("KV event not published", "subject", p.cfg.Subject,
 					"event_id", p.batch[i].Event.EventID, "error", err)
 				continue
 			}
 			p.sent.Add(1)
+			if p.cfg.Metrics != nil {
+				p.cfg.Metrics.EventsPublished.Inc()
+			}
 		}
 	}
 	p.cfg.Hub.Broadcast(p.batch)

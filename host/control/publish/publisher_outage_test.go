@@ -10,13 +10,15 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvpilot/kvpilot/host/events"
+	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/natsembed"
 )
 
 // While the NATS server is down the publisher's client buffers events (up
 // to its reconnect buffer) and sends them, in order, once it reconnects;
-// what does not fit is dropped, counted in Failed and logged, never
-// reordered: a router sees a gap in event_id, which tells it to resync.
+// what does not fit is dropped, counted in Failed (and
+// kvpilot_events_failed_total) and logged, never reordered: a router sees
+// a gap in event_id, which tells it to resync.
 func TestEventsDuringOutageBufferedThenDroppedAndCounted(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -62,7 +64,8 @@ func TestEventsDuringOutageBufferedThenDroppedAndCounted(t *testing.T) {
 	if err := sub.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Conn: conn, Subject: subject, WorkerID: 1})
+	m := metrics.New()
+	p, err := New(Config{Conn: conn, Subject: subject, WorkerID: 1, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +84,17 @@ func TestEventsDuringOutageBufferedThenDroppedAndCounted(t *testing.T) {
 	if p.Published()+p.Failed() != 408 {
 		t.Fatalf("published %d + failed %d != 408 events", p.Published(), p.Failed())
 	}
+	// The drops are visible where operators look: /metrics.
+	if f, pub := counter(t, m, "kvpilot_events_failed_total"), counter(t, m, "kvpilot_events_published_total"); f != float64(p.Failed()) || pub != float64(p.Published()) {
+		t.Fatalf("metrics failed %v published %v; counted failed %d published %d", f, pub, p.Failed(), p.Published())
+	}
 	srv = start()
 	waitUntil(t, "both clients to reconnect", func() bool { return conn.IsConnected() && sub.IsConnected() })
+	// A round trip on the subscriber's connection: the server has its
+	// subscription again before the events that must reach it are sent.
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	p.Consume(stored(2))
 	last := p.Published() + p.Failed() - 1
 	waitUntil(t, "the events after the reconnect", func() bool {
