@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -29,6 +30,14 @@ type incoming struct {
 	// inbox is the client's reply subject, for naming the source.
 	inbox     string
 	broadcast bool
+	// subject is the one the message came on (see arrived). bound: tenant
+	// subjects are on, so the command acts for subjectTenant ("" on a bare
+	// subject) and for no tenant it claims otherwise; badSubject, when
+	// set, refuses it: the subject names no usable tenant.
+	subject       string
+	bound         bool
+	subjectTenant string
+	badSubject    *errcode.Error
 	// msgID is the JetStream Nats-Msg-Id; it becomes the turn id when the
 	// turn names none, so the audit log ties the two together.
 	msgID string
@@ -57,18 +66,19 @@ func (s *Server) handleTurn(ctx context.Context, in incoming, tenant string, sta
 		declared = t.Source
 	}
 	source := s.sourceOf(in, declared)
+	// The header's tenant comes first; the envelope's only decoded.
+	tenant, terr := s.bind(in, tenant, t.Tenant)
 	var reply directive.TurnReply
 	switch ok, retry := s.cfg.Limiter.Allow(source); {
 	case !ok:
 		reply = s.rateLimited(t, source, retry)
+	case terr != nil:
+		reply = s.refuseTurn(t, source, in, terr)
 	case derr != nil:
 		// The executor decodes again to answer and audit the refusal.
 		reply = s.cfg.Executor.ApplyJSON(ctx, source, tenant, in.data)
 	default:
-		t.Source = source
-		if tenant != "" {
-			t.Tenant = tenant
-		}
+		t.Source, t.Tenant = source, tenant
 		if t.ID == "" {
 			t.ID = in.msgID
 		}
@@ -84,10 +94,14 @@ func (s *Server) handleCacheControl(ctx context.Context, in incoming, tenant str
 		return nil
 	}
 	source := s.sourceOf(in, "")
+	// cache_control has no tenant field: the header is the only claim.
+	tenant, terr := s.bind(in, tenant)
 	var reply directive.CacheControlReply
 	switch ok, retry := s.cfg.Limiter.Allow(source); {
 	case !ok:
 		reply = directive.ErrorReply(errcode.New(errcode.RateLimited, "source %s: %v; retry in %v", source, s.cfg.Limiter, retry.Round(time.Millisecond)), s.worker)
+	case terr != nil:
+		reply = s.refuseCacheControl(c.Action, source, in, terr)
 	case derr != nil:
 		reply = s.cfg.Executor.CacheControlJSON(ctx, source, tenant, in.data)
 	default:
@@ -111,23 +125,41 @@ func (s *Server) rateLimited(t directive.Turn, source string, retry time.Duratio
 
 // sourceOf names the sender (see the package doc for the order).
 func (s *Server) sourceOf(in incoming, declared string) string {
-	if v := in.header.Get(headerSource); validName(v) {
-		return "nats:" + v
+	name := "anonymous"
+	switch inbox := in.inbox; {
+	case validName(in.header.Get(headerSource)):
+		name = in.header.Get(headerSource)
+	case validName(declared):
+		name = declared
+	default:
+		if inbox == "" {
+			inbox = in.header.Get(headerReply)
+		}
+		if i := strings.LastIndexByte(inbox, '.'); i > 0 {
+			inbox = inbox[:i]
+		}
+		if validName(inbox) {
+			name = inbox
+		}
 	}
-	if validName(declared) {
-		return "nats:" + declared
+	prefix := "nats:"
+	switch {
+	case in.badSubject != nil:
+		prefix = "nats[?]:"
+	case in.subjectTenant != "":
+		prefix = "nats[" + in.subjectTenant + "]:"
 	}
-	inbox := in.inbox
-	if inbox == "" {
-		inbox = in.header.Get(headerReply)
+	src := prefix + name
+	if len(src) > directive.MaxNameLen {
+		// The executor refuses longer sources. Only a tenant name near
+		// MaxNameLen gets here; cut on a character boundary.
+		cut := directive.MaxNameLen
+		for cut > 0 && !utf8.RuneStart(src[cut]) {
+			cut--
+		}
+		src = src[:cut]
 	}
-	if i := strings.LastIndexByte(inbox, '.'); i > 0 {
-		inbox = inbox[:i]
-	}
-	if validName(inbox) {
-		return "nats:" + inbox
-	}
-	return "nats:anonymous"
+	return src
 }
 
 func validName(s string) bool {

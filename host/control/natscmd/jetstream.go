@@ -17,7 +17,8 @@ import (
 // it (stream subjects may not overlap between streams, and every host
 // listens on the broadcast subject). The stream keeps commands by age
 // (limits retention), so a broadcast command stays for every worker's
-// consumer, each of which filters its own two subjects.
+// consumer, each of which filters its own two subjects (four with tenant
+// subjects: <subject>.* for each).
 func (s *Server) startJetStream(ctx context.Context) error {
 	js, err := jetstream.New(s.cfg.Conn)
 	if err != nil {
@@ -125,7 +126,8 @@ func (s *Server) onJetStream(msg jetstream.Msg) {
 		s.ack(msg)
 		return
 	}
-	in := incoming{data: msg.Data(), header: h, inbox: h.Get(headerReply), broadcast: msg.Subject() == s.cfg.BroadcastSubject, msgID: id}
+	in := incoming{data: msg.Data(), header: h, inbox: h.Get(headerReply), msgID: id}
+	s.arrived(msg.Subject(), &in)
 	out := s.handle(s.ctx, in)
 	if id != "" {
 		s.seen.add(id)

@@ -17,9 +17,20 @@
 // rate limit, is the first of: the Kvpilot-Source header, the envelope's
 // "source", the reply subject without its last token (nats.go gives each
 // connection one inbox prefix, so this names the client connection), and
-// "anonymous". All are prefixed "nats:". NATS does not authenticate these;
-// deployments that need to trust them use NATS accounts and permissions on
-// the command subjects.
+// "anonymous". All are prefixed "nats:", or "nats[<tenant>]:" on a tenant
+// subject. NATS does not authenticate these; deployments that need to
+// trust them use NATS accounts and permissions on the command subjects.
+//
+// Tenants. A command acts for the tenant in its Kvpilot-Tenant header, else
+// its envelope's "tenant", else the default tenant "": any sender can
+// claim any tenant. With nats.tenant_subjects (Config.TenantSubjects) the
+// subject decides instead: <worker_subject>.<tenant> and
+// <broadcast_subject>.<tenant> act for that tenant only, the bare subjects
+// for the default tenant only, and a command claiming another tenant is
+// refused with tenant_mismatch; the NATS server's per-user publish
+// permissions then decide who may act for which tenant (tenantsubject.go).
+// The source on a tenant subject names its tenant, so tenants have their
+// own rate-limit buckets.
 //
 // Broadcast. A cache_control on the broadcast subject naming another worker
 // is not for this host and is ignored without a reply, so that the named
@@ -78,6 +89,15 @@ type Config struct {
 	// (default 2 minutes); MaxAge is how long it keeps commands (default
 	// 24 hours).
 	DuplicateWindow, MaxAge time.Duration
+	// TenantSubjects binds tenants to subjects (see tenantsubject.go):
+	// commands are also taken on <WorkerSubject>.<tenant> and
+	// <BroadcastSubject>.<tenant> and act for that tenant only; the bare
+	// subjects act for the default tenant only.
+	TenantSubjects bool
+	// Audit receives commands refused before they reach the executor for
+	// naming a tenant their subject does not act for; nil: logged only.
+	// (The executor audits everything it is given.)
+	Audit executor.AuditLog
 	// Recorder counts commands; nil counts nothing.
 	Recorder *control.Recorder
 	// Log receives failures; nil discards them.
@@ -162,8 +182,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return s.startJetStream(ctx)
 	}
 	for _, sub := range s.subjects() {
-		broadcast := sub == s.cfg.BroadcastSubject
-		ns, err := s.cfg.Conn.Subscribe(sub, func(m *nats.Msg) { s.onCore(m, broadcast) })
+		ns, err := s.cfg.Conn.Subscribe(sub, s.onCore)
 		if err != nil {
 			s.Close()
 			return fmt.Errorf("natscmd: subscribe %s: %w", sub, err)
@@ -183,12 +202,17 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// subjects are the command subjects, once each (they may be configured equal).
+// subjects are the command subjects, once each (they may be configured
+// equal), with the tenant subjects' wildcards when those are on.
 func (s *Server) subjects() []string {
+	subs := []string{s.cfg.WorkerSubject, s.cfg.BroadcastSubject}
 	if s.cfg.WorkerSubject == s.cfg.BroadcastSubject {
-		return []string{s.cfg.WorkerSubject}
+		subs = subs[:1]
 	}
-	return []string{s.cfg.WorkerSubject, s.cfg.BroadcastSubject}
+	if s.cfg.TenantSubjects {
+		subs = append(subs, s.tenantSubjects()...)
+	}
+	return subs
 }
 
 // Close unsubscribes (or stops consuming) and waits for the command being
@@ -215,13 +239,15 @@ func (s *Server) Close() error {
 
 // onCore handles a plain-subscription message: the answer goes to its
 // reply subject, or to the Kvpilot-Reply header's inbox.
-func (s *Server) onCore(m *nats.Msg, broadcast bool) {
+func (s *Server) onCore(m *nats.Msg) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {
 		return
 	}
-	out := s.handle(s.ctx, incoming{data: m.Data, header: m.Header, inbox: m.Reply, broadcast: broadcast})
+	in := incoming{data: m.Data, header: m.Header, inbox: m.Reply}
+	s.arrived(m.Subject, &in)
+	out := s.handle(s.ctx, in)
 	if out == nil {
 		return
 	}
