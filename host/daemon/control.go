@@ -35,8 +35,15 @@ func (d *Daemon) buildControl() error {
 		BroadcastSubject: d.cfg.NATS.BroadcastSubject,
 		JetStream:        d.cfg.NATS.JetStreamCommands,
 		Stream:           d.cfg.NATS.CommandStream,
+		TenantSubjects:   d.cfg.NATS.TenantSubjects,
 		RateLimit:        d.cfg.NATS.RateLimit,
 		RateBurst:        d.cfg.NATS.RateBurst,
+		// The Control socket's tenant binding and per-uid rate limit;
+		// calls refused for their tenant go to the executor's audit log.
+		ControlTenants:   d.cfg.Control.TenantsOf,
+		ControlRateLimit: d.cfg.Control.RateLimit,
+		ControlRateBurst: d.cfg.Control.RateBurst,
+		Audit:            c.audit,
 		// Page bytes are those of the open pools' layout (0 until an
 		// engine registers one, when no model is configured).
 		BytesPerPage: d.BytesPerPage,

@@ -33,8 +33,13 @@ type Client interface {
 	// CacheControl sends a router cache_control request for tenant ("" is
 	// the default tenant).
 	CacheControl(ctx context.Context, c directive.CacheControl, tenant string) (directive.CacheControlReply, error)
-	// Stats returns per-tier page counts (Control socket only).
+	// Stats returns per-tier page counts (Control socket only): host-wide,
+	// or, for a uid the host binds to exactly one tenant, that tenant's.
 	Stats(ctx context.Context) (Stats, error)
+	// TenantStats returns one tenant's per-tier page counts (Control
+	// socket only); "" asks for what Stats returns. A uid the host binds
+	// to other tenants is refused with permission_denied.
+	TenantStats(ctx context.Context, tenant string) (Stats, error)
 	// Watch calls fn with each KV event until ctx ends, fn returns an
 	// error (ErrStop ends it cleanly) or the host ends the stream.
 	Watch(ctx context.Context, o WatchOptions, fn func(Event) error) error
@@ -70,6 +75,14 @@ type Stats struct {
 	Tiers          []TierStats `json:"tiers"`
 	Leases         int64       `json:"leases"`
 	Sessions       int64       `json:"sessions"`
+	// Tenant is set when the figures are one tenant's: Tiers then count
+	// only its pages (capacity stays the tier's), Leases its leases, and
+	// the Tenant* fields its pages, distinct pinned pages and pin quota
+	// (0: none).
+	Tenant            string `json:"tenant,omitempty"`
+	TenantPages       int64  `json:"tenant_pages,omitempty"`
+	TenantPinnedPages int64  `json:"tenant_pinned_pages,omitempty"`
+	TenantPinQuota    int64  `json:"tenant_pin_quota,omitempty"`
 }
 
 // TierStats is one tier's line of Stats. Bytes are 0 until an engine has

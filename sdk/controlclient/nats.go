@@ -173,7 +173,11 @@ func (c *NATSClient) request(ctx context.Context, payload []byte, tenant, id str
 }
 
 // Stats implements Client: stats are served on the Control socket only.
-func (c *NATSClient) Stats(context.Context) (Stats, error) {
+func (c *NATSClient) Stats(ctx context.Context) (Stats, error) { return c.TenantStats(ctx, "") }
+
+// TenantStats implements Client: stats are served on the Control socket
+// only.
+func (c *NATSClient) TenantStats(context.Context, string) (Stats, error) {
 	return Stats{}, errcode.New(errcode.Unavailable, "stats are served on the Control socket only (use --socket)")
 }
 

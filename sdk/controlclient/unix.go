@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -97,12 +98,16 @@ func (c *UnixClient) CacheControl(ctx context.Context, cc directive.CacheControl
 }
 
 // Stats implements Client.
-func (c *UnixClient) Stats(ctx context.Context) (Stats, error) {
-	resp, err := c.rpc.Stats(c.ctx(ctx), &pb.StatsRequest{})
+func (c *UnixClient) Stats(ctx context.Context) (Stats, error) { return c.TenantStats(ctx, "") }
+
+// TenantStats implements Client.
+func (c *UnixClient) TenantStats(ctx context.Context, tenant string) (Stats, error) {
+	resp, err := c.rpc.Stats(c.ctx(ctx), &pb.StatsRequest{Tenant: tenant})
 	if err != nil {
 		return Stats{}, convert.FromGRPCStatus(err)
 	}
-	s := Stats{WorkerID: resp.GetWorkerId(), PageSizeTokens: resp.GetPageSizeTokens(), Leases: resp.GetLeases(), Sessions: resp.GetSessions()}
+	s := Stats{WorkerID: resp.GetWorkerId(), PageSizeTokens: resp.GetPageSizeTokens(), Leases: resp.GetLeases(), Sessions: resp.GetSessions(),
+		Tenant: resp.GetTenant(), TenantPages: resp.GetTenantPages(), TenantPinnedPages: resp.GetTenantPinnedPages(), TenantPinQuota: resp.GetTenantPinQuota()}
 	for _, t := range resp.GetTiers() {
 		name, _ := convert.TierFromProto(t.GetTier())
 		s.Tiers = append(s.Tiers, TierStats{Tier: string(name), Pages: t.GetPages(), Bytes: t.GetBytes(), CapacityBytes: t.GetCapacityBytes(),
@@ -132,8 +137,18 @@ func (c *UnixClient) Watch(ctx context.Context, o WatchOptions, fn func(Event) e
 	if err != nil {
 		return convert.FromGRPCStatus(err)
 	}
-	if _, err := stream.Header(); err != nil {
+	md, err := stream.Header()
+	if err != nil {
 		return convert.FromGRPCStatus(err)
+	}
+	if md == nil {
+		// The host ended the call without registering the watch (refused
+		// it: rate limit, tenant binding, bad tier): Recv has the status.
+		// Ready is not called, since nothing is watched.
+		if _, err := stream.Recv(); err != nil && !errors.Is(err, io.EOF) {
+			return convert.FromGRPCStatus(err)
+		}
+		return nil
 	}
 	if o.Ready != nil {
 		o.Ready()
@@ -147,7 +162,10 @@ func (c *UnixClient) Watch(ctx context.Context, o WatchOptions, fn func(Event) e
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if status.Code(err) == codes.ResourceExhausted {
+			// A watcher that fell behind is ended with RESOURCE_EXHAUSTED
+			// and no registry code; a watch refused by the rate limit
+			// carries rate_limited, which is not falling behind.
+			if status.Code(err) == codes.ResourceExhausted && !strings.HasPrefix(status.Convert(err).Message(), string(errcode.RateLimited)+": ") {
 				return fmt.Errorf("%w: %s", ErrFellBehind, status.Convert(err).Message())
 			}
 			return convert.FromGRPCStatus(err)

@@ -59,6 +59,7 @@ func startControlHost(dir string) (*controlHost, error) {
 	cfg.HTTP.Listen = ""
 	cfg.NATS.Listen = "127.0.0.1:0"
 	cfg.NATS.RateLimit = 0 // the benchmark is one source sending as fast as it can
+	cfg.Control.RateLimit = 0
 	d, err := daemon.New(cfg, hclog.NewNullLogger())
 	if err != nil {
 		return nil, err

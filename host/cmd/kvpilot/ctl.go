@@ -220,12 +220,16 @@ var ctlVerbs = map[string]ctlVerb{
 				return g.sendCC(ctx, c)
 			}
 		}},
-	"stats": {synopsis: "", summary: "per tier: pages, bytes, pinned and leased pages (socket only)",
-		run: func(*flag.FlagSet) func(context.Context, *ctlGlobal, []string) error {
+	"stats": {synopsis: "[--tenant T]", summary: "per tier: pages, bytes, pinned and leased pages, host-wide or of one tenant (socket only)",
+		run: func(fs *flag.FlagSet) func(context.Context, *ctlGlobal, []string) error {
+			tenant := fs.String("tenant", "", "only this tenant's pages (default: ctl's --tenant; none: host-wide, or the one tenant control.tenants binds this uid to)")
 			return func(ctx context.Context, g *ctlGlobal, _ []string) error {
 				ctx, cancel := context.WithTimeout(ctx, g.timeout)
 				defer cancel()
-				s, err := g.client.Stats(ctx)
+				if *tenant == "" {
+					*tenant = g.tenant
+				}
+				s, err := g.client.TenantStats(ctx, *tenant)
 				if err != nil {
 					return err
 				}
@@ -233,6 +237,10 @@ var ctlVerbs = map[string]ctlVerb{
 					return json.NewEncoder(g.stdout).Encode(s)
 				}
 				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+				if s.Tenant != "" {
+					fmt.Fprintf(g.stdout, "tenant %q: %d pages, %d pinned, pin quota %d (0: none); tiers count its pages only\n",
+						s.Tenant, s.TenantPages, s.TenantPinnedPages, s.TenantPinQuota)
+				}
 				fmt.Fprintf(g.stdout, "worker %s, %d tokens per page, %d leases\n", s.WorkerID, s.PageSizeTokens, s.Leases)
 				fmt.Fprintf(tw, "tier\tpages\tbytes\tpinned\tpinned bytes\tleased\tcapacity bytes\t\n")
 				for _, t := range s.Tiers {

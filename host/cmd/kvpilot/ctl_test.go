@@ -74,6 +74,21 @@ func TestCtlOverSocketAndNATS(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "worker 0, 64 tokens per page") || !strings.Contains(out, "device") {
 		t.Fatalf("stats: %d %q", code, out)
 	}
+	// One tenant's stats count only its pages (the default tenant has 3).
+	code, out = ctl(t, append(sock, "--json", "stats", "--tenant", "nobody")...)
+	var st struct {
+		Tenant string `json:"tenant"`
+		Tiers  []struct {
+			Tier  string `json:"tier"`
+			Pages int64  `json:"pages"`
+		} `json:"tiers"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Tenant != "nobody" || len(st.Tiers) == 0 || st.Tiers[0].Pages != 0 {
+		t.Fatalf("stats --tenant nobody: %d %q", code, out)
+	}
+	if code, out = ctl(t, append(sock, "stats", "--tenant", "nobody")...); code != 0 || !strings.Contains(out, `tenant "nobody": 0 pages`) {
+		t.Fatalf("stats --tenant: %d %q", code, out)
+	}
 	// Bad input is explained before anything is sent.
 	if code, out := ctl(t, append(sock, "cache", "not-a-hash")...); code != 1 || !strings.Contains(out, "invalid_hash") {
 		t.Fatalf("bad hash: %d %q", code, out)

@@ -62,6 +62,15 @@ func peerOf(ctx context.Context) (PeerInfo, bool) {
 	return info, ok
 }
 
+// uidOf is the caller's uid, or -1 outside a socket connection (which a
+// tenant binding refuses: an unknown caller is bound to nothing).
+func uidOf(ctx context.Context) int {
+	if p, ok := peerOf(ctx); ok {
+		return p.UID
+	}
+	return -1
+}
+
 // sourceOf is the audit log's "who": the verified uid, plus the name the
 // caller gives itself in metadata (unverified, so it only follows the uid).
 func sourceOf(ctx context.Context) string {

@@ -7,9 +7,14 @@
 // refuses peers whose uid is not allowed; this server reads each accepted
 // connection's SO_PEERCRED once and records the uid as the source of every
 // directive it applies. Interceptors count directives by verb and result
-// with their latency, and turn a panic in a handler into an internal error
-// instead of a crashed host. Request size is bounded by the executor's
-// payload limit.
+// with their latency, limit calls per peer uid (Config.RateLimit), and turn
+// a panic in a handler into an internal error instead of a crashed host.
+// Request size is bounded by the executor's payload limit.
+//
+// A uid that control.tenants binds acts only for its tenants
+// (TenantBinding): Apply and CacheControl for another tenant are refused
+// with permission_denied in the response and audited; Stats and
+// WatchEvents see only its tenants' pages and events.
 package grpcserver
 
 import (
@@ -27,6 +32,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/control"
 	"github.com/kvpilot/kvpilot/host/control/publish"
 	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/ratelimit"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
 )
@@ -54,6 +60,18 @@ type Config struct {
 	// limit, 1 MiB unless configured). MaxSendBytes bounds one response
 	// (default 16 MiB: a refused turn of many directives is long).
 	MaxRecvBytes, MaxSendBytes int
+	// Tenants binds peer uids to the tenants they may act for
+	// (config.Control.TenantsOf); nil binds nobody. See TenantBinding.
+	Tenants func(uid int) (tenants []string, bound bool)
+	// RateLimit is calls per second per peer uid (every RPC, and each
+	// WatchEvents stream opened), with bursts of RateBurst; 0 does not
+	// limit.
+	RateLimit float64
+	RateBurst int
+	// Audit receives a record of each Apply and CacheControl refused here
+	// for its tenant (the executor records the rest); nil records none.
+	// The host passes the executor's audit log.
+	Audit executor.AuditLog
 	// Recorder counts directives; nil counts nothing.
 	Recorder *control.Recorder
 	// Log receives panics and shutdown notes; nil discards them.
@@ -63,10 +81,12 @@ type Config struct {
 // Server is the Control service.
 type Server struct {
 	pb.UnimplementedControlServer
-	cfg    Config
-	limits directive.Limits
-	worker string
-	grpc   *grpc.Server
+	cfg     Config
+	limits  directive.Limits
+	binding TenantBinding
+	limiter *ratelimit.Limiter // nil: no limit
+	worker  string
+	grpc    *grpc.Server
 
 	stopOnce sync.Once
 	done     chan struct{} // closed by Stop: ends WatchEvents streams
@@ -93,7 +113,23 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxSendBytes <= 0 {
 		cfg.MaxSendBytes = 16 << 20
 	}
-	s := &Server{cfg: cfg, limits: limits, worker: strconv.FormatUint(cfg.WorkerID, 10), done: make(chan struct{})}
+	if cfg.RateLimit < 0 {
+		return nil, fmt.Errorf("grpcserver: RateLimit %v must not be negative", cfg.RateLimit)
+	}
+	s := &Server{cfg: cfg, limits: limits, worker: strconv.FormatUint(cfg.WorkerID, 10), done: make(chan struct{}),
+		binding: TenantBinding{Of: cfg.Tenants}}
+	// Interceptors run outermost first: metrics count every answer,
+	// including a refusal by the limiter; the recovery is innermost, next
+	// to the handlers it guards.
+	unary := []grpc.UnaryServerInterceptor{s.metricsUnary}
+	stream := []grpc.StreamServerInterceptor{}
+	if cfg.RateLimit > 0 {
+		s.limiter = ratelimit.New(cfg.RateLimit, cfg.RateBurst, nil)
+		unary = append(unary, s.limitUnary)
+		stream = append(stream, s.limitStream)
+	}
+	unary = append(unary, recoverUnary(cfg.Log))
+	stream = append(stream, recoverStream(cfg.Log))
 	s.grpc = grpc.NewServer(
 		grpc.Creds(peerCreds{}),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
@@ -107,8 +143,8 @@ func New(cfg Config) (*Server, error) {
 		// socket it only adds latency.
 		grpc.InitialWindowSize(1<<20),
 		grpc.InitialConnWindowSize(4<<20),
-		grpc.ChainUnaryInterceptor(s.metricsUnary, recoverUnary(cfg.Log)),
-		grpc.ChainStreamInterceptor(recoverStream(cfg.Log)),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 	)
 	pb.RegisterControlServer(s.grpc, s)
 	return s, nil

@@ -4,18 +4,43 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+	"github.com/kvpilot/kvpilot/sdk/proto/convert"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
 )
 
-// Stats reports each tier's pages, bytes, pinned and leased pages. Bytes
-// are pages times the page size in bytes, which the host learns when an
-// engine registers its layout; until then they read 0.
-func (s *Server) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, error) {
+// Stats reports each tier's pages, bytes, pinned and leased pages,
+// host-wide or for the tenant the request names. A uid bound by
+// control.tenants sees only its tenants: it must name one of them, unless
+// it is bound to exactly one, which is then the default. Bytes are pages
+// times the page size in bytes, which the host learns when an engine
+// registers its layout; until then they read 0.
+func (s *Server) Stats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsResponse, error) {
+	named := req.GetTenant()
+	if len(named) > directive.MaxNameLen {
+		return nil, convert.GRPCStatus(errcode.New(errcode.BadRequest, "tenant is %d bytes, at most %d", len(named), directive.MaxNameLen))
+	}
+	tenant, all, err := s.binding.Default(uidOf(ctx), named, named != "")
+	if err != nil {
+		return nil, convert.GRPCStatus(errcode.From(err))
+	}
+	var st cache.Stats
+	var ts cache.TenantStats
 	s.cfg.Lock.Lock()
-	st := s.cfg.Index.Stats()
+	if all {
+		st = s.cfg.Index.Stats()
+	} else {
+		ts = s.cfg.Index.TenantStats(tenant)
+	}
 	pageSize := s.cfg.Index.PageSize()
 	s.cfg.Lock.Unlock()
+	tiers, leases := st.Tiers, st.Leases
+	if !all {
+		tiers, leases = ts.Tiers, ts.Leases
+	}
 	var bpp int64
 	if s.cfg.BytesPerPage != nil {
 		bpp = s.cfg.BytesPerPage()
@@ -23,20 +48,26 @@ func (s *Server) Stats(context.Context, *pb.StatsRequest) (*pb.StatsResponse, er
 	resp := &pb.StatsResponse{
 		WorkerId:       s.worker,
 		PageSizeTokens: int64(pageSize),
-		Leases:         int64(st.Leases),
+		Leases:         int64(leases),
 		// Sessions are the engine service's; the index does not count them.
 		Tiers: make([]*pb.TierStats, 0, tier.Count),
 	}
+	if !all {
+		resp.Tenant = tenant
+		resp.TenantPages = int64(ts.Pages)
+		resp.TenantPinnedPages = int64(ts.PinnedPages)
+		resp.TenantPinQuota = int64(ts.PinQuota)
+	}
 	for _, t := range tier.All {
-		ts := st.Tiers[t]
+		row := tiers[t]
 		resp.Tiers = append(resp.Tiers, &pb.TierStats{
 			Tier:          TierToProto(t),
-			Pages:         int64(ts.Pages),
-			Bytes:         int64(ts.Pages) * bpp,
-			CapacityBytes: int64(ts.Capacity) * bpp,
-			PinnedPages:   int64(ts.Pinned),
-			PinnedBytes:   int64(ts.Pinned) * bpp,
-			LeasedPages:   int64(ts.Leased),
+			Pages:         int64(row.Pages),
+			Bytes:         int64(row.Pages) * bpp,
+			CapacityBytes: int64(row.Capacity) * bpp,
+			PinnedPages:   int64(row.Pinned),
+			PinnedBytes:   int64(row.Pinned) * bpp,
+			LeasedPages:   int64(row.Leased),
 		})
 	}
 	return resp, nil

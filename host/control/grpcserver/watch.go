@@ -9,11 +9,15 @@ import (
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+	"github.com/kvpilot/kvpilot/sdk/proto/convert"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
 )
 
 // WatchEvents streams KV events as they are published, filtered by the
-// request's tiers and by the tenant in the kvpilot-tenant metadata. It
+// request's tiers and by the tenant in the kvpilot-tenant metadata (which a
+// uid bound by control.tenants must be granted; see TenantBinding.Default
+// for a bound uid that names none). It
 // starts with the events published after the call; headers are sent once
 // the watch is registered, so a client that waits for them misses nothing
 // that follows. A watcher that cannot keep up is ended with
@@ -41,10 +45,20 @@ func (s *Server) WatchEvents(req *pb.WatchEventsRequest, stream grpc.ServerStrea
 		}
 		filterTenant = true
 	}
+	// A uid bound by control.tenants watches only its tenants: it names
+	// one, or gets its only one; everyone else may watch all.
+	tenant, all, err := s.binding.Default(uidOf(ctx), tenant, filterTenant)
+	if err != nil {
+		return convert.GRPCStatus(errcode.From(err))
+	}
+	filterTenant = !all
+	// Events name the cache namespace a page lives in, which tenants that
+	// share one (index.share) have in common.
+	ns := s.cfg.Index.Namespace(tenant)
 	var filter func(*events.RouterEvent) bool
 	if filterTiers || filterTenant {
 		filter = func(ev *events.RouterEvent) bool {
-			if filterTenant && ev.Tenant != tenant {
+			if filterTenant && ev.Tenant != ns {
 				return false
 			}
 			if filterTiers {

@@ -83,7 +83,7 @@ func newEnv(t testing.TB, mods ...func(*Config)) *env {
 		Executor: e.ex, Index: e.ix, Lock: &e.mu, Events: e.q, NATS: e.nats.Conn(),
 		WorkerID: 42, EventsSubject: events.Subject("dynamo", "backend"),
 		WorkerSubject: "kv-control-42", BroadcastSubject: "kv-control-broadcast",
-		Metrics: e.metrics,
+		Metrics: e.metrics, Audit: e.ring,
 	}
 	for _, m := range mods {
 		m(&cfg)

@@ -52,9 +52,23 @@ type Config struct {
 	// JetStream, Stream: durable, deduplicated commands (natscmd).
 	JetStream bool
 	Stream    string
+	// TenantSubjects binds tenants to command subjects (natscmd;
+	// nats.tenant_subjects).
+	TenantSubjects bool
 	// RateLimit (commands/s per source, 0: none) and RateBurst.
 	RateLimit float64
 	RateBurst int
+	// ControlTenants binds Control socket peer uids to the tenants they
+	// may act for (config.Control.TenantsOf); nil binds nobody.
+	ControlTenants func(uid int) (tenants []string, bound bool)
+	// ControlRateLimit (Control calls/s per peer uid, 0: none) and
+	// ControlRateBurst limit the Control socket.
+	ControlRateLimit float64
+	ControlRateBurst int
+	// Audit records Control calls (and NATS commands) refused for their
+	// tenant before the executor saw them: the executor's audit log. Nil:
+	// not recorded.
+	Audit executor.AuditLog
 	// BytesPerPage for Stats (nil: bytes read 0 until layouts exist).
 	BytesPerPage func() int64
 	// WatchBuffer per WatchEvents stream (0: default).
@@ -94,7 +108,7 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 	var err error
 	if cfg.Events != nil {
 		p.pub, err = publish.New(publish.Config{Conn: cfg.NATS, Subject: cfg.EventsSubject, WorkerID: cfg.WorkerID,
-			DPRank: cfg.DPRank, Hub: p.hub, Log: cfg.Log.Named("events")})
+			DPRank: cfg.DPRank, Hub: p.hub, Metrics: cfg.Metrics, Log: cfg.Log.Named("events")})
 		if err != nil {
 			return nil, err
 		}
@@ -102,6 +116,7 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 	p.srv, err = grpcserver.New(grpcserver.Config{
 		Executor: cfg.Executor, Index: cfg.Index, Lock: cfg.Lock, Hub: p.hub, WatchBuffer: cfg.WatchBuffer,
 		WorkerID: cfg.WorkerID, BytesPerPage: cfg.BytesPerPage, Recorder: rec, Log: cfg.Log.Named("control"),
+		Tenants: cfg.ControlTenants, RateLimit: cfg.ControlRateLimit, RateBurst: cfg.ControlRateBurst, Audit: cfg.Audit,
 	})
 	if err != nil {
 		return nil, err
@@ -116,6 +131,7 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 			WorkerSubject: cfg.WorkerSubject, BroadcastSubject: cfg.BroadcastSubject,
 			Limiter:   ratelimit.New(cfg.RateLimit, cfg.RateBurst, nil),
 			JetStream: cfg.JetStream, Stream: cfg.Stream, Recorder: rec, Log: cfg.Log.Named("natscmd"),
+			TenantSubjects: cfg.TenantSubjects, Audit: cfg.Audit,
 		})
 		if err == nil {
 			err = p.cmds.Start(ctx)

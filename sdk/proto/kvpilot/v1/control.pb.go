@@ -339,7 +339,12 @@ func (x *CacheControlResponse) GetTotalBlocks() int64 {
 }
 
 type StatsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this tenant's pages: the tiers count its resident, pinned and
+	// leased pages (capacity stays the tier's) and the tenant_* fields are
+	// set. Empty: host-wide, or, for a uid that control.tenants binds to
+	// exactly one tenant, that tenant. A uid bound to several must name one.
+	Tenant        string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -372,6 +377,13 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
 	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *StatsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
 }
 
 type TierStats struct {
@@ -473,8 +485,17 @@ type StatsResponse struct {
 	Tiers          []*TierStats           `protobuf:"bytes,3,rep,name=tiers,proto3" json:"tiers,omitempty"`
 	Leases         int64                  `protobuf:"varint,4,opt,name=leases,proto3" json:"leases,omitempty"`
 	Sessions       int64                  `protobuf:"varint,5,opt,name=sessions,proto3" json:"sessions,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The tenant these figures are for; empty for host-wide figures. Tenants
+	// that share a cache namespace (index.share) share its pages, so each
+	// reports the namespace's.
+	Tenant string `protobuf:"bytes,6,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The tenant's pages in the index (each once, whatever its tiers), its
+	// distinct pinned pages, and its pin quota in pages (0: none).
+	TenantPages       int64 `protobuf:"varint,7,opt,name=tenant_pages,json=tenantPages,proto3" json:"tenant_pages,omitempty"`
+	TenantPinnedPages int64 `protobuf:"varint,8,opt,name=tenant_pinned_pages,json=tenantPinnedPages,proto3" json:"tenant_pinned_pages,omitempty"`
+	TenantPinQuota    int64 `protobuf:"varint,9,opt,name=tenant_pin_quota,json=tenantPinQuota,proto3" json:"tenant_pin_quota,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
@@ -538,6 +559,34 @@ func (x *StatsResponse) GetLeases() int64 {
 func (x *StatsResponse) GetSessions() int64 {
 	if x != nil {
 		return x.Sessions
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *StatsResponse) GetTenantPages() int64 {
+	if x != nil {
+		return x.TenantPages
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetTenantPinnedPages() int64 {
+	if x != nil {
+		return x.TenantPinnedPages
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetTenantPinQuota() int64 {
+	if x != nil {
+		return x.TenantPinQuota
 	}
 	return 0
 }
@@ -935,8 +984,9 @@ const file_kvpilot_v1_control_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12\x1b\n" +
 	"\tworker_id\x18\x05 \x01(\tR\bworkerId\x12'\n" +
 	"\x05error\x18\x06 \x01(\v2\x11.kvpilot.v1.ErrorR\x05error\x12!\n" +
-	"\ftotal_blocks\x18\a \x01(\x03R\vtotalBlocks\"\x0e\n" +
-	"\fStatsRequest\"\xed\x01\n" +
+	"\ftotal_blocks\x18\a \x01(\x03R\vtotalBlocks\"&\n" +
+	"\fStatsRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\xed\x01\n" +
 	"\tTierStats\x12$\n" +
 	"\x04tier\x18\x01 \x01(\x0e2\x10.kvpilot.v1.TierR\x04tier\x12\x14\n" +
 	"\x05pages\x18\x02 \x01(\x03R\x05pages\x12\x14\n" +
@@ -944,13 +994,17 @@ const file_kvpilot_v1_control_proto_rawDesc = "" +
 	"\x0ecapacity_bytes\x18\x04 \x01(\x03R\rcapacityBytes\x12!\n" +
 	"\fpinned_pages\x18\x05 \x01(\x03R\vpinnedPages\x12!\n" +
 	"\fpinned_bytes\x18\x06 \x01(\x03R\vpinnedBytes\x12!\n" +
-	"\fleased_pages\x18\a \x01(\x03R\vleasedPages\"\xb7\x01\n" +
+	"\fleased_pages\x18\a \x01(\x03R\vleasedPages\"\xcc\x02\n" +
 	"\rStatsResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12(\n" +
 	"\x10page_size_tokens\x18\x02 \x01(\x03R\x0epageSizeTokens\x12+\n" +
 	"\x05tiers\x18\x03 \x03(\v2\x15.kvpilot.v1.TierStatsR\x05tiers\x12\x16\n" +
 	"\x06leases\x18\x04 \x01(\x03R\x06leases\x12\x1a\n" +
-	"\bsessions\x18\x05 \x01(\x03R\bsessions\"<\n" +
+	"\bsessions\x18\x05 \x01(\x03R\bsessions\x12\x16\n" +
+	"\x06tenant\x18\x06 \x01(\tR\x06tenant\x12!\n" +
+	"\ftenant_pages\x18\a \x01(\x03R\vtenantPages\x12.\n" +
+	"\x13tenant_pinned_pages\x18\b \x01(\x03R\x11tenantPinnedPages\x12(\n" +
+	"\x10tenant_pin_quota\x18\t \x01(\x03R\x0etenantPinQuota\"<\n" +
 	"\x12WatchEventsRequest\x12&\n" +
 	"\x05tiers\x18\x01 \x03(\x0e2\x10.kvpilot.v1.TierR\x05tiers\"M\n" +
 	"\vStoredBlock\x12\x1d\n" +

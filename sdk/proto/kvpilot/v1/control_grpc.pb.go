@@ -34,13 +34,24 @@ const (
 type ControlClient interface {
 	// Apply applies one turn of directives, all or none, and answers per
 	// directive. A refused turn is a normal response (ok false), not an RPC
-	// error; RPC errors are for the transport (permission, rate, deadline).
+	// error; RPC errors are for the transport (the socket's allow-list,
+	// deadline, message size). As on NATS, a caller past control.rate_limit
+	// (rate_limited, the retry-after in the detail) or acting for a tenant
+	// that control.tenants does not grant its uid (permission_denied) is
+	// refused in the response, so one check of ok serves both transports.
 	Apply(ctx context.Context, in *ApplyRequest, opts ...grpc.CallOption) (*ApplyResponse, error)
 	// CacheControl is the router's cache_control API (Dynamo PIN integration).
+	// Like Apply, it answers rate_limited and permission_denied in the
+	// response (status "error"), as the NATS path does.
 	CacheControl(ctx context.Context, in *CacheControlRequest, opts ...grpc.CallOption) (*CacheControlResponse, error)
-	// Stats reports each tier's pages, bytes, pinned and leased pages.
+	// Stats reports each tier's pages, bytes, pinned and leased pages,
+	// host-wide or for one tenant (StatsRequest.tenant).
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
 	// WatchEvents streams KV events in order, as they are published on NATS.
+	// Stats and WatchEvents, which only the socket serves, answer a caller
+	// past the rate limit with RESOURCE_EXHAUSTED and one refused a tenant
+	// with PERMISSION_DENIED; the status message starts with the registry
+	// code ("rate_limited: ...", "permission_denied: ...").
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[KVEvent], error)
 }
 
@@ -107,13 +118,24 @@ type Control_WatchEventsClient = grpc.ServerStreamingClient[KVEvent]
 type ControlServer interface {
 	// Apply applies one turn of directives, all or none, and answers per
 	// directive. A refused turn is a normal response (ok false), not an RPC
-	// error; RPC errors are for the transport (permission, rate, deadline).
+	// error; RPC errors are for the transport (the socket's allow-list,
+	// deadline, message size). As on NATS, a caller past control.rate_limit
+	// (rate_limited, the retry-after in the detail) or acting for a tenant
+	// that control.tenants does not grant its uid (permission_denied) is
+	// refused in the response, so one check of ok serves both transports.
 	Apply(context.Context, *ApplyRequest) (*ApplyResponse, error)
 	// CacheControl is the router's cache_control API (Dynamo PIN integration).
+	// Like Apply, it answers rate_limited and permission_denied in the
+	// response (status "error"), as the NATS path does.
 	CacheControl(context.Context, *CacheControlRequest) (*CacheControlResponse, error)
-	// Stats reports each tier's pages, bytes, pinned and leased pages.
+	// Stats reports each tier's pages, bytes, pinned and leased pages,
+	// host-wide or for one tenant (StatsRequest.tenant).
 	Stats(context.Context, *StatsRequest) (*StatsResponse, error)
 	// WatchEvents streams KV events in order, as they are published on NATS.
+	// Stats and WatchEvents, which only the socket serves, answer a caller
+	// past the rate limit with RESOURCE_EXHAUSTED and one refused a tenant
+	// with PERMISSION_DENIED; the status message starts with the registry
+	// code ("rate_limited: ...", "permission_denied: ...").
 	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[KVEvent]) error
 	mustEmbedUnimplementedControlServer()
 }
