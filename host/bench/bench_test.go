@@ -96,7 +96,7 @@ func TestPinFloodTiny(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		flood = append(flood, synthTrace(fmt.Sprint("flood", i), 6, 400, false))
 	}
-	rep, err := RunPinFlood(ctxFor(t, 120*time.Second), PinFloodParams{VIP: vip, Flood: flood, PageSize: 16, DevicePages: 160, HostPages: 160,
+	rep, err := RunPinFlood(ctxFor(t, 240*time.Second), PinFloodParams{VIP: vip, Flood: flood, PageSize: 16, DevicePages: 160, HostPages: 160,
 		SystemTokens: 100, Concurrency: 8, FloodFactor: 5, DeviceHigh: 0.5, DeviceLow: 0.3}, nil)
 	if err != nil {
 		t.Fatal(err)
