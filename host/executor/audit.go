@@ -30,6 +30,15 @@ type Record struct {
 	Detail string           `json:"detail,omitempty"`
 }
 
+// Refused completes rec as the record of a call refused before it reached
+// the executor (a Control uid's or a NATS subject's tenant binding): the
+// time, an error status, e's code and text. The control planes append it
+// to the executor's own log, so an operator reads one trail.
+func Refused(rec Record, e *errcode.Error) Record {
+	rec.Time, rec.Status, rec.Code, rec.Detail = time.Now(), directive.StatusError, e.Code, e.Error()
+	return rec
+}
+
 // AuditLog receives the records of each turn, in order. Append is called
 // once per turn, after the turn was applied or refused, outside the index
 // lock; implementations must be safe for concurrent use.

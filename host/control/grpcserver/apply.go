@@ -2,7 +2,6 @@ package grpcserver
 
 import (
 	"context"
-	"time"
 
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/sdk/directive"
@@ -38,8 +37,7 @@ func (s *Server) Apply(ctx context.Context, req *pb.ApplyRequest) (*pb.ApplyResp
 func (s *Server) CacheControl(ctx context.Context, req *pb.CacheControlRequest) (*pb.CacheControlResponse, error) {
 	if err := s.binding.Check(uidOf(ctx), req.GetTenant()); err != nil {
 		e := errcode.From(err)
-		s.audit(executor.Record{Time: time.Now(), Source: sourceOf(ctx), Tenant: clip(req.GetTenant()), Index: 0,
-			Verb: clip(req.GetAction()), Status: directive.StatusError, Code: e.Code, Detail: e.Error()})
+		s.audit(executor.Refused(executor.Record{Source: sourceOf(ctx), Tenant: clip(req.GetTenant()), Verb: clip(req.GetAction())}, e))
 		return convert.CacheControlReplyToProto(directive.ErrorReply(e, directive.WorkerID(s.worker))), nil
 	}
 	c, tenant, err := convert.CacheControlFromProto(req)
@@ -59,8 +57,8 @@ func (s *Server) auditTurn(ctx context.Context, req *pb.ApplyRequest, e *errcode
 	if t, err := convert.TurnFromApply(req, s.limits); err == nil {
 		target = t.String()
 	}
-	s.audit(executor.Record{Time: time.Now(), TurnID: clip(req.GetTurnId()), Source: sourceOf(ctx), Tenant: clip(req.GetTenant()),
-		Index: -1, Verb: "turn", Target: target, Status: directive.StatusError, Code: e.Code, Detail: e.Error()})
+	s.audit(executor.Refused(executor.Record{TurnID: clip(req.GetTurnId()), Source: sourceOf(ctx), Tenant: clip(req.GetTenant()),
+		Index: -1, Verb: "turn", Target: target}, e))
 }
 
 func (s *Server) audit(r executor.Record) {

@@ -3,7 +3,6 @@ package natscmd
 import (
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/kvpilot/kvpilot/host/executor"
@@ -137,8 +136,8 @@ func (s *Server) auditRefusal(rec executor.Record, e *errcode.Error) {
 	if s.cfg.Audit == nil {
 		return
 	}
-	rec.Time, rec.Index, rec.Status, rec.Code, rec.Detail = time.Now(), -1, directive.StatusError, e.Code, e.Error()
-	if err := s.cfg.Audit.Append([]executor.Record{rec}); err != nil {
+	rec.Index = -1
+	if err := s.cfg.Audit.Append([]executor.Record{executor.Refused(rec, e)}); err != nil {
 		s.cfg.Log.Error("audit log write failed", "error", err)
 	}
 }
