@@ -102,7 +102,7 @@ func (d *Daemon) buildCore() error {
 		PinTTL:       d.cfg.TTLPolicy(),
 		PauseTier:    pauseTier,
 		WorkerID:     directive.WorkerID(strconv.FormatUint(d.cfg.WorkerID, 10)),
-		Audit:        c.audit,
+		Audit:        savingAudit{AuditLog: c.audit, changed: d.metaChanged},
 		OnAuditError: func(err error) { d.log.Error("audit log write failed", "error", err) },
 		Limits:       directive.Limits{SinkTokens: int64(d.cfg.Index.SinkTokens)},
 		// Transitions, Free and the splicer are attached when pools open
@@ -130,7 +130,8 @@ func tierConfigs(cfg config.Config) [tier.Count]cache.TierConfig {
 }
 
 // sweep expires pins, retentions and leases every interval (expiry is also
-// applied lazily at every eviction scan).
+// applied lazily at every eviction scan), and persists pins and leases
+// after each sweep and soon after a directive changed something.
 func (d *Daemon) sweep(ctx context.Context) {
 	t := time.NewTicker(d.cfg.Index.SweepInterval)
 	defer t.Stop()
@@ -138,6 +139,18 @@ func (d *Daemon) sweep(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-d.meta.dirty:
+			select { // gather the rest of a burst into one save
+			case <-ctx.Done():
+				return
+			case <-time.After(metaSaveDelay):
+			}
+			select {
+			case <-d.meta.dirty:
+			default:
+			}
+			d.persistMeta()
+			continue
 		case <-t.C:
 		}
 		c := &d.core
@@ -147,8 +160,14 @@ func (d *Daemon) sweep(ctx context.Context) {
 		if res.Pins > 0 || res.Leases > 0 {
 			d.log.Debug("swept expired entries", "pins", res.Pins, "leases", res.Leases, "expired_leases", res.Expired)
 		}
-		if err := d.saveMeta(); err != nil {
-			d.log.Error("saving pins and leases failed; a restart now would lose recent ones", "error", err)
-		}
+		d.persistMeta()
+	}
+}
+
+// persistMeta saves pins and leases, logging a failure (the next save
+// retries).
+func (d *Daemon) persistMeta() {
+	if err := d.saveMeta(); err != nil {
+		d.log.Error("saving pins and leases failed; a restart now would lose recent ones", "error", err)
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/meta"
+	"github.com/kvpilot/kvpilot/sdk/directive"
 )
 
 // metaState persists pins and leases (host/meta). Saving starts only once
@@ -18,6 +20,42 @@ import (
 type metaState struct {
 	store    *meta.Store
 	restored atomic.Bool
+	// dirty is poked after a directive applied (a pin, a lease, anything),
+	// so the sweep loop saves soon instead of at its next tick: a SIGKILL
+	// then loses at most metaSaveDelay of pins and leases, not a sweep
+	// interval's.
+	dirty chan struct{}
+}
+
+// metaSaveDelay gathers the directives of a burst into one save (each save
+// is one bbolt transaction with an fsync).
+const metaSaveDelay = 100 * time.Millisecond
+
+// metaChanged asks for a save soon; it never blocks.
+func (d *Daemon) metaChanged() {
+	select {
+	case d.meta.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// savingAudit is the executor's audit log that also asks for a metadata
+// save once a turn applied something: every pin, unpin and lease change
+// goes through the executor, and is audited there.
+type savingAudit struct {
+	executor.AuditLog
+	changed func()
+}
+
+func (a savingAudit) Append(recs []executor.Record) error {
+	err := a.AuditLog.Append(recs)
+	for _, r := range recs {
+		if r.Status == directive.StatusOK {
+			a.changed()
+			break
+		}
+	}
+	return err
 }
 
 func (d *Daemon) buildMeta() error {
@@ -29,6 +67,7 @@ func (d *Daemon) buildMeta() error {
 		return err
 	}
 	d.meta.store = s
+	d.meta.dirty = make(chan struct{}, 1)
 	// Runs before the store closes (closers unwind last to first).
 	d.closers = append(d.closers, s.Close, func() error { return d.saveMeta() })
 	return nil
