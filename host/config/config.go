@@ -179,6 +179,23 @@ type NATS struct {
 	// tenant only. The NATS server's per-user publish permissions then
 	// decide who may act for which tenant.
 	TenantSubjects bool `koanf:"tenant_subjects"`
+	// Users, for the embedded server only, make it require an nkey of
+	// every client and confine each user to its tenants' command subjects
+	// (publish) and to replies and KV events (subscribe). They need
+	// tenant_subjects. Empty: the server takes any client.
+	Users []NATSUser `koanf:"users"`
+}
+
+// NATSUser is one client of the embedded server.
+type NATSUser struct {
+	// Name is for logs.
+	Name string `koanf:"name"`
+	// NKey is the user's public nkey ("U..."; `nk -gen user -pubout`
+	// makes a pair); the client connects with the seed.
+	NKey string `koanf:"nkey"`
+	// Tenants it may command: "" is the default tenant (the bare
+	// subjects), "*" every tenant.
+	Tenants []string `koanf:"tenants"`
 }
 
 // Control is the gRPC kvpilot.v1.Control service on a Unix socket.

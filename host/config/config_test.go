@@ -28,6 +28,9 @@ func TestDefaultsLoadAndValidate(t *testing.T) {
 	if len(c.Policies) == 0 {
 		c.Policies = want.Policies // nil and empty mean the same
 	}
+	if len(c.NATS.Users) == 0 {
+		c.NATS.Users = want.NATS.Users
+	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults changed on the way through koanf:\n got %+v\nwant %+v", c, Default())
 	}

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
+
+	"github.com/nats-io/nkeys"
 )
 
 // Tenancy: who may act for which tenant, and which tenants share a cache
@@ -52,6 +55,24 @@ func (c Config) validateTenancy() []error {
 		}
 		if len(c.Control.Tenants[uid]) == 0 {
 			bad("control.tenants."+uid, "lists no tenant; list them, or %q for all, or remove the uid", TenantWildcard)
+		}
+	}
+	for i, u := range c.NATS.Users {
+		key := fmt.Sprintf("nats.users[%d]", i)
+		switch {
+		case c.NATS.URL != "":
+			bad(key, "users are for the embedded server; a cluster's users are configured on the cluster")
+		case !c.NATS.TenantSubjects:
+			bad(key, "users need nats.tenant_subjects: true (a user's rights are its tenants' subjects)")
+		case !nkeys.IsValidPublicUserKey(u.NKey):
+			bad(key+".nkey", "%q is not a public user nkey (U..., from `nk -gen user -pubout`)", u.NKey)
+		case len(u.Tenants) == 0:
+			bad(key+".tenants", "lists no tenant; list them, \"\" for the default tenant or %q for all", TenantWildcard)
+		}
+		for _, t := range u.Tenants {
+			if t != TenantWildcard && strings.ContainsAny(t, ".*> \t\r\n") {
+				bad(key+".tenants", "tenant %q cannot be a NATS subject token (no '.', '*', '>' or spaces)", t)
+			}
 		}
 	}
 	if c.Control.RateLimit < 0 {

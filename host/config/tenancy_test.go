@@ -53,6 +53,9 @@ func TestTenancyInvalid(t *testing.T) {
 		{`control: {tenants: {"7": []}}`, "control.tenants.7"},
 		{"control: {rate_limit: -1}", "control.rate_limit"},
 		{"control: {rate_burst: 0}", "control.rate_burst"},
+		{"nats: {users: [{nkey: UABC, tenants: [a]}]}", "users need nats.tenant_subjects"},
+		{"nats: {tenant_subjects: true, users: [{nkey: UABC, tenants: [a]}]}", "nats.users[0].nkey"},
+		{"nats: {url: nats://x:4222, tenant_subjects: true, users: [{nkey: UABC, tenants: [a]}]}", "configured on the cluster"},
 	} {
 		_, err := Load(writeFile(t, tc.yaml), nil)
 		if err == nil || !strings.Contains(err.Error(), tc.key) {

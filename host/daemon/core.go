@@ -77,6 +77,7 @@ func (d *Daemon) buildCore() error {
 		TLSKeyFile:   d.cfg.NATS.TLSKeyFile,
 		DataDir:      filepath.Join(d.cfg.DataDir, "nats"),
 		Listen:       d.cfg.NATS.Listen,
+		Users:        natsUsers(d.cfg),
 		Logger:       d.log.Named("nats"),
 	})
 	if err != nil {

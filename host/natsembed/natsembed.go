@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 )
 
 // DefaultListen is the address the embedded server listens on unless
@@ -63,6 +64,9 @@ type Options struct {
 	// JetStreamMaxMemory and JetStreamMaxStore cap JetStream's memory and
 	// file storage in bytes; 0 leaves the server's defaults.
 	JetStreamMaxMemory, JetStreamMaxStore int64
+	// Users, when set, make the embedded server require an nkey of every
+	// client and confine each to its subjects (see User).
+	Users []User
 
 	// Name is the client connection name seen by the server (default "kvpilot").
 	Name string
@@ -78,6 +82,9 @@ type NATS struct {
 	srv  *server.Server
 	opts Options
 	log  hclog.Logger
+	// hostKey signs the host's connections to an embedded server with
+	// users; nil without users.
+	hostKey nkeys.KeyPair
 }
 
 // Start starts the embedded server (unless o.URL is set) and connects.
@@ -109,10 +116,11 @@ func Start(o Options) (*NATS, error) {
 	if o.CredsFile != "" || o.NKeySeedFile != "" || o.TLSCAFile != "" || o.TLSCertFile != "" {
 		return nil, fmt.Errorf("%w: creds, nkey and TLS apply to a cluster URL, and no URL is set", ErrConfig)
 	}
-	srv, err := startServer(o, log)
+	srv, hostKey, err := startServer(o, log)
 	if err != nil {
 		return nil, err
 	}
+	n.hostKey = hostKey
 	n.srv = srv
 	conn, err := n.connect(o.Name)
 	if err != nil {
@@ -124,16 +132,16 @@ func Start(o Options) (*NATS, error) {
 	return n, nil
 }
 
-func startServer(o Options, log hclog.Logger) (*server.Server, error) {
+func startServer(o Options, log hclog.Logger) (*server.Server, nkeys.KeyPair, error) {
 	if o.DataDir == "" {
-		return nil, fmt.Errorf("%w: the embedded server needs a data dir (or set a cluster URL)", ErrConfig)
+		return nil, nil, fmt.Errorf("%w: the embedded server needs a data dir (or set a cluster URL)", ErrConfig)
 	}
 	storeDir, err := filepath.Abs(o.DataDir)
 	if err != nil {
-		return nil, fmt.Errorf("nats data dir: %w", err)
+		return nil, nil, fmt.Errorf("nats data dir: %w", err)
 	}
 	if err := os.MkdirAll(storeDir, 0o700); err != nil {
-		return nil, fmt.Errorf("nats data dir: %w", err)
+		return nil, nil, fmt.Errorf("nats data dir: %w", err)
 	}
 	name := o.ServerName
 	if name == "" {
@@ -148,37 +156,41 @@ func startServer(o Options, log hclog.Logger) (*server.Server, error) {
 		NoSigs:             true, // the host owns signal handling
 		MaxPayload:         8 << 20,
 	}
+	hostKey, err := authOptions(so, o.Users)
+	if err != nil {
+		return nil, nil, err
+	}
 	if o.Listen == "" {
 		so.DontListen = true
 	} else {
 		host, port, err := splitListen(o.Listen)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		so.Host, so.Port = host, port
 	}
 	srv, err := server.NewServer(so)
 	if err != nil {
-		return nil, fmt.Errorf("nats server: %w", err)
+		return nil, nil, fmt.Errorf("nats server: %w", err)
 	}
 	srv.SetLoggerV2(serverLogger{log}, log.IsDebug(), log.IsTrace(), false)
 	srv.Start()
 	if !srv.ReadyForConnections(o.StartTimeout) {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, fmt.Errorf("nats server (listen %q, store %s) not ready within %v; is the port in use?", o.Listen, storeDir, o.StartTimeout)
+		return nil, nil, fmt.Errorf("nats server (listen %q, store %s) not ready within %v; is the port in use?", o.Listen, storeDir, o.StartTimeout)
 	}
 	if !srv.JetStreamEnabled() {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, fmt.Errorf("nats server started without JetStream (store %s)", storeDir)
+		return nil, nil, fmt.Errorf("nats server started without JetStream (store %s)", storeDir)
 	}
 	if so.DontListen {
 		log.Info("embedded NATS server started, in-process only", "store", storeDir)
 	} else {
-		log.Info("embedded NATS server started", "url", srv.ClientURL(), "store", storeDir)
+		log.Info("embedded NATS server started", "url", srv.ClientURL(), "store", storeDir, "users", len(o.Users))
 	}
-	return srv, nil
+	return srv, hostKey, nil
 }
 
 // splitListen turns host:port into nats-server options; port 0 becomes the
@@ -225,6 +237,7 @@ func (n *NATS) connect(name string) (*nats.Conn, error) {
 	url := o.URL
 	if n.srv != nil {
 		opts = append(opts, nats.InProcessServer(n.srv))
+		opts = append(opts, n.hostAuth()...)
 		url = ""
 	} else {
 		more, err := clusterOptions(o)
