@@ -58,13 +58,17 @@ func TestPolicyPinsThroughExecutorAndHotSwaps(t *testing.T) {
 	}
 
 	// A prefix cached in the index and seen by two sessions gets pinned by
-	// auto-pin, through the executor.
+	// auto-pin, through the executor, once a request on it finished.
 	c := d.Config()
 	h := commitTokens(t, d, "acme", []uint32{1, 2, 3, 4, 5, 6, 7, 8}, c.Index.PageSize)
 	for i := 0; i < 2; i++ {
 		d.Observe(policy.Observation{
 			Time: time.Now(), Kind: policy.KindRequestStarted, Session: fmt.Sprint("s", i), Tenant: "acme",
 			Started: &policy.RequestStarted{RequestID: "r", Turn: int64(i), PromptTokens: 8, PageSize: 4, BlockHashes: h.Sequence},
+		})
+		d.Observe(policy.Observation{
+			Time: time.Now(), Kind: policy.KindRequestFinished, Session: fmt.Sprint("s", i), Tenant: "acme",
+			Finished: &policy.RequestFinished{RequestID: "r", BlockHashes: h.Sequence},
 		})
 	}
 	waitFor(t, "auto-pin to pin the prefix", func() bool {

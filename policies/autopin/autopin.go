@@ -6,10 +6,14 @@
 // A prefix is a block path: RequestStarted carries the sequence hashes of
 // the prompt's full pages, root first, and the hash at depth d names the
 // prefix of d+1 pages. The policy counts, per block, the distinct sessions
-// within a sliding window whose requests contained it. The deepest block on a request's path
-// seen at least min_hits times is pinned with a TTL (pinning a block pins
-// its ancestors), as long as the pages this policy holds pinned stay within
-// max_pinned_blocks. On ticks, pinned prefixes whose window count fell
+// within a sliding window whose requests contained it. When a request
+// finishes, the deepest block of its committed path (RequestFinished's
+// block hashes) seen at least min_hits times is pinned with a TTL (pinning
+// a block pins its ancestors). Pinning at finish, not at start, matters: a
+// block two running requests share may not be committed yet, the host
+// would refuse the pin as an unknown block, and the policy, which never
+// hears the answer, would count the prefix as pinned. Pins stop where the
+// pages this policy holds pinned would exceed max_pinned_blocks. On ticks, pinned prefixes whose window count fell
 // below cool_below are unpinned. The TTL is the backstop: if the policy
 // dies, its pins still expire. While a prefix stays hot the host refreshes
 // its pin on every hit.
@@ -101,7 +105,7 @@ type Policy struct {
 func New() *Policy { return &Policy{} }
 
 func (*Policy) Info() policy.Info {
-	return policy.Info{Name: Name, Version: "1.0.0", Subscriptions: []policy.Kind{policy.KindRequestStarted, policy.KindTick}}
+	return policy.Info{Name: Name, Version: "1.0.0", Subscriptions: []policy.Kind{policy.KindRequestStarted, policy.KindRequestFinished, policy.KindTick}}
 }
 
 // Configure validates and installs params.
@@ -145,12 +149,15 @@ func (p *Policy) Configure(raw json.RawMessage) error {
 	return nil
 }
 
-// Observe counts and pins on RequestStarted; unpins cooled prefixes and
-// drops stale counts on Tick.
+// Observe counts on RequestStarted, pins on RequestFinished, and unpins
+// cooled prefixes and drops stale counts on Tick.
 func (p *Policy) Observe(_ context.Context, obs policy.Observation) ([]policy.Directive, error) {
 	switch obs.Kind {
 	case policy.KindRequestStarted:
-		return p.request(obs), nil
+		p.request(obs)
+		return nil, nil
+	case policy.KindRequestFinished:
+		return p.finished(obs), nil
 	case policy.KindTick:
 		return p.tick(obs.Time), nil
 	}
@@ -171,27 +178,36 @@ func (p *Policy) count(k key, now time.Time) int {
 	return n
 }
 
-func (p *Policy) request(obs policy.Observation) []policy.Directive {
-	path := obs.Started.BlockHashes
-	now := obs.Time
+// request counts a request's prompt blocks.
+func (p *Policy) request(obs policy.Observation) {
 	src := obs.Session
 	if !p.perSession || src == "" {
 		src = obs.Started.RequestID + "\x00" + fmt.Sprint(obs.Seq)
 	}
-	deepest := -1
-	for d, hv := range path {
+	for _, hv := range obs.Started.BlockHashes {
 		k := key{obs.Tenant, hv}
 		h := p.hits[k]
 		if h == nil {
 			h = &hits{}
 			p.hits[k] = h
 		}
-		h.add(src, now, p.minHits)
-		// Counts only fall along a path (a request containing a block
-		// contains its ancestors), so the hot blocks form a prefix.
-		if deepest == d-1 && p.count(k, now) >= p.minHits {
-			deepest = d
+		h.add(src, obs.Time, p.minHits)
+	}
+}
+
+// finished pins the deepest hot block of a finished request's committed
+// path, which the host therefore knows.
+func (p *Policy) finished(obs policy.Observation) []policy.Directive {
+	path := obs.Finished.BlockHashes
+	now := obs.Time
+	deepest := -1
+	// Counts only fall along a path (a request containing a block
+	// contains its ancestors), so the hot blocks form a prefix.
+	for d, hv := range path {
+		if p.count(key{obs.Tenant, hv}, now) < p.minHits {
+			break
 		}
+		deepest = d
 	}
 	if deepest+1 < p.minDepth {
 		return nil

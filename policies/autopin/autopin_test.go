@@ -47,8 +47,13 @@ func TestTraceGolden(t *testing.T) {
 func TestBudgetAndCooling(t *testing.T) {
 	h := policytest.New(t, New(), map[string]any{"min_hits": 2, "max_pinned_blocks": 3, "window": "1m"})
 	t0 := time.Unix(1700000000, 0)
+	// A request is counted when it starts and may pin when it finishes,
+	// once its path is committed.
 	req := func(s string, at time.Duration, path ...uint64) []directive.Directive {
-		return h.Observe(policy.Observation{Kind: policy.KindRequestStarted, Session: s, Time: t0.Add(at), Started: &policy.RequestStarted{BlockHashes: path}})
+		if ds := h.Observe(policy.Observation{Kind: policy.KindRequestStarted, Session: s, Time: t0.Add(at), Started: &policy.RequestStarted{BlockHashes: path}}); len(ds) != 0 {
+			t.Fatalf("directives at a request's start, before its pages are committed: %v", ds)
+		}
+		return h.Observe(policy.Observation{Kind: policy.KindRequestFinished, Session: s, Time: t0.Add(at + time.Millisecond), Finished: &policy.RequestFinished{BlockHashes: path}})
 	}
 	if ds := req("a", 0, 1, 2, 3, 4); len(ds) != 0 {
 		t.Fatalf("pinned after one session: %v", ds)
@@ -61,7 +66,9 @@ func TestBudgetAndCooling(t *testing.T) {
 		t.Fatalf("directives %v: want block 3 (the deepest shared) pinned", ds)
 	}
 	// Over budget: 1,2,3 are pinned; 7 and 8 would make 5 > 3.
-	req("c", 3*time.Second, 1, 2, 3, 7, 8)
+	if ds := req("c", 3*time.Second, 1, 2, 3, 7, 8); len(ds) != 0 {
+		t.Fatalf("pinned past the budget: %v", ds)
+	}
 	if ds := req("d", 4*time.Second, 1, 2, 3, 7, 8); len(ds) != 0 {
 		t.Fatalf("pinned past the budget: %v", ds)
 	}
