@@ -122,7 +122,7 @@ func TestAttachmentsFollowRegistration(t *testing.T) {
 
 // The engine's requests reach the policies as observations built from real
 // traffic: auto-pin pins a prefix two sessions' RequestStarted carried
-// (block hashes), and think-evict marks the reasoning pages a
+// (block hashes) once a request on it finished, and think-evict marks the reasoning pages a
 // RequestFinished reported (usage → reasoning blocks) transient. Both run
 // as plugin processes.
 func TestEngineTrafficReachesPolicies(t *testing.T) {
