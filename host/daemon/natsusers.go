@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/control/natscmd"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/natsembed"
 )
@@ -18,11 +19,11 @@ func natsUsers(c config.Config) []natsembed.User {
 		for _, t := range u.Tenants {
 			switch t {
 			case config.TenantWildcard:
-				pub = append(pub, worker, broadcast, worker+".*", broadcast+".*")
+				pub = append(pub, worker, broadcast, natscmd.TenantSubject(worker, "*"), natscmd.TenantSubject(broadcast, "*"))
 			case "":
 				pub = append(pub, worker, broadcast)
 			default:
-				pub = append(pub, worker+"."+t, broadcast+"."+t)
+				pub = append(pub, natscmd.TenantSubject(worker, t), natscmd.TenantSubject(broadcast, t))
 			}
 		}
 		out = append(out, natsembed.User{Name: u.Name, NKey: u.NKey, Publish: pub,

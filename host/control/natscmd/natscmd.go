@@ -210,7 +210,9 @@ func (s *Server) subjects() []string {
 		subs = subs[:1]
 	}
 	if s.cfg.TenantSubjects {
-		subs = append(subs, s.tenantSubjects()...)
+		for _, base := range subs {
+			subs = append(subs, TenantSubject(base, "*"))
+		}
 	}
 	return subs
 }

@@ -20,14 +20,11 @@ import (
 // Giving NATS user alice publish rights on kv-control-*.alice alone then
 // confines her to her tenant's cache.
 
-// tenantSubjects are the wildcard subjects tenant-subject mode adds, once
-// each.
-func (s *Server) tenantSubjects() []string {
-	if s.cfg.WorkerSubject == s.cfg.BroadcastSubject {
-		return []string{s.cfg.WorkerSubject + ".*"}
-	}
-	return []string{s.cfg.WorkerSubject + ".*", s.cfg.BroadcastSubject + ".*"}
-}
+// TenantSubject is the subject on which a command acts for tenant, in
+// tenant-subject mode: base (a worker or broadcast subject) and the
+// tenant as its last token. The host's embedded server grants NATS users
+// these subjects (nats.users); "*" for tenant gives the wildcard.
+func TenantSubject(base, tenant string) string { return base + "." + tenant }
 
 // arrived fills in what the subject a message came on says about it:
 // whether it is a broadcast, and in tenant-subject mode which tenant it
@@ -96,7 +93,7 @@ func (s *Server) bind(in incoming, claims ...string) (string, *errcode.Error) {
 		base := strings.TrimSuffix(in.subject, "."+in.subjectTenant)
 		elsewhere := "that tenant's subject"
 		if validTenantToken(c) {
-			elsewhere = base + "." + c
+			elsewhere = TenantSubject(base, c)
 		}
 		acts := "the default tenant"
 		if in.subjectTenant != "" {
