@@ -233,8 +233,9 @@ type Model struct {
 	KVLoraRank int `koanf:"kv_lora_rank"`
 	// RopeDim is the rotated width per head (64 for DeepSeek's k_pe).
 	RopeDim int `koanf:"rope_dim"`
-	// RopeStyle is half_split (NeoX: Llama, Qwen) or interleaved (GPT-J);
-	// mla is always interleaved.
+	// RopeStyle is half_split (NeoX: Llama, Qwen; transformers'
+	// DeepSeek-V3 k_pe) or interleaved (GPT-J; DeepSeek-V2's k_pe). Empty
+	// means the attention's usual: half_split for mha, interleaved for mla.
 	RopeStyle string `koanf:"rope_style"`
 }
 
@@ -312,7 +313,7 @@ func Default() Config {
 		},
 		Control:       Control{RateBurst: 1000},
 		Engine:        Engine{LoadBackDeadline: 2 * time.Second, RequestTTL: 10 * time.Minute, MaxSessions: 65536},
-		Model:         Model{Attention: "mha", DType: "bf16", RopeStyle: "half_split"},
+		Model:         Model{Attention: "mha", DType: "bf16", RopeStyle: ""},
 		Pools:         Pools{DeviceBackend: "auto", DiskFsync: "batch", RemoteBucket: "kvpilot-pages", RemoteReplicas: 1},
 		Mover:         Mover{Workers: 8, Retries: 2, RetryBackoff: 20 * time.Millisecond, DropWait: 5 * time.Second, StepInterval: 100 * time.Millisecond},
 		GCPercent:     400,

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"github.com/kvpilot/kvpilot/host/layout"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -184,5 +185,26 @@ model:
 	bad := writeFile(t, "model:\n  name: x\n  attention: mha\n  layers: 0\n")
 	if _, err := Load(bad, nil); err == nil || !strings.Contains(err.Error(), "model") {
 		t.Fatalf("invalid model accepted: %v", err)
+	}
+}
+
+// The k_pe pairing of an MLA cache is the engine's to declare: DeepSeek-V2
+// caches store it interleaved (the default), transformers' DeepSeek-V3 cache
+// half-split.
+func TestMLARopeStyleIsDeclared(t *testing.T) {
+	for style, want := range map[string]layout.RopeStyle{"": layout.Interleaved, "interleaved": layout.Interleaved, "half_split": layout.HalfSplit} {
+		p := writeFile(t, "model:\n  name: dsv3\n  attention: mla\n  dtype: bf16\n  layers: 2\n  kv_lora_rank: 64\n  rope_dim: 16\n  rope_style: \""+style+"\"\n")
+		c, err := Load(p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _, err := c.Layout()
+		if err != nil || l.Rope == nil || l.Rope.Style != want {
+			t.Fatalf("rope_style %q: layout %+v, %v; want %v", style, l.Rope, err, want)
+		}
+	}
+	bad := writeFile(t, "model:\n  name: dsv3\n  attention: mla\n  layers: 2\n  kv_lora_rank: 64\n  rope_dim: 16\n  rope_style: sideways\n")
+	if _, err := Load(bad, nil); err == nil || !strings.Contains(err.Error(), "model.rope_style") {
+		t.Fatalf("bad rope_style: %v", err)
 	}
 }

@@ -20,15 +20,21 @@ func (c Config) Layout() (l layout.Layout, ok bool, err error) {
 	if err != nil {
 		return l, true, fmt.Errorf("%w: model.dtype: %w", ErrInvalid, err)
 	}
+	// An empty rope_style is the attention's usual pairing: half_split for
+	// mha (Llama, Qwen), interleaved for mla (DeepSeek-V2's cache).
+	styleName := m.RopeStyle
+	if styleName == "" {
+		styleName = map[string]string{"mha": "half_split", "mla": "interleaved"}[m.Attention]
+	}
+	style, err := layout.ParseRopeStyle(styleName)
+	if err != nil && (m.Attention == "mha" || m.Attention == "mla") {
+		return l, true, fmt.Errorf("%w: model.rope_style: %w", ErrInvalid, err)
+	}
 	switch m.Attention {
 	case "mha":
-		style, err := layout.ParseRopeStyle(m.RopeStyle)
-		if err != nil {
-			return l, true, fmt.Errorf("%w: model.rope_style: %w", ErrInvalid, err)
-		}
 		l = layout.MHA(m.Name, c.Index.PageSize, dt, m.Layers, m.KVHeads, m.HeadDim, m.RopeDim, style)
 	case "mla":
-		l = layout.MLA(m.Name, c.Index.PageSize, dt, m.Layers, m.KVLoraRank, m.RopeDim)
+		l = layout.MLA(m.Name, c.Index.PageSize, dt, m.Layers, m.KVLoraRank, m.RopeDim, style)
 	default:
 		return l, true, fmt.Errorf("%w: model.attention: %q is not mha or mla", ErrInvalid, m.Attention)
 	}

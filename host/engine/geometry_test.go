@@ -17,7 +17,7 @@ func TestEngineGeometryMatchesHostLayout(t *testing.T) {
 		{layout.MHA("m", 16, layout.BF16, 3, 4, 64, 32, layout.HalfSplit), enginewire.Layout{Model: "m", PageSize: 16, DType: "bf16", Layers: 3,
 			Buffers: []enginewire.Buffer{{Name: "k", Heads: 4, HeadDim: 64}, {Name: "v", Heads: 4, HeadDim: 64}},
 			Rope:    &enginewire.RopeSlice{Buffer: 0, Offset: 0, Dim: 32, Style: "half_split"}}},
-		{layout.MLA("d", 64, layout.FP32, 2, 512, 64), enginewire.Layout{Model: "d", PageSize: 64, DType: "fp32", Layers: 2,
+		{layout.MLA("d", 64, layout.FP32, 2, 512, 64, layout.Interleaved), enginewire.Layout{Model: "d", PageSize: 64, DType: "fp32", Layers: 2,
 			Buffers: []enginewire.Buffer{{Name: "kv", Heads: 1, HeadDim: 576}},
 			Rope:    &enginewire.RopeSlice{Buffer: 0, Offset: 512, Dim: 64, Style: "interleaved"}}},
 	}

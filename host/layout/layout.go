@@ -89,13 +89,16 @@ func MHA(model string, pageSize int, dt DType, layers, kvHeads, headDim, ropeDim
 }
 
 // MLA returns the layout of a multi-head latent attention model (DeepSeek):
-// one fused row per token per layer, [kv_c | k_pe], with the interleaved
-// RoPE slice k_pe after the compressed latent kv_c.
-func MLA(model string, pageSize int, dt DType, layers, kvLoraRank, ropeDim int) Layout {
+// one fused row per token per layer, [kv_c | k_pe], with the RoPE slice k_pe
+// after the compressed latent kv_c. The pairing of k_pe is the engine's to
+// declare: DeepSeek-V2-style caches store it interleaved, pairs (2i, 2i+1);
+// transformers' DeepSeek-V3 cache stores it de-interleaved, pairs (i, i+d/2),
+// which is HalfSplit.
+func MLA(model string, pageSize int, dt DType, layers, kvLoraRank, ropeDim int, style RopeStyle) Layout {
 	return Layout{
 		Model: model, PageSize: pageSize, DType: dt, Layers: layers,
 		Buffers: []Buffer{{Name: "kv", Heads: 1, HeadDim: kvLoraRank + ropeDim}},
-		Rope:    &RopeSlice{Buffer: 0, Offset: kvLoraRank, Dim: ropeDim, Style: Interleaved},
+		Rope:    &RopeSlice{Buffer: 0, Offset: kvLoraRank, Dim: ropeDim, Style: style},
 	}
 }
 

@@ -21,7 +21,7 @@ func TestSizes(t *testing.T) {
 	if got, want := l.PageBytes(), 16*2*8*128*2*32; got != want {
 		t.Fatalf("PageBytes = %d, want %d", got, want)
 	}
-	m := MLA("deepseek-v3", 64, FP8E4M3, 61, 512, 64)
+	m := MLA("deepseek-v3", 64, FP8E4M3, 61, 512, 64, Interleaved)
 	if err := m.Validate(); err != nil {
 		t.Fatal(err)
 	}

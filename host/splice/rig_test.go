@@ -57,7 +57,7 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	var lay layout.Layout
 	var rc rope.Config
 	if o.mla {
-		lay = layout.MLA("mla", rigPage, layout.FP32, 2, 6, 4)
+		lay = layout.MLA("mla", rigPage, layout.FP32, 2, 6, 4, layout.Interleaved)
 		rc = rope.Config{Base: 10000, Dim: 4, Pairing: rope.Interleaved}
 	} else {
 		// Partial rotary: 6 of 8 elements per head turn.

@@ -12,7 +12,7 @@ import (
 )
 
 func TestOpenMemfdSet(t *testing.T) {
-	l := layout.MLA("deepseek-tiny", 8, layout.BF16, 2, 32, 8)
+	l := layout.MLA("deepseek-tiny", 8, layout.BF16, 2, 32, 8, layout.Interleaved)
 	s, err := Open(context.Background(), Options{Layout: &l, DevicePages: 4, DeviceBackend: BackendMemfd,
 		HostPages: 8, DiskDir: t.TempDir(), DiskPages: 16})
 	if err != nil {
