@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/kvpilot/kvpilot/host/control/plane"
+	"github.com/kvpilot/kvpilot/host/control/publish"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/uds"
 )
@@ -84,3 +85,11 @@ func (d *Daemon) ControlSocket() string {
 }
 
 func (d *Daemon) controlPlane() *plane.Plane { return d.control }
+
+// eventPublisher is the KV event publisher, or nil without a control plane.
+func (d *Daemon) eventPublisher() *publish.Publisher {
+	if p := d.controlPlane(); p != nil {
+		return p.Publisher()
+	}
+	return nil
+}

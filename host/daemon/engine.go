@@ -52,12 +52,12 @@ func (d *Daemon) buildEngine() error {
 		}
 		cfg.Pools = &engine.Pools{Layout: &l, Set: c.pools, Mover: c.mover, DeviceOrdinal: d.cfg.Pools.DeviceOrdinal}
 	} else {
-		cfg.OpenPools = func(ctx context.Context, l *layout.Layout) (*engine.Pools, error) {
-			set, m, err := d.openPools(ctx, l)
+		cfg.OpenPools = func(ctx context.Context, l *layout.Layout, mode engine.Mode) (*engine.Pools, error) {
+			set, m, err := d.openPools(ctx, l, mode == engine.ModeConnector)
 			if err != nil {
 				return nil, err
 			}
-			d.log.Info("pools open for the registered layout", "model", l.Model, "page_bytes", l.PageBytes(), "fingerprint", l.Fingerprint())
+			d.log.Info("pools open for the registered layout", "model", l.Model, "mode", mode, "page_bytes", l.PageBytes(), "fingerprint", l.Fingerprint())
 			p := &engine.Pools{Layout: l.Clone(), Set: set, Mover: m, DeviceOrdinal: d.cfg.Pools.DeviceOrdinal, Close: set.Close}
 			// Warm works from here on; the splicer follows at OnRegister.
 			if err := d.attachPools(p); err != nil {

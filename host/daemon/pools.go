@@ -30,7 +30,7 @@ func (d *Daemon) buildPools() error {
 	c := &d.core
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c.pools, c.mover, err = d.openPools(ctx, &l)
+	c.pools, c.mover, err = d.openPools(ctx, &l, false)
 	if err != nil {
 		return err
 	}
@@ -43,10 +43,15 @@ func (d *Daemon) buildPools() error {
 // openPools opens the four tiers' pools for layout l and starts a mover on
 // them; the disk tier's pages are put back into the index. The caller owns
 // the returned pools (Close). The engine service opens pools this way when
-// an engine registers a layout and the config names no model.
-func (d *Daemon) openPools(ctx context.Context, l *layout.Layout) (*tiers.Set, *mover.Mover, error) {
+// an engine registers a layout and the config names no model. staging opens
+// the device tier in shared memory whatever the backend says: a
+// connector-mode engine copies its pages through it (host/engine/mode.go).
+func (d *Daemon) openPools(ctx context.Context, l *layout.Layout, staging bool) (*tiers.Set, *mover.Mover, error) {
 	c := &d.core
 	backend, _ := tiers.ParseBackend(d.cfg.Pools.DeviceBackend) // validated with the config
+	if staging {
+		backend = tiers.BackendMemfd
+	}
 	fsync, _ := disk.ParseFsyncPolicy(d.cfg.Pools.DiskFsync)
 	o := tiers.Options{
 		Layout:           l,

@@ -9,6 +9,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/splice"
+	"github.com/kvpilot/kvpilot/host/tier"
 )
 
 // attachments are what the executor is bound to once pools exist: the
@@ -43,6 +44,11 @@ func (d *Daemon) onRegister(reg engine.Registration, p *engine.Pools) {
 		return
 	}
 	svc := d.engine.svc
+	if pub := d.eventPublisher(); pub != nil {
+		// A connector-mode engine announces its own device blocks; the
+		// staging tier behind it is kvpilot's business only.
+		pub.Silence(tier.Device, reg.Mode == engine.ModeConnector)
+	}
 	dev, closeKernels, err := splice.DeviceForPools(p.Set, reg.RopeConfig)
 	if err != nil {
 		d.log.Warn("splice is unavailable for this layout: span verbs that edit the cache are refused", "layout", reg.Layout.String(), "error", err)

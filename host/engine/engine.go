@@ -89,8 +89,9 @@ type Config struct {
 	// registration must match their layout.
 	Pools *Pools
 	// OpenPools opens pools for the first registered layout when Pools is
-	// nil (and again after a reset to another layout).
-	OpenPools func(ctx context.Context, l *layout.Layout) (*Pools, error)
+	// nil (and again after a reset to another layout). In connector mode
+	// the device tier must open in shared memory (a staging arena).
+	OpenPools func(ctx context.Context, l *layout.Layout, mode Mode) (*Pools, error)
 	// FDSocket is the descriptor side channel's path, told to engines.
 	FDSocket string
 	// WorkerID is reported at registration.

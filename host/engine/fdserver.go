@@ -49,8 +49,10 @@ func newFDServer(s *Service, log hclog.Logger) *fdServer {
 }
 
 // offer records the descriptors a registration may claim and returns the
-// token. Earlier offers are withdrawn: only the live registration's pools
-// may be claimed. The descriptors stay owned by the pools.
+// token. Offers of other registrations are withdrawn: only the live
+// registration's pools may be claimed. Offers of the same registration stay
+// (the processes of one connector-mode engine each claim their own). The
+// descriptors stay owned by the pools.
 func (f *fdServer) offer(reg string, uid int, fds []int) []byte {
 	tok := make([]byte, enginewire.FDTokenLen)
 	if _, err := rand.Read(tok); err != nil {
@@ -58,8 +60,13 @@ func (f *fdServer) offer(reg string, uid int, fds []int) []byte {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	clear(f.offers)
-	f.offers[string(tok)] = &fdOffer{reg: reg, uid: uid, fds: append([]int(nil), fds...), expiry: time.Now().Add(offerTTL)}
+	now := time.Now()
+	for k, o := range f.offers {
+		if o.reg != reg || now.After(o.expiry) {
+			delete(f.offers, k)
+		}
+	}
+	f.offers[string(tok)] = &fdOffer{reg: reg, uid: uid, fds: append([]int(nil), fds...), expiry: now.Add(offerTTL)}
 	return tok
 }
 

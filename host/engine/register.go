@@ -26,6 +26,7 @@ type registration struct {
 	layout   *layout.Layout
 	rope     *rope.Rotary // nil without a RoPE slice
 	ropeCfg  rope.Config
+	mode     Mode
 	created  time.Time
 }
 
@@ -38,6 +39,8 @@ type Registration struct {
 	// what splice rotates keys with; RopeConfig is its config.
 	Rotary     *rope.Rotary
 	RopeConfig rope.Config
+	// Mode is arena or connector (mode.go).
+	Mode Mode
 }
 
 // Registration returns the live registration, if any.
@@ -47,7 +50,7 @@ func (s *Service) Registration() (Registration, bool) {
 	if s.reg == nil {
 		return Registration{}, false
 	}
-	return Registration{ID: s.reg.id, EngineID: s.reg.engineID, Layout: s.reg.layout.Clone(), Rotary: s.reg.rope, RopeConfig: s.reg.ropeCfg}, true
+	return Registration{ID: s.reg.id, EngineID: s.reg.engineID, Layout: s.reg.layout.Clone(), Rotary: s.reg.rope, RopeConfig: s.reg.ropeCfg, Mode: s.reg.mode}, true
 }
 
 // Pools returns the open pools (nil before the first registration when the
@@ -63,7 +66,8 @@ func (s *Service) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 	}
 	// The host attaches what depends on the layout (the splicer) before
 	// the engine can send a request under the new registration.
-	if f := s.cfg.OnRegister; f != nil {
+	// A process joining its engine's registration finds all of it in place.
+	if f := s.cfg.OnRegister; f != nil && !resp.Joined {
 		if reg, ok := s.Registration(); ok && reg.ID == resp.RegistrationId {
 			f(reg, s.currentPools())
 		}
@@ -77,6 +81,10 @@ func (s *Service) register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 	}
 	if id := req.GetEngineId(); len(id) > 128 || !printable(id) {
 		return nil, errcode.New(errcode.BadRequest, "engine_id must be at most 128 printable characters")
+	}
+	mode, err := modeFromProto(req.GetMode())
+	if err != nil {
+		return nil, err
 	}
 	l, rcfg, rot, err := layoutFromProto(req)
 	if err != nil {
@@ -92,6 +100,14 @@ func (s *Service) register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.joinable(mode, req.GetEngineId(), uint64(l.Fingerprint()), req.GetResetCache()) && s.reg.ropeCfg == rcfg {
+		return s.joinLocked(uid), nil
+	}
+	if mode == ModeConnector {
+		if err := s.checkConnectorLocked(s.pools); err != nil {
+			return nil, err
+		}
+	}
 	reattached := false
 	if s.pools != nil {
 		same := s.pools.Layout.Fingerprint() == l.Fingerprint() && (s.reg == nil || s.reg.ropeCfg == rcfg)
@@ -121,20 +137,44 @@ func (s *Service) register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 	}
 	if s.pools == nil {
 		octx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		p, err := s.cfg.OpenPools(octx, l)
+		p, err := s.cfg.OpenPools(octx, l, mode)
 		cancel()
 		if err != nil {
 			return nil, errcode.Wrap(errcode.Unavailable, err, "open pools for %s", l)
 		}
 		s.pools = p
 	}
-	reg := &registration{id: randomID(12), engineID: req.GetEngineId(), uid: uid, layout: l, rope: rot, ropeCfg: rcfg, created: s.cfg.Now()}
+	if mode == ModeConnector {
+		if err := s.checkConnectorLocked(s.pools); err != nil {
+			return nil, err // pools configured at start with a GPU arena
+		}
+	}
+	reg := &registration{id: randomID(12), engineID: req.GetEngineId(), uid: uid, layout: l, rope: rot, ropeCfg: rcfg, mode: mode, created: s.cfg.Now()}
 	s.reg = reg
-	handles, fds := poolHandles(s.pools)
-	token := s.fds.offer(reg.id, uid, fds)
 	s.stats.Registrations++
-	s.cfg.Log.Info("engine registered", "engine_id", reg.engineID, "registration", reg.id, "layout", l.String(),
+	s.cfg.Log.Info("engine registered", "engine_id", reg.engineID, "registration", reg.id, "mode", mode, "layout", l.String(),
 		"fingerprint", l.Fingerprint(), "reattached", reattached, "uid", uid)
+	resp := s.responseLocked(uid)
+	resp.Reattached = reattached
+	return resp, nil
+}
+
+// joinLocked lets another process of the live connector-mode engine share
+// its registration: same id, pools and requests, and a descriptor claim of
+// its own.
+func (s *Service) joinLocked(uid int) *pb.RegisterResponse {
+	s.stats.Registrations++
+	s.cfg.Log.Info("engine process joined its registration", "engine_id", s.reg.engineID, "registration", s.reg.id, "uid", uid)
+	resp := s.responseLocked(uid)
+	resp.Reattached, resp.Joined = true, true
+	return resp
+}
+
+// responseLocked answers a registration with the live registration's pools
+// and a fresh descriptor token for uid.
+func (s *Service) responseLocked(uid int) *pb.RegisterResponse {
+	reg, l := s.reg, s.reg.layout
+	handles, fds := poolHandles(s.pools, reg.mode)
 	return &pb.RegisterResponse{
 		RegistrationId:    reg.id,
 		BootId:            s.bootID,
@@ -144,11 +184,11 @@ func (s *Service) register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 		PageBytes:         uint64(l.PageBytes()),
 		Pools:             handles,
 		FdSocket:          s.cfg.FDSocket,
-		FdToken:           token,
-		Reattached:        reattached,
+		FdToken:           s.fds.offer(reg.id, uid, fds),
 		ApiVersion:        APIVersion,
 		CachedPages:       uint64(s.cachedPages()),
-	}, nil
+		Mode:              reg.mode.proto(),
+	}
 }
 
 func (s *Service) cachedPages() int {
@@ -189,7 +229,7 @@ func (s *Service) registrationOf(id string) (*registration, error) {
 
 // poolHandles describes the memory pools for the engine, and lists the
 // memfd descriptors in the order the side channel sends them.
-func poolHandles(p *Pools) ([]*pb.PoolHandle, []int) {
+func poolHandles(p *Pools, mode Mode) ([]*pb.PoolHandle, []int) {
 	var out []*pb.PoolHandle
 	var fds []int
 	for _, t := range []tier.Tier{tier.Device, tier.Host} {
@@ -205,6 +245,7 @@ func poolHandles(p *Pools) ([]*pb.PoolHandle, []int) {
 			Arrangement:   h.Arrangement.String(),
 			Pinned:        h.Pinned,
 			DeviceOrdinal: -1,
+			Staging:       t == tier.Device && mode == ModeConnector,
 		}
 		switch h.Kind {
 		case pool.HandleMemfd:

@@ -19,6 +19,9 @@ type Arena struct {
 	Arrangement enginewire.Arrangement
 	SizeBytes   int64
 	Pinned      bool
+	// Staging: the device tier of a connector-mode registration, which the
+	// engine copies its own pages through rather than computing in.
+	Staging bool
 	// CUDAIPC is the 64-byte handle of a cuda_ipc arena, on DeviceOrdinal.
 	CUDAIPC       []byte
 	DeviceOrdinal int

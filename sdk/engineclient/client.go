@@ -79,6 +79,11 @@ type Options struct {
 	// ResetCache forgets every cached page at registration (needed to
 	// register a layout other than the one the host holds pages for).
 	ResetCache bool
+	// Connector registers in connector mode: the engine keeps its own device
+	// memory and copies pages through the host's staging arena (Device).
+	// Processes of one engine registering with the same EngineID and layout
+	// share one registration.
+	Connector bool
 	// OnReregister is called after the client registered again because the
 	// host restarted; the engine drops whatever it kept about slots.
 	OnReregister func(Registration)
@@ -91,7 +96,10 @@ type Registration struct {
 	Fingerprint          uint64
 	PageSize, PageBytes  int
 	Reattached           bool
-	CachedPages          int
+	// Joined: a connector-mode registration joined the live one of its
+	// engine (another process of it registered first).
+	Joined      bool
+	CachedPages int
 	// Generation counts registrations by this client, from 1.
 	Generation int
 }
@@ -187,6 +195,9 @@ func (c *Client) registerRequest() *pb.RegisterRequest {
 		ApiVersion: APIVersion, EngineId: c.o.EngineID, Model: l.Model, PageSize: uint32(l.PageSize),
 		Dtype: l.DType, Layers: uint32(l.Layers), ResetCache: c.o.ResetCache,
 	}
+	if c.o.Connector {
+		req.Mode = pb.EngineMode_ENGINE_MODE_CONNECTOR
+	}
 	for _, b := range l.Buffers {
 		req.Buffers = append(req.Buffers, &pb.KVBuffer{Name: b.Name, Heads: uint32(b.Heads), HeadDim: uint32(b.HeadDim)})
 	}
@@ -224,7 +235,7 @@ func (c *Client) register(ctx context.Context, seen int) error {
 	reg := Registration{
 		ID: resp.GetRegistrationId(), BootID: resp.GetBootId(), WorkerID: resp.GetWorkerId(),
 		Fingerprint: resp.GetLayoutFingerprint(), PageSize: int(resp.GetPageSize()), PageBytes: int(resp.GetPageBytes()),
-		Reattached: resp.GetReattached(), CachedPages: int(resp.GetCachedPages()), Generation: seen + 1,
+		Reattached: resp.GetReattached(), Joined: resp.GetJoined(), CachedPages: int(resp.GetCachedPages()), Generation: seen + 1,
 	}
 	if reg.PageSize != c.o.Layout.PageSize || reg.PageBytes != c.o.Layout.PageBytes() {
 		return fmt.Errorf("host answered page size %d and %d-byte pages; this engine's layout has %d and %d", reg.PageSize, reg.PageBytes, c.o.Layout.PageSize, c.o.Layout.PageBytes())
@@ -259,7 +270,7 @@ func (c *Client) openArenas(ctx context.Context, resp *pb.RegisterResponse) (map
 	for _, h := range resp.GetPools() {
 		a := &Arena{
 			Kind: h.GetKind(), Slots: int(h.GetSlots()), Arrangement: enginewire.Arrangement(h.GetArrangement()),
-			SizeBytes: int64(h.GetSizeBytes()), Pinned: h.GetPinned(), CUDAIPC: h.GetCudaIpc(),
+			SizeBytes: int64(h.GetSizeBytes()), Pinned: h.GetPinned(), Staging: h.GetStaging(), CUDAIPC: h.GetCudaIpc(),
 			DeviceOrdinal: int(h.GetDeviceOrdinal()), layout: &c.o.Layout,
 		}
 		switch h.GetTier() {

@@ -30,6 +30,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/metrics"
+	"github.com/kvpilot/kvpilot/host/tier"
 )
 
 // Config configures a Publisher.
@@ -58,6 +59,9 @@ type Publisher struct {
 	batch  []events.RouterEvent
 	sent   atomic.Uint64
 	failed atomic.Uint64
+	// silent is a bit per tier whose events are not announced (Silence).
+	silent atomic.Uint32
+	kept   []cache.Event
 }
 
 // New checks cfg and returns a Publisher.
@@ -86,11 +90,45 @@ func (p *Publisher) Run(ctx context.Context, q *events.Queue) {
 	q.Run(ctx, p.Consume)
 }
 
+// Silence stops (on) or resumes announcing tier t's events, to NATS and to
+// watchers alike. A connector-mode engine announces its own device blocks,
+// so the host's staging tier goes silent while one is registered
+// (host/engine/mode.go). Safe to call from any goroutine.
+func (p *Publisher) Silence(t tier.Tier, on bool) {
+	bit := uint32(1) << uint(t)
+	for {
+		old := p.silent.Load()
+		next := old &^ bit
+		if on {
+			next = old | bit
+		}
+		if p.silent.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// audible drops the events of silenced tiers; event ids stay contiguous
+// because they are numbered after this.
+func (p *Publisher) audible(evs []cache.Event) []cache.Event {
+	mask := p.silent.Load()
+	if mask == 0 {
+		return evs
+	}
+	p.kept = p.kept[:0]
+	for _, ev := range evs {
+		if mask&(uint32(1)<<uint(ev.Tier)) == 0 {
+			p.kept = append(p.kept, ev)
+		}
+	}
+	return p.kept
+}
+
 // Consume publishes one batch of index events, in order. It is exported for
 // callers that drain the index themselves; it must not be called
 // concurrently with itself or Run.
 func (p *Publisher) Consume(evs []cache.Event) {
-	p.batch = p.enc.Encode(p.batch[:0], evs)
+	p.batch = p.enc.Encode(p.batch[:0], p.audible(evs))
 	if p.cfg.Conn != nil {
 		for i := range p.batch {
 			if err := p.publish(&p.batch[i]); err != nil {

@@ -157,7 +157,7 @@ func Start(o Options) (*Host, error) {
 	}
 	var pools *engine.Pools
 	var poolsMu sync.Mutex
-	open := func(ctx context.Context, l *layout.Layout) (*engine.Pools, error) {
+	open := func(ctx context.Context, l *layout.Layout, _ engine.Mode) (*engine.Pools, error) {
 		set, err := tiers.Open(ctx, tiers.Options{
 			Layout: l, DevicePages: o.DevicePages + o.DeviceHeadroom, DeviceBackend: tiers.BackendMemfd, HostPages: o.HostPages,
 			DiskDir: filepath.Join(o.Dir, "disk"), DiskPages: o.DiskPages, DiskFsync: disk.FsyncBatch, Logger: log.Named("pools"),
@@ -231,7 +231,7 @@ func Start(o Options) (*Host, error) {
 		},
 	}
 	if o.Configured != nil {
-		p, err := open(context.Background(), o.Configured)
+		p, err := open(context.Background(), o.Configured, engine.ModeArena)
 		if err != nil {
 			return nil, err
 		}

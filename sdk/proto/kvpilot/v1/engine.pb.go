@@ -89,6 +89,67 @@ func (EngineApiVersion) EnumDescriptor() ([]byte, []int) {
 	return file_kvpilot_v1_engine_proto_rawDescGZIP(), []int{0}
 }
 
+// EngineMode says who owns the device KV memory (DESIGN.md §7).
+type EngineMode int32
+
+const (
+	// Arena mode.
+	EngineMode_ENGINE_MODE_UNSPECIFIED EngineMode = 0
+	// The host allocates every tier, the device arena included, and the
+	// engine computes in it; directives edit every tier in place.
+	EngineMode_ENGINE_MODE_ARENA EngineMode = 1
+	// The engine keeps its own device memory (vLLM, SGLang) and copies pages
+	// between it and kvpilot's pools. The host's device tier becomes a
+	// staging arena in shared memory (memfd, never CUDA) through which pages
+	// pass: everything staged is written through to the host tier, staged
+	// pages are never announced (the engine announces its own device blocks),
+	// and directives act on kvpilot's copies. Processes of one engine that
+	// register with the same engine_id and layout share one registration
+	// (vLLM's scheduler and its workers), each with its own descriptor claim.
+	EngineMode_ENGINE_MODE_CONNECTOR EngineMode = 2
+)
+
+// Enum value maps for EngineMode.
+var (
+	EngineMode_name = map[int32]string{
+		0: "ENGINE_MODE_UNSPECIFIED",
+		1: "ENGINE_MODE_ARENA",
+		2: "ENGINE_MODE_CONNECTOR",
+	}
+	EngineMode_value = map[string]int32{
+		"ENGINE_MODE_UNSPECIFIED": 0,
+		"ENGINE_MODE_ARENA":       1,
+		"ENGINE_MODE_CONNECTOR":   2,
+	}
+)
+
+func (x EngineMode) Enum() *EngineMode {
+	p := new(EngineMode)
+	*p = x
+	return p
+}
+
+func (x EngineMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EngineMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_kvpilot_v1_engine_proto_enumTypes[1].Descriptor()
+}
+
+func (EngineMode) Type() protoreflect.EnumType {
+	return &file_kvpilot_v1_engine_proto_enumTypes[1]
+}
+
+func (x EngineMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EngineMode.Descriptor instead.
+func (EngineMode) EnumDescriptor() ([]byte, []int) {
+	return file_kvpilot_v1_engine_proto_rawDescGZIP(), []int{1}
+}
+
 // KVBuffer is one per-layer KV buffer: K, V, or MLA's fused [kv_c | k_pe].
 type KVBuffer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -418,7 +479,9 @@ type RegisterRequest struct {
 	Rope      *RopeConfig `protobuf:"bytes,9,opt,name=rope,proto3" json:"rope,omitempty"`
 	// Forget every cached page: with a layout different from the pages
 	// cached, the pools are reopened for the new one.
-	ResetCache    bool `protobuf:"varint,10,opt,name=reset_cache,json=resetCache,proto3" json:"reset_cache,omitempty"`
+	ResetCache bool `protobuf:"varint,10,opt,name=reset_cache,json=resetCache,proto3" json:"reset_cache,omitempty"`
+	// Arena (the default) or connector mode.
+	Mode          EngineMode `protobuf:"varint,11,opt,name=mode,proto3,enum=kvpilot.v1.EngineMode" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -523,6 +586,13 @@ func (x *RegisterRequest) GetResetCache() bool {
 	return false
 }
 
+func (x *RegisterRequest) GetMode() EngineMode {
+	if x != nil {
+		return x.Mode
+	}
+	return EngineMode_ENGINE_MODE_UNSPECIFIED
+}
+
 // PoolHandle describes one tier's arena for the engine to map.
 type PoolHandle struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -538,6 +608,9 @@ type PoolHandle struct {
 	CudaIpc       []byte `protobuf:"bytes,6,opt,name=cuda_ipc,json=cudaIpc,proto3" json:"cuda_ipc,omitempty"`
 	Pinned        bool   `protobuf:"varint,7,opt,name=pinned,proto3" json:"pinned,omitempty"`
 	DeviceOrdinal int32  `protobuf:"varint,8,opt,name=device_ordinal,json=deviceOrdinal,proto3" json:"device_ordinal,omitempty"`
+	// The device tier of a connector-mode registration: a staging arena the
+	// engine copies its own pages through, not memory it computes in.
+	Staging       bool `protobuf:"varint,9,opt,name=staging,proto3" json:"staging,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -628,6 +701,13 @@ func (x *PoolHandle) GetDeviceOrdinal() int32 {
 	return 0
 }
 
+func (x *PoolHandle) GetStaging() bool {
+	if x != nil {
+		return x.Staging
+	}
+	return false
+}
+
 type RegisterResponse struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	RegistrationId string                 `protobuf:"bytes,1,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
@@ -647,7 +727,12 @@ type RegisterResponse struct {
 	Reattached bool   `protobuf:"varint,10,opt,name=reattached,proto3" json:"reattached,omitempty"`
 	ApiVersion uint32 `protobuf:"varint,11,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
 	// Pages cached when the engine registered.
-	CachedPages   uint64 `protobuf:"varint,12,opt,name=cached_pages,json=cachedPages,proto3" json:"cached_pages,omitempty"`
+	CachedPages uint64 `protobuf:"varint,12,opt,name=cached_pages,json=cachedPages,proto3" json:"cached_pages,omitempty"`
+	// The mode the registration runs in (never unspecified).
+	Mode EngineMode `protobuf:"varint,13,opt,name=mode,proto3,enum=kvpilot.v1.EngineMode" json:"mode,omitempty"`
+	// A connector-mode registration joined the live one of the same engine
+	// (another process of it) instead of replacing it.
+	Joined        bool `protobuf:"varint,14,opt,name=joined,proto3" json:"joined,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -764,6 +849,20 @@ func (x *RegisterResponse) GetCachedPages() uint64 {
 		return x.CachedPages
 	}
 	return 0
+}
+
+func (x *RegisterResponse) GetMode() EngineMode {
+	if x != nil {
+		return x.Mode
+	}
+	return EngineMode_ENGINE_MODE_UNSPECIFIED
+}
+
+func (x *RegisterResponse) GetJoined() bool {
+	if x != nil {
+		return x.Joined
+	}
+	return false
 }
 
 // TokenSpan is [start, end) in token positions.
@@ -2037,7 +2136,7 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\n" +
 	"RopeConfig\x12\x12\n" +
 	"\x04base\x18\x01 \x01(\x01R\x04base\x121\n" +
-	"\ascaling\x18\x02 \x01(\v2\x17.kvpilot.v1.RopeScalingR\ascaling\"\xe3\x02\n" +
+	"\ascaling\x18\x02 \x01(\v2\x17.kvpilot.v1.RopeScalingR\ascaling\"\x8f\x03\n" +
 	"\x0fRegisterRequest\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\rR\n" +
 	"apiVersion\x12\x1b\n" +
@@ -2052,7 +2151,8 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\x04rope\x18\t \x01(\v2\x16.kvpilot.v1.RopeConfigR\x04rope\x12\x1f\n" +
 	"\vreset_cache\x18\n" +
 	" \x01(\bR\n" +
-	"resetCache\"\xf7\x01\n" +
+	"resetCache\x12*\n" +
+	"\x04mode\x18\v \x01(\x0e2\x16.kvpilot.v1.EngineModeR\x04mode\"\x91\x02\n" +
 	"\n" +
 	"PoolHandle\x12$\n" +
 	"\x04tier\x18\x01 \x01(\x0e2\x10.kvpilot.v1.TierR\x04tier\x12\x12\n" +
@@ -2063,7 +2163,8 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\varrangement\x18\x05 \x01(\tR\varrangement\x12\x19\n" +
 	"\bcuda_ipc\x18\x06 \x01(\fR\acudaIpc\x12\x16\n" +
 	"\x06pinned\x18\a \x01(\bR\x06pinned\x12%\n" +
-	"\x0edevice_ordinal\x18\b \x01(\x05R\rdeviceOrdinal\"\xa6\x03\n" +
+	"\x0edevice_ordinal\x18\b \x01(\x05R\rdeviceOrdinal\x12\x18\n" +
+	"\astaging\x18\t \x01(\bR\astaging\"\xea\x03\n" +
 	"\x10RegisterResponse\x12'\n" +
 	"\x0fregistration_id\x18\x01 \x01(\tR\x0eregistrationId\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12\x1b\n" +
@@ -2081,7 +2182,9 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"reattached\x12\x1f\n" +
 	"\vapi_version\x18\v \x01(\rR\n" +
 	"apiVersion\x12!\n" +
-	"\fcached_pages\x18\f \x01(\x04R\vcachedPages\"3\n" +
+	"\fcached_pages\x18\f \x01(\x04R\vcachedPages\x12*\n" +
+	"\x04mode\x18\r \x01(\x0e2\x16.kvpilot.v1.EngineModeR\x04mode\x12\x16\n" +
+	"\x06joined\x18\x0e \x01(\bR\x06joined\"3\n" +
 	"\tTokenSpan\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\rR\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\rR\x03end\"\xdb\x01\n" +
@@ -2186,7 +2289,12 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\x14CompleteFillResponse*P\n" +
 	"\x10EngineApiVersion\x12\"\n" +
 	"\x1eENGINE_API_VERSION_UNSPECIFIED\x10\x00\x12\x18\n" +
-	"\x14ENGINE_API_VERSION_1\x10\x012\xb3\x04\n" +
+	"\x14ENGINE_API_VERSION_1\x10\x01*[\n" +
+	"\n" +
+	"EngineMode\x12\x1b\n" +
+	"\x17ENGINE_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11ENGINE_MODE_ARENA\x10\x01\x12\x19\n" +
+	"\x15ENGINE_MODE_CONNECTOR\x10\x022\xb3\x04\n" +
 	"\x06Engine\x12E\n" +
 	"\bRegister\x12\x1b.kvpilot.v1.RegisterRequest\x1a\x1c.kvpilot.v1.RegisterResponse\x12<\n" +
 	"\x05Match\x12\x18.kvpilot.v1.MatchRequest\x1a\x19.kvpilot.v1.MatchResponse\x12E\n" +
@@ -2210,72 +2318,75 @@ func file_kvpilot_v1_engine_proto_rawDescGZIP() []byte {
 	return file_kvpilot_v1_engine_proto_rawDescData
 }
 
-var file_kvpilot_v1_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_kvpilot_v1_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_kvpilot_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_kvpilot_v1_engine_proto_goTypes = []any{
 	(EngineApiVersion)(0),        // 0: kvpilot.v1.EngineApiVersion
-	(*KVBuffer)(nil),             // 1: kvpilot.v1.KVBuffer
-	(*RopeSlice)(nil),            // 2: kvpilot.v1.RopeSlice
-	(*RopeScaling)(nil),          // 3: kvpilot.v1.RopeScaling
-	(*RopeConfig)(nil),           // 4: kvpilot.v1.RopeConfig
-	(*RegisterRequest)(nil),      // 5: kvpilot.v1.RegisterRequest
-	(*PoolHandle)(nil),           // 6: kvpilot.v1.PoolHandle
-	(*RegisterResponse)(nil),     // 7: kvpilot.v1.RegisterResponse
-	(*TokenSpan)(nil),            // 8: kvpilot.v1.TokenSpan
-	(*ChatMessage)(nil),          // 9: kvpilot.v1.ChatMessage
-	(*MatchRequest)(nil),         // 10: kvpilot.v1.MatchRequest
-	(*MatchResponse)(nil),        // 11: kvpilot.v1.MatchResponse
-	(*AllocateRequest)(nil),      // 12: kvpilot.v1.AllocateRequest
-	(*AllocateResponse)(nil),     // 13: kvpilot.v1.AllocateResponse
-	(*CommitRequest)(nil),        // 14: kvpilot.v1.CommitRequest
-	(*CommitResponse)(nil),       // 15: kvpilot.v1.CommitResponse
-	(*ReleaseRequest)(nil),       // 16: kvpilot.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),      // 17: kvpilot.v1.ReleaseResponse
-	(*Usage)(nil),                // 18: kvpilot.v1.Usage
-	(*CacheControl)(nil),         // 19: kvpilot.v1.CacheControl
-	(*FinishRequest)(nil),        // 20: kvpilot.v1.FinishRequest
-	(*FinishResponse)(nil),       // 21: kvpilot.v1.FinishResponse
-	(*FillOrdersRequest)(nil),    // 22: kvpilot.v1.FillOrdersRequest
-	(*FillOrder)(nil),            // 23: kvpilot.v1.FillOrder
-	(*CompleteFillRequest)(nil),  // 24: kvpilot.v1.CompleteFillRequest
-	(*CompleteFillResponse)(nil), // 25: kvpilot.v1.CompleteFillResponse
-	(Tier)(0),                    // 26: kvpilot.v1.Tier
-	(*Error)(nil),                // 27: kvpilot.v1.Error
+	(EngineMode)(0),              // 1: kvpilot.v1.EngineMode
+	(*KVBuffer)(nil),             // 2: kvpilot.v1.KVBuffer
+	(*RopeSlice)(nil),            // 3: kvpilot.v1.RopeSlice
+	(*RopeScaling)(nil),          // 4: kvpilot.v1.RopeScaling
+	(*RopeConfig)(nil),           // 5: kvpilot.v1.RopeConfig
+	(*RegisterRequest)(nil),      // 6: kvpilot.v1.RegisterRequest
+	(*PoolHandle)(nil),           // 7: kvpilot.v1.PoolHandle
+	(*RegisterResponse)(nil),     // 8: kvpilot.v1.RegisterResponse
+	(*TokenSpan)(nil),            // 9: kvpilot.v1.TokenSpan
+	(*ChatMessage)(nil),          // 10: kvpilot.v1.ChatMessage
+	(*MatchRequest)(nil),         // 11: kvpilot.v1.MatchRequest
+	(*MatchResponse)(nil),        // 12: kvpilot.v1.MatchResponse
+	(*AllocateRequest)(nil),      // 13: kvpilot.v1.AllocateRequest
+	(*AllocateResponse)(nil),     // 14: kvpilot.v1.AllocateResponse
+	(*CommitRequest)(nil),        // 15: kvpilot.v1.CommitRequest
+	(*CommitResponse)(nil),       // 16: kvpilot.v1.CommitResponse
+	(*ReleaseRequest)(nil),       // 17: kvpilot.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 18: kvpilot.v1.ReleaseResponse
+	(*Usage)(nil),                // 19: kvpilot.v1.Usage
+	(*CacheControl)(nil),         // 20: kvpilot.v1.CacheControl
+	(*FinishRequest)(nil),        // 21: kvpilot.v1.FinishRequest
+	(*FinishResponse)(nil),       // 22: kvpilot.v1.FinishResponse
+	(*FillOrdersRequest)(nil),    // 23: kvpilot.v1.FillOrdersRequest
+	(*FillOrder)(nil),            // 24: kvpilot.v1.FillOrder
+	(*CompleteFillRequest)(nil),  // 25: kvpilot.v1.CompleteFillRequest
+	(*CompleteFillResponse)(nil), // 26: kvpilot.v1.CompleteFillResponse
+	(Tier)(0),                    // 27: kvpilot.v1.Tier
+	(*Error)(nil),                // 28: kvpilot.v1.Error
 }
 var file_kvpilot_v1_engine_proto_depIdxs = []int32{
-	3,  // 0: kvpilot.v1.RopeConfig.scaling:type_name -> kvpilot.v1.RopeScaling
-	1,  // 1: kvpilot.v1.RegisterRequest.buffers:type_name -> kvpilot.v1.KVBuffer
-	2,  // 2: kvpilot.v1.RegisterRequest.rope_slice:type_name -> kvpilot.v1.RopeSlice
-	4,  // 3: kvpilot.v1.RegisterRequest.rope:type_name -> kvpilot.v1.RopeConfig
-	26, // 4: kvpilot.v1.PoolHandle.tier:type_name -> kvpilot.v1.Tier
-	6,  // 5: kvpilot.v1.RegisterResponse.pools:type_name -> kvpilot.v1.PoolHandle
-	8,  // 6: kvpilot.v1.ChatMessage.span:type_name -> kvpilot.v1.TokenSpan
-	8,  // 7: kvpilot.v1.ChatMessage.thinking:type_name -> kvpilot.v1.TokenSpan
-	9,  // 8: kvpilot.v1.MatchRequest.messages:type_name -> kvpilot.v1.ChatMessage
-	18, // 9: kvpilot.v1.FinishRequest.usage:type_name -> kvpilot.v1.Usage
-	19, // 10: kvpilot.v1.FinishRequest.cache_control:type_name -> kvpilot.v1.CacheControl
-	27, // 11: kvpilot.v1.FinishResponse.pin_error:type_name -> kvpilot.v1.Error
-	5,  // 12: kvpilot.v1.Engine.Register:input_type -> kvpilot.v1.RegisterRequest
-	10, // 13: kvpilot.v1.Engine.Match:input_type -> kvpilot.v1.MatchRequest
-	12, // 14: kvpilot.v1.Engine.Allocate:input_type -> kvpilot.v1.AllocateRequest
-	14, // 15: kvpilot.v1.Engine.Commit:input_type -> kvpilot.v1.CommitRequest
-	16, // 16: kvpilot.v1.Engine.Release:input_type -> kvpilot.v1.ReleaseRequest
-	20, // 17: kvpilot.v1.Engine.Finish:input_type -> kvpilot.v1.FinishRequest
-	22, // 18: kvpilot.v1.Engine.FillOrders:input_type -> kvpilot.v1.FillOrdersRequest
-	24, // 19: kvpilot.v1.Engine.CompleteFill:input_type -> kvpilot.v1.CompleteFillRequest
-	7,  // 20: kvpilot.v1.Engine.Register:output_type -> kvpilot.v1.RegisterResponse
-	11, // 21: kvpilot.v1.Engine.Match:output_type -> kvpilot.v1.MatchResponse
-	13, // 22: kvpilot.v1.Engine.Allocate:output_type -> kvpilot.v1.AllocateResponse
-	15, // 23: kvpilot.v1.Engine.Commit:output_type -> kvpilot.v1.CommitResponse
-	17, // 24: kvpilot.v1.Engine.Release:output_type -> kvpilot.v1.ReleaseResponse
-	21, // 25: kvpilot.v1.Engine.Finish:output_type -> kvpilot.v1.FinishResponse
-	23, // 26: kvpilot.v1.Engine.FillOrders:output_type -> kvpilot.v1.FillOrder
-	25, // 27: kvpilot.v1.Engine.CompleteFill:output_type -> kvpilot.v1.CompleteFillResponse
-	20, // [20:28] is the sub-list for method output_type
-	12, // [12:20] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	4,  // 0: kvpilot.v1.RopeConfig.scaling:type_name -> kvpilot.v1.RopeScaling
+	2,  // 1: kvpilot.v1.RegisterRequest.buffers:type_name -> kvpilot.v1.KVBuffer
+	3,  // 2: kvpilot.v1.RegisterRequest.rope_slice:type_name -> kvpilot.v1.RopeSlice
+	5,  // 3: kvpilot.v1.RegisterRequest.rope:type_name -> kvpilot.v1.RopeConfig
+	1,  // 4: kvpilot.v1.RegisterRequest.mode:type_name -> kvpilot.v1.EngineMode
+	27, // 5: kvpilot.v1.PoolHandle.tier:type_name -> kvpilot.v1.Tier
+	7,  // 6: kvpilot.v1.RegisterResponse.pools:type_name -> kvpilot.v1.PoolHandle
+	1,  // 7: kvpilot.v1.RegisterResponse.mode:type_name -> kvpilot.v1.EngineMode
+	9,  // 8: kvpilot.v1.ChatMessage.span:type_name -> kvpilot.v1.TokenSpan
+	9,  // 9: kvpilot.v1.ChatMessage.thinking:type_name -> kvpilot.v1.TokenSpan
+	10, // 10: kvpilot.v1.MatchRequest.messages:type_name -> kvpilot.v1.ChatMessage
+	19, // 11: kvpilot.v1.FinishRequest.usage:type_name -> kvpilot.v1.Usage
+	20, // 12: kvpilot.v1.FinishRequest.cache_control:type_name -> kvpilot.v1.CacheControl
+	28, // 13: kvpilot.v1.FinishResponse.pin_error:type_name -> kvpilot.v1.Error
+	6,  // 14: kvpilot.v1.Engine.Register:input_type -> kvpilot.v1.RegisterRequest
+	11, // 15: kvpilot.v1.Engine.Match:input_type -> kvpilot.v1.MatchRequest
+	13, // 16: kvpilot.v1.Engine.Allocate:input_type -> kvpilot.v1.AllocateRequest
+	15, // 17: kvpilot.v1.Engine.Commit:input_type -> kvpilot.v1.CommitRequest
+	17, // 18: kvpilot.v1.Engine.Release:input_type -> kvpilot.v1.ReleaseRequest
+	21, // 19: kvpilot.v1.Engine.Finish:input_type -> kvpilot.v1.FinishRequest
+	23, // 20: kvpilot.v1.Engine.FillOrders:input_type -> kvpilot.v1.FillOrdersRequest
+	25, // 21: kvpilot.v1.Engine.CompleteFill:input_type -> kvpilot.v1.CompleteFillRequest
+	8,  // 22: kvpilot.v1.Engine.Register:output_type -> kvpilot.v1.RegisterResponse
+	12, // 23: kvpilot.v1.Engine.Match:output_type -> kvpilot.v1.MatchResponse
+	14, // 24: kvpilot.v1.Engine.Allocate:output_type -> kvpilot.v1.AllocateResponse
+	16, // 25: kvpilot.v1.Engine.Commit:output_type -> kvpilot.v1.CommitResponse
+	18, // 26: kvpilot.v1.Engine.Release:output_type -> kvpilot.v1.ReleaseResponse
+	22, // 27: kvpilot.v1.Engine.Finish:output_type -> kvpilot.v1.FinishResponse
+	24, // 28: kvpilot.v1.Engine.FillOrders:output_type -> kvpilot.v1.FillOrder
+	26, // 29: kvpilot.v1.Engine.CompleteFill:output_type -> kvpilot.v1.CompleteFillResponse
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_kvpilot_v1_engine_proto_init() }
@@ -2289,7 +2400,7 @@ func file_kvpilot_v1_engine_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvpilot_v1_engine_proto_rawDesc), len(file_kvpilot_v1_engine_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -1,0 +1,105 @@
+package engine_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/engine/enginetest"
+	"github.com/kvpilot/kvpilot/sdk/engineclient"
+	"github.com/kvpilot/kvpilot/sdk/enginewire"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+)
+
+func dialConnector(t *testing.T, socket, engineID string, l enginewire.Layout) (*engineclient.Client, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := engineclient.Dial(ctx, engineclient.Options{Socket: socket, EngineID: engineID, Layout: l,
+		Rope: engineclient.RopeConfig{Base: 10000}, Connector: true})
+	if err == nil {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	return c, err
+}
+
+// vLLM runs its connector twice, in the scheduler and in each worker: the
+// processes share one registration, so a request matched by the scheduler
+// is saved by the worker, and a fresh process of a later engine reads the
+// same bytes back through its own staging mapping.
+func TestConnectorProcessesShareOneRegistration(t *testing.T) {
+	h := startHost(t, enginetest.Options{})
+	l := gqa(16)
+	sched, err := dialConnector(t, h.Socket, "vllm-1", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, err := dialConnector(t, h.Socket, "vllm-1", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, rw := sched.Registration(), worker.Registration()
+	if rs.ID != rw.ID || rs.Joined || !rw.Joined {
+		t.Fatalf("scheduler %+v, worker %+v: want one registration, joined by the worker", rs, rw)
+	}
+	if !worker.Device().Staging || !worker.Device().Mapped() {
+		t.Fatalf("worker's device arena: staging %v mapped %v", worker.Device().Staging, worker.Device().Mapped())
+	}
+
+	ctx := ctxT(t)
+	toks := seq(500, 16*3+4)
+	m, err := sched.Match(ctx, engineclient.MatchRequest{Session: "s", Tokens: toks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots, err := worker.Allocate(ctx, m.RequestID, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, sl := range slots {
+		fillPage(t, worker.Device(), sl, tagByPage(i))
+	}
+	if _, err := worker.Commit(ctx, m.RequestID, toks, slots); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sched.Finish(ctx, engineclient.FinishRequest{RequestID: m.RequestID}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new engine instance (another engine_id) replaces the registration.
+	next, err := dialConnector(t, h.Socket, "vllm-2", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := next.Registration(); r.ID == rs.ID || r.Joined || !r.Reattached {
+		t.Fatalf("new engine instance: %+v", r)
+	}
+	m2, err := next.Match(ctx, engineclient.MatchRequest{Session: "s2", Tokens: toks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m2.CachedTokens != 48 {
+		t.Fatalf("new instance matched %d tokens, want 48", m2.CachedTokens)
+	}
+	for i, sl := range m2.PageSlots {
+		checkPage(t, next.Device(), sl, tagByPage(i))
+	}
+	if _, err := next.Release(ctx, m2.RequestID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A connector stages pages through the device tier and relies on the host
+// tier keeping them: a host that writes nothing through refuses it at
+// registration, naming the setting.
+func TestConnectorRefusedWithoutWriteThrough(t *testing.T) {
+	h := startHost(t, enginetest.Options{WritePolicy: "none"})
+	_, err := dialConnector(t, h.Socket, "vllm-1", gqa(16))
+	e, ok := errcode.As(err)
+	if !ok || e.Code != errcode.LayoutConflict || !strings.Contains(err.Error(), "index.write_policy") {
+		t.Fatalf("connector on a write-policy-none host: %v", err)
+	}
+	// Arena mode is unaffected.
+	dial(t, h.Socket, gqa(16))
+}
