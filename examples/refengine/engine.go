@@ -149,13 +149,18 @@ func (e *Engine) Turn(ctx context.Context, session, tenant string, tokens []uint
 }
 
 // Run runs one request: match, contract check, allocate, write, commit,
-// finish. A turn cut by a host restart is run again once.
+// finish. A turn cut by the host going away (a restart, a reset socket) is
+// run again from its match, with a bounded backoff.
 func (e *Engine) Run(ctx context.Context, r TurnRequest) (TurnStats, error) {
-	st, err := e.run(ctx, r)
-	if errors.Is(err, engineclient.ErrHostRestarted) {
+	var st TurnStats
+	tries := 0
+	err := e.c.RunRequest(ctx, engineclient.Retry{Attempts: 8}, func(ctx context.Context) error {
+		var err error
 		st, err = e.run(ctx, r)
-		st.Retried = true
-	}
+		tries++
+		return err
+	})
+	st.Retried = tries > 1
 	if err != nil {
 		return st, err
 	}
