@@ -154,8 +154,15 @@ func (c *NATSClient) request(ctx context.Context, payload []byte, tenant, id str
 		msg.Header.Set(HeaderReply, inbox)
 		msg.Header.Set(HeaderMsgID, id)
 		ack, err := c.js.PublishMsg(ctx, msg)
+		if errors.Is(err, jetstream.ErrInvalidJSAck) {
+			// A host subscribed to the subject answered in the stream's
+			// place: it applied the command as a plain request.
+			return errcode.Wrap(errcode.Unavailable, err,
+				"the host on %s took the command as a plain request (it was applied) and keeps no command stream: it runs without nats.jetstream_commands; send without JetStream (drop --jetstream)", c.o.Subject)
+		}
 		if err != nil {
-			return fmt.Errorf("publish on %s through JetStream: %w", c.o.Subject, err)
+			return errcode.Wrap(errcode.Unavailable, err,
+				"publish on %s through JetStream: no stream takes that subject unless the host runs with nats.jetstream_commands: true", c.o.Subject)
 		}
 		if ack.Duplicate {
 			return fmt.Errorf("%w (id %s, stream %s seq %d)", ErrDuplicate, id, ack.Stream, ack.Sequence)
@@ -166,10 +173,45 @@ func (c *NATSClient) request(ctx context.Context, payload []byte, tenant, id str
 		}
 		data = resp.Data
 	}
+	if q := queuedIn(data); q != nil && c.js == nil {
+		q.Subject = c.o.Subject
+		return q
+	}
 	if err := json.Unmarshal(data, out); err != nil {
 		return fmt.Errorf("decode the host's answer %.200q: %w", data, err)
 	}
 	return nil
+}
+
+// QueuedError: a plain request met a host that takes its commands through
+// JetStream (nats.jetstream_commands). The stream stored the command, and
+// the host applies it from there, but the answer the request got is the
+// stream's acknowledgement, not the command's result. Send with
+// NATSOptions.JetStream (ctl --jetstream) to wait for the result.
+type QueuedError struct {
+	Subject string
+	Stream  string
+	Seq     uint64
+}
+
+func (e *QueuedError) Error() string {
+	return fmt.Sprintf("the command on %s was stored in JetStream stream %s (seq %d), which the host applies it from; its result is not known here: send with --jetstream to wait for it",
+		e.Subject, e.Stream, e.Seq)
+}
+
+// queuedIn recognises a JetStream publish acknowledgement ({"stream",
+// "seq"}, no "status"), which a host's command stream sends in place of
+// the host's answer.
+func queuedIn(data []byte) *QueuedError {
+	var ack struct {
+		Stream string          `json:"stream"`
+		Seq    uint64          `json:"seq"`
+		Status json.RawMessage `json:"status"`
+	}
+	if json.Unmarshal(data, &ack) != nil || ack.Stream == "" || ack.Status != nil {
+		return nil
+	}
+	return &QueuedError{Stream: ack.Stream, Seq: ack.Seq}
 }
 
 // Stats implements Client: stats are served on the Control socket only.

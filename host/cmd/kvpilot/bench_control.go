@@ -50,16 +50,20 @@ type controlHost struct {
 	stop    func()
 }
 
-// startControlHost starts a host under dir. When the daemon does not build
-// its control plane itself (not wired yet), the plane is assembled here
-// over the daemon's parts, exactly as the daemon would.
-func startControlHost(dir string) (*controlHost, error) {
+// startControlHost starts a host under dir; adjust, when given, edits its
+// configuration last. When the daemon does not build its control plane
+// itself (not wired yet), the plane is assembled here over the daemon's
+// parts, exactly as the daemon would.
+func startControlHost(dir string, adjust ...func(*config.Config)) (*controlHost, error) {
 	cfg := config.Default()
 	cfg.DataDir = dir
 	cfg.HTTP.Listen = ""
 	cfg.NATS.Listen = "127.0.0.1:0"
 	cfg.NATS.RateLimit = 0 // the benchmark is one source sending as fast as it can
 	cfg.Control.RateLimit = 0
+	for _, f := range adjust {
+		f(&cfg)
+	}
 	d, err := daemon.New(cfg, hclog.NewNullLogger())
 	if err != nil {
 		return nil, err

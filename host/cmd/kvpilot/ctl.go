@@ -375,6 +375,17 @@ func runCtl(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return err
 }
 
+// queued reports a command the host's JetStream command stream took (the
+// host applies it; its result went to the stream): ctl says so and exits 0.
+func queued(w io.Writer, err error) bool {
+	var q *controlclient.QueuedError
+	if !errors.As(err, &q) {
+		return false
+	}
+	fmt.Fprintf(w, "accepted: stored in JetStream stream %s (seq %d); the host applies it from there\n  hint: pass --jetstream to wait for the command's result\n", q.Stream, q.Seq)
+	return true
+}
+
 // errRefused makes ctl exit 1 after printing a refusal.
 var errRefused = errors.New("refused by the host")
 
@@ -382,6 +393,9 @@ func (g *ctlGlobal) sendTurn(ctx context.Context, t directive.Turn) error {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	r, err := g.client.Apply(ctx, t)
+	if queued(g.stdout, err) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -402,6 +416,9 @@ func (g *ctlGlobal) sendCC(ctx context.Context, c directive.CacheControl) error 
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	r, err := g.client.CacheControl(ctx, c, g.tenant)
+	if queued(g.stdout, err) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
