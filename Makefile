@@ -1,20 +1,26 @@
 # kvpilot developer targets. `make run` and `make test` work on a fresh
-# machine with Go installed; everything else they need comes from the Go
-# module proxy.
+# machine with Go and Python 3.11 installed; everything else they need comes
+# from the Go module proxy and, for the Python side, from pip into .venv.
 
 GO        ?= go
 PKGS      ?= ./...
 BIN       := bin/kvpilot
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
+PYTHON    ?= python3
+VENV      := .venv
+PY        := $(VENV)/bin/python
+PYREQS    := sdk/python/requirements.txt
+COMMIT    := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+VERSION   := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: all build run test bench lint verify proto ptx ptx-check fuzz clean demo
+.PHONY: all build run test test-go test-py py-env bench lint verify proto ptx ptx-check fuzz clean demo
 
 all: build
 
 ## build: compile the kvpilot command (no cgo) into bin/
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./host/cmd/kvpilot
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./host/cmd/kvpilot
 
 ## run: start the host on embedded defaults (Ctrl-C stops it)
 run: build
@@ -26,18 +32,38 @@ demo: build
 	CGO_ENABLED=0 $(GO) build -o bin/refengine ./examples/refengine/cmd/refengine
 	$(GO) run ./examples/demo --kvpilot ./$(BIN) --config examples/demo/kvpilot.yaml
 
-## test: the whole suite with the race detector and invariant checks on
-test:
+## test: the whole suite: Go (race detector and invariant checks on), then
+## the Python SDK, the vLLM connector and the real-model engine under pytest
+test: test-go test-py
+
+test-go:
 	$(GO) test -race -tags invariants -timeout 20m $(PKGS)
+
+## test-py: pytest against a real host built from this tree
+test-py: py-env build
+	KVPILOT_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q -rs sdk/python/tests
+
+## py-env: the Python environment in .venv: every package pinned in
+## sdk/python/requirements.txt (a full lock, installed without resolving),
+## then the kvpilot package itself, editable
+py-env: $(VENV)/.installed
+
+$(VENV)/.installed: $(PYREQS) sdk/python/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r $(PYREQS)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e sdk/python
+	touch $@
 
 ## bench: Go benchmarks for every package (one round each)
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
-## lint: formatting and vet
-lint:
+## lint: formatting and vet (Go), ruff (Python)
+lint: py-env
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags invariants $(PKGS)
+	$(VENV)/bin/ruff check sdk/python
+	$(VENV)/bin/ruff format --check sdk/python
 
 ## verify: lint, plus generated code and go.mod up to date
 verify: lint
@@ -65,4 +91,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf bin
+	rm -rf bin $(VENV)

@@ -36,11 +36,8 @@ func init() {
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		benchUsage(stderr)
-		if len(args) == 0 {
-			return errUsage
-		}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "list" {
+		benchUsage(stdout)
 		return nil
 	}
 	s, ok := benchScenarios[args[0]]

@@ -291,7 +291,7 @@ func runCtl(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	tenant := fs.String("tenant", "", "tenant whose blocks the directive acts on")
 	asJSON := fs.Bool("json", false, "print the host's answer as JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for an answer")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseLeadingFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
@@ -316,6 +316,12 @@ func runCtl(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	default:
 		run = v.run(vfs)
 	}
+	// ctl's own flags work after the verb too (`ctl stats --json`).
+	fs.VisitAll(func(f *flag.Flag) {
+		if vfs.Lookup(f.Name) == nil {
+			vfs.Var(f.Value, f.Name, f.Usage)
+		}
+	})
 	if err := parseFlags(vfs, fs.Args()[1:]); err != nil {
 		return err
 	}

@@ -17,7 +17,9 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
+	"unicode"
 )
 
 // command is one subcommand of kvpilot.
@@ -47,11 +49,13 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	helpOut = stdout
+	if len(args) == 0 {
 		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
 		return 0
 	}
 	c, ok := commands[args[0]]
@@ -88,15 +92,17 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, "\nRun 'kvpilot <command> --help' for a command's flags.\n")
 }
 
-// newFlagSet returns a flag set that writes its help to stderr and reports
-// parse errors as errUsage, so run maps them to exit status 2.
+// newFlagSet returns a flag set that writes its errors to stderr (its help,
+// asked for, goes to stdout: see parseFlags) and reports parse errors as
+// errUsage, so run maps them to exit status 2.
 func newFlagSet(name, synopsis, description string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("kvpilot "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: kvpilot %s %s\n\n%s\n", name, synopsis, description)
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: kvpilot %s %s\n\n%s\n", name, synopsis, description)
 		if hasFlags(fs) {
-			fmt.Fprintf(stderr, "\nFlags:\n")
+			fmt.Fprintf(w, "\nFlags:\n")
 			fs.PrintDefaults()
 		}
 	}
@@ -109,9 +115,33 @@ func hasFlags(fs *flag.FlagSet) bool {
 	return n > 0
 }
 
-// parseFlags parses args, turning a parse failure into errUsage (the flag
-// package has already printed what was wrong).
+// helpOut is where asked-for help goes: the command's stdout (run sets it).
+var helpOut io.Writer = os.Stdout
+
+// parseFlags parses args with flags allowed anywhere among the positional
+// arguments (`ctl cache H --ttl 5m`), keeping the positional ones in order;
+// a negative number is an argument, not a flag. --help prints the help to
+// stdout and returns flag.ErrHelp (exit 0); a parse failure becomes
+// errUsage (the flag package has already printed what was wrong).
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	return parse(fs, interleaved(fs, args))
+}
+
+// parseLeadingFlags parses the flags before the first positional argument
+// only: for a command whose first argument names a subcommand with flags
+// of its own.
+func parseLeadingFlags(fs *flag.FlagSet, args []string) error { return parse(fs, args) }
+
+func parse(fs *flag.FlagSet, args []string) error {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" || a == "--h" {
+			fs.SetOutput(helpOut)
+			break
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -119,4 +149,49 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return errUsage
 	}
 	return nil
+}
+
+// interleaved moves the flags of args (with their values) before the
+// positional arguments, which follow a "--".
+func interleaved(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		name, hasValue := flagName(a)
+		if name == "" {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		if f := fs.Lookup(name); f != nil && !hasValue && !isBoolFlag(f) && i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return append(append(flags, "--"), pos...)
+}
+
+// flagName is the name of a flag argument ("-x", "--x", "--x=v"), or ""
+// for a positional one (including "-" and negative numbers).
+func flagName(a string) (name string, hasValue bool) {
+	if len(a) < 2 || a[0] != '-' {
+		return "", false
+	}
+	name = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+	if name == "" || !unicode.IsLetter(rune(name[0])) {
+		return "", false
+	}
+	if i := strings.IndexByte(name, '='); i >= 0 {
+		return name[:i], true
+	}
+	return name, false
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
