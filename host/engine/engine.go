@@ -13,6 +13,12 @@
 // A server stream carries fill orders, the prefill work splice replacements
 // need.
 //
+// Two modes (mode.go): in arena mode the engine computes in the device arena
+// the host allocated; in connector mode (vLLM's KV connector) the engine
+// keeps its own device memory and copies pages through the device tier,
+// which is then a staging arena, and the processes of one engine share one
+// registration.
+//
 // Registrations are versioned and fail closed: every call names its
 // registration, and a host that restarted (a new boot id) knows none, so the
 // engine's next call fails with unknown_registration and it registers again.

@@ -1,0 +1,269 @@
+"""The KV layout kvpilot registers for a vLLM engine, from vLLM's own config.
+
+The scheduler and the workers of one engine must register the same layout
+to share a registration, so both build it from the same facts: the KV cache
+spec vLLM computed (block size, KV heads, head size, dtype, the attention
+layers) and the model's rotary config (``rope_parameters``: theta, scaling,
+partial rotary). A worker then checks the tensors it was handed agree with
+it (``kvpilot.vllm.blockmap``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kvpilot.layout import Layout, RopeConfig, RopeScaling, dtype_name
+from kvpilot.vllm.settings import (
+    KEY_PREFIX,
+    LOGGER_NAME,
+    ConnectorConfigError,
+    ConnectorSettings,
+)
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+
+log = logging.getLogger(LOGGER_NAME)
+
+# Model types whose rotary embedding pairs adjacent elements (GPT-J style,
+# vLLM's is_neox_style=False); every other model pairs the two halves.
+_INTERLEAVED_MODEL_TYPES = frozenset(
+    {
+        "gptj",
+        "glm",
+        "glm4",
+        "chatglm",
+        "cohere",
+        "cohere2",
+        "ernie4_5_moe",
+        "llama4",
+        "llama4_text",
+    }
+)
+
+# rope_type values kvpilot's splice can rotate with (DESIGN.md §6).
+_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One engine's KV geometry: the layout, its RoPE and vLLM's layer order.
+
+    ``layer_names[i]`` is the vLLM attention layer stored as layout layer i.
+    """
+
+    layout: Layout
+    rope: RopeConfig
+    layer_names: tuple[str, ...]
+    head_dim: int
+
+    def describe(self) -> str:
+        """The layout in one line, for logs and errors."""
+        lay = self.layout
+        b = lay.buffers[0]
+        rope = (
+            f"rope {lay.rope.dim}/{b.head_dim} {lay.rope.style} base {self.rope.base:g}"
+            if lay.rope is not None
+            else "no rope"
+        )
+        return (
+            f"model={lay.model!r} page_size={lay.page_size} dtype={lay.dtype} "
+            f"layers={lay.layers} kv_heads={b.heads} head_dim={b.head_dim} {rope}"
+        )
+
+
+def check_parallelism(vllm_config: VllmConfig) -> None:
+    """Refuses the parallel layouts the connector does not handle yet.
+
+    Each tensor- or pipeline-parallel worker holds a different share of the
+    KV heads or layers, so its pages are not the engine's pages.
+    """
+    pc = vllm_config.parallel_config
+    tp = getattr(pc, "tensor_parallel_size", 1)
+    pp = getattr(pc, "pipeline_parallel_size", 1)
+    dcp = getattr(pc, "decode_context_parallel_size", 1)
+    if tp != 1 or pp != 1 or dcp != 1:
+        raise ConnectorConfigError(
+            "kvpilot connector: tensor, pipeline and decode-context parallelism are not "
+            f"supported yet (tensor_parallel_size={tp}, pipeline_parallel_size={pp}, "
+            f"decode_context_parallel_size={dcp}): run this vLLM with one worker per engine "
+            "(data parallelism is fine: each rank registers as its own engine)"
+        )
+
+
+def engine_id(vllm_config: VllmConfig, settings: ConnectorSettings) -> str:
+    """The id the scheduler and workers of this engine register under.
+
+    vLLM gives every engine a ``kv_transfer_config.engine_id`` that its
+    scheduler and workers share (it is broadcast across a worker group);
+    each data-parallel rank is an engine of its own.
+    """
+    base = settings.engine_id or str(vllm_config.kv_transfer_config.engine_id or "")
+    if not base:
+        raise ConnectorConfigError(
+            f"kvpilot connector: vLLM gave this engine no kv_transfer_config.engine_id; set "
+            f"{KEY_PREFIX}.engine_id to a name its scheduler and workers share"
+        )
+    rank = getattr(vllm_config.parallel_config, "data_parallel_rank", 0) or 0
+    return f"vllm-{base}-dp{rank}"
+
+
+def model_name(vllm_config: VllmConfig, settings: ConnectorSettings) -> str:
+    """The model name the layout registers under (it keys the cache)."""
+    if settings.model:
+        return settings.model
+    served = vllm_config.model_config.served_model_name
+    if isinstance(served, (list, tuple)):
+        served = served[0] if served else ""
+    return str(served or vllm_config.model_config.model)
+
+
+def geometry(
+    vllm_config: VllmConfig, kv_cache_config: KVCacheConfig, settings: ConnectorSettings
+) -> Geometry:
+    """The layout of this engine's KV cache, from vLLM's KV cache spec.
+
+    Raises ConnectorConfigError for caches kvpilot cannot hold yet: several
+    KV cache groups (hybrid models), MLA, quantized or padded pages, K and V
+    of different widths.
+    """
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec
+
+    groups = kv_cache_config.kv_cache_groups
+    if len(groups) != 1:
+        raise ConnectorConfigError(
+            f"kvpilot connector: this model has {len(groups)} KV cache groups (a hybrid or "
+            "sliding-window model); the kvpilot connector supports models whose layers all "
+            "use full attention"
+        )
+    spec = groups[0].kv_cache_spec
+    layer_names = tuple(groups[0].layer_names)
+    if isinstance(spec, MLAAttentionSpec) or not isinstance(spec, FullAttentionSpec):
+        raise ConnectorConfigError(
+            f"kvpilot connector: KV cache spec {type(spec).__name__} is not supported yet "
+            "(the connector handles full attention with K and V: MHA, GQA, MQA)"
+        )
+    if vllm_config.cache_config.cache_dtype not in ("auto", None):
+        raise ConnectorConfigError(
+            f"kvpilot connector: kv_cache_dtype={vllm_config.cache_config.cache_dtype} is not "
+            "supported yet: run with --kv-cache-dtype auto"
+        )
+    head_v = getattr(spec, "head_size_v", spec.head_size)
+    padded = getattr(spec, "page_size_padded", None)
+    slots = getattr(spec, "num_head_slots", None)
+    if head_v != spec.head_size or padded is not None or slots not in (None, spec.num_kv_heads):
+        raise ConnectorConfigError(
+            f"kvpilot connector: KV pages with head_size {spec.head_size}, head_size_v "
+            f"{head_v}, page_size_padded {padded}, num_head_slots {slots} are not supported "
+            "yet (want K and V of one width, unpadded)"
+        )
+    if not layer_names:
+        raise ConnectorConfigError("kvpilot connector: the model has no attention layers")
+
+    hf = vllm_config.model_config.hf_text_config
+    rope_dim, style, rope = rope_of(hf, spec.head_size, settings)
+    layout = Layout.mha(
+        model_name(vllm_config, settings),
+        page_size=spec.block_size,
+        dtype=dtype_name(spec.dtype),
+        layers=len(layer_names),
+        kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_size,
+        rope_dim=rope_dim,
+        rope_style=style or "half_split",
+    )
+    layout.validate()
+    return Geometry(layout=layout, rope=rope, layer_names=layer_names, head_dim=spec.head_size)
+
+
+def rope_of(
+    hf_config: Any, head_dim: int, settings: ConnectorSettings
+) -> tuple[int, str, RopeConfig]:
+    """The rotated width, pairing and RoPE config of a model's keys.
+
+    Returns ``(0, "", RopeConfig())`` for a model without rotary keys, or
+    one whose scaling kvpilot cannot rotate with: its pages are cached all
+    the same, only never spliced.
+    """
+    params = _rope_parameters(hf_config)
+    if params is None:
+        return 0, "", RopeConfig()
+    kind = str(params.get("rope_type") or params.get("type") or "default")
+    if kind not in _ROPE_TYPES:
+        log.info(
+            "kvpilot connector: rope_type %r cannot be rotated by kvpilot's splice; pages are "
+            "cached without a RoPE slice (prefix caching works, splicing does not)",
+            kind,
+        )
+        return 0, "", RopeConfig()
+    dim = params.get("rope_dim")
+    if not dim:
+        partial = float(
+            params.get("partial_rotary_factor", getattr(hf_config, "partial_rotary_factor", 1.0))
+            or 1.0
+        )
+        dim = int(head_dim * partial)
+    dim = int(dim)
+    if dim < 2 or dim % 2 or dim > head_dim:
+        log.info(
+            "kvpilot connector: rotary width %d of a %d-wide head: no RoPE slice", dim, head_dim
+        )
+        return 0, "", RopeConfig()
+    style = settings.rope_style or (
+        "interleaved"
+        if str(getattr(hf_config, "model_type", "")) in _INTERLEAVED_MODEL_TYPES
+        else "half_split"
+    )
+    theta = float(params.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)) or 10000.0)
+    orig = int(
+        params.get("original_max_position_embeddings")
+        or getattr(hf_config, "original_max_position_embeddings", 0)
+        or 0
+    )
+    scaling = RopeScaling()
+    if kind == "linear":
+        scaling = RopeScaling(type="linear", factor=float(params.get("factor", 1.0)))
+    elif kind == "llama3":
+        scaling = RopeScaling(
+            type="llama3",
+            factor=float(params.get("factor", 1.0)),
+            original_max_position=orig,
+            low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+            high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+        )
+    elif kind == "yarn":
+        scaling = RopeScaling(
+            type="yarn",
+            factor=float(params.get("factor", 1.0)),
+            original_max_position=orig,
+            beta_fast=float(params.get("beta_fast", 32.0)),
+            beta_slow=float(params.get("beta_slow", 1.0)),
+            mscale=float(params.get("mscale") or 0.0),
+            mscale_all_dim=float(params.get("mscale_all_dim") or 0.0),
+            attention_factor=float(params.get("attention_factor") or 0.0),
+            no_truncate=params.get("truncate", True) is False,
+        )
+    return dim, style, RopeConfig(base=theta, scaling=scaling)
+
+
+def _rope_parameters(hf_config: Any) -> Mapping[str, Any] | None:
+    """The model's rope parameters as one flat mapping, or None without RoPE.
+
+    vLLM normalises configs to ``rope_parameters``; older configs carry
+    ``rope_theta`` and ``rope_scaling``. Per-layer-type parameters
+    (``{"full_attention": {...}, ...}``) take the full-attention entry.
+    """
+    params = getattr(hf_config, "rope_parameters", None)
+    if isinstance(params, Mapping) and params:
+        if all(isinstance(v, Mapping) for v in params.values()):
+            params = params.get("full_attention") or next(iter(params.values()))
+        return params
+    theta = getattr(hf_config, "rope_theta", None)
+    if theta is None:
+        return None
+    scaling = getattr(hf_config, "rope_scaling", None) or {}
+    return {"rope_theta": theta, **dict(scaling)}

@@ -1,0 +1,206 @@
+"""vLLM with KvpilotConnector on a real kvpilot host, end to end (CPU).
+
+A tiny Llama (seeded random weights, no tokenizer) runs in vLLM's CPU build,
+in subprocesses (tests/vllm_support/run_llm.py), with the connector selected
+exactly as a user would: ``kv_connector_module_path="kvpilot.vllm"``. One
+vLLM process fills kvpilot; a fresh one must then be served the prompt's
+prefix from kvpilot and produce the same greedy tokens as vLLM without
+kvpilot. Each vLLM start costs 15 s (one process) to 40 s (scheduler and
+worker in processes of their own) on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from kvpilot import ControlClient
+from tests.vllm_support.tiny_model import write_tiny_llama
+
+SDK_PYTHON = Path(__file__).resolve().parents[1]
+RUNNER = SDK_PYTHON / "tests" / "vllm_support" / "run_llm.py"
+
+#: vLLM's CPU attention takes blocks in multiples of 32 tokens, and the
+#: connector needs vLLM's block to be kvpilot's page.
+PAGE = 32
+PROMPT_LEN = 100  # three full pages and four tokens
+MAX_TOKENS = 8
+
+#: A small staging arena (kvpilot's device tier in connector mode): after a
+#: few prompts the first one's pages have left it for the host tier.
+HOST_CONFIG: dict[str, Any] = {
+    "index": {"page_size": PAGE},
+    "tiers": {
+        "device": {"capacity_pages": 8},
+        "host": {"capacity_pages": 128},
+        "disk": {"capacity_pages": 256},
+    },
+}
+
+
+def _prompt(seed: int) -> list[int]:
+    r = random.Random(seed)
+    return [r.randrange(3, 512) for _ in range(PROMPT_LEN)]
+
+
+A, B, C, D, E = (_prompt(i) for i in range(5))
+#: C and one more page (and a bit): three pages hit in kvpilot, one saved.
+C2 = C + _prompt(5)[:40]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def baseline(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[int]]:
+    """Greedy tokens of prompts A and C2 from vLLM without kvpilot."""
+    res = run_vllm(
+        tmp_path_factory.mktemp("baseline"), tiny_model, None, [{"tokens": A}, {"tokens": C2}]
+    )
+    return {"A": res["outputs"][0]["token_ids"], "C2": res["outputs"][1]["token_ids"]}
+
+
+def run_vllm(
+    workdir: Path,
+    model: Path,
+    connector: dict[str, Any] | None,
+    prompts: list[dict[str, Any]],
+    *,
+    multiprocess: bool = False,
+    expect_error: bool = False,
+) -> dict[str, Any]:
+    """Runs vLLM on the prompts in a subprocess; returns run_llm's result
+    (``log`` is vLLM's output). ``multiprocess`` runs vLLM's scheduler and
+    worker in processes of their own, as it serves in production.
+    """
+    out = workdir / "result.json"
+    spec = {
+        "model": str(model),
+        "block_size": PAGE,
+        "max_tokens": MAX_TOKENS,
+        "connector": connector,
+        "prompts": prompts,
+        "out": str(out),
+    }
+    spec_path = workdir / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SDK_PYTHON), env.get("PYTHONPATH")]))
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocess else "0"
+    env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+    log_path = workdir / "vllm.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.run(
+            [sys.executable, str(RUNNER), str(spec_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=workdir,
+            timeout=600,
+        )
+    text = log_path.read_text(errors="replace")
+    assert out.exists(), f"vLLM runner wrote no result (exit {proc.returncode}):\n{text[-6000:]}"
+    res = json.loads(out.read_text())
+    res["log"] = text
+    if not expect_error:
+        assert "error" not in res, f"{res['error']}\n{res.get('traceback', '')}\n{text[-6000:]}"
+    return res
+
+
+def _kvpilot(output: dict[str, Any]) -> dict[str, Any]:
+    return (output.get("kv_transfer_params") or {}).get("kvpilot") or {}
+
+
+def test_prefix_from_kvpilot_in_a_fresh_vllm(
+    kvpilot_host_factory: Any, tiny_model: Path, baseline: dict[str, list[int]], tmp_path: Path
+) -> None:
+    host = kvpilot_host_factory(**HOST_CONFIG)
+    connector = {"socket": host.engine_socket}
+    full_pages = PROMPT_LEN // PAGE
+    # vLLM computes at least the last prompt token itself.
+    expect_cached = (PROMPT_LEN - 1) // PAGE * PAGE
+
+    # Process 1 (scheduler and worker in processes of their own, sharing one
+    # registration) fills kvpilot: every prompt page is saved, none is a hit.
+    (tmp_path / "p1").mkdir()
+    first = run_vllm(
+        tmp_path / "p1",
+        tiny_model,
+        connector,
+        [{"tokens": p} for p in (A, B, C, D)],
+        multiprocess=True,
+    )
+    for out in first["outputs"]:
+        assert out["num_cached_tokens"] == 0, out
+        assert _kvpilot(out) == {"cached_tokens": 0, "loaded_pages": 0, "saved_pages": full_pages}
+    assert first["outputs"][0]["token_ids"] == baseline["A"]
+    assert "engine process joined its registration" in host.log_tail(200)
+
+    with ControlClient(host.control_socket) as ctl:
+        tiers = ctl.stats().tiers
+    assert tiers["host"].pages == 4 * full_pages, tiers
+    assert tiers["device"].pages < 4 * full_pages, tiers
+
+    # Process 2 is fresh: its own prefix cache is empty, so every cached
+    # token comes from kvpilot. A's pages had left the staging arena and are
+    # loaded back from kvpilot's host tier. The request with malformed
+    # kv_transfer_params fails alone; the ones after it are served. C2 takes
+    # C's three pages from kvpilot, saves its fourth, and pins all four.
+    (tmp_path / "p2").mkdir()
+    second = run_vllm(
+        tmp_path / "p2",
+        tiny_model,
+        connector,
+        [
+            {"tokens": A},
+            {"tokens": E, "kv_transfer_params": {"kvpilot": {"tenant": 5}}},
+            {
+                "tokens": C2,
+                "kv_transfer_params": {
+                    "kvpilot": {
+                        "session": "chat-c",
+                        "cache_control": {"type": "ephemeral", "ttl": "5m"},
+                    }
+                },
+            },
+        ],
+    )
+    a, bad, c = second["outputs"]
+    assert a["num_cached_tokens"] == expect_cached, a
+    assert _kvpilot(a) == {"cached_tokens": expect_cached, "loaded_pages": 3, "saved_pages": 0}
+    assert a["token_ids"] == baseline["A"]
+
+    assert bad["finish_reason"] == "error", bad
+    assert bad["token_ids"] == []
+    assert "kv_transfer_params.kvpilot.tenant is a int: want a string" in second["log"]
+
+    assert c["num_cached_tokens"] == expect_cached, c
+    assert c["token_ids"] == baseline["C2"]
+    kc = _kvpilot(c)
+    assert (kc["cached_tokens"], kc["saved_pages"], kc["pinned_blocks"]) == (96, 1, 4), c
+
+    with ControlClient(host.control_socket) as ctl:
+        stats = ctl.stats()
+    assert sum(t.pinned_pages for t in stats.tiers.values()) >= 4, stats
+
+
+def test_missing_socket_stops_vllm_with_one_clear_error(tiny_model: Path, tmp_path: Path) -> None:
+    sock = tmp_path / "no-host" / "engine.sock"
+    res = run_vllm(tmp_path, tiny_model, {"socket": str(sock)}, [{"tokens": A}], expect_error=True)
+    assert res["error"] == (
+        f"ConnectorConfigError: kvpilot connector: no kvpilot host at "
+        f"kv_connector_extra_config.socket={sock} (no such file): start `kvpilot serve` with "
+        "engine.socket at that path (default <data_dir>/run/engine.sock), or set "
+        "kv_connector_extra_config.socket to the socket it serves"
+    )

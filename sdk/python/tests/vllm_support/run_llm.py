@@ -1,0 +1,92 @@
+"""Runs vLLM's offline LLM on token-id prompts, one generate call per prompt.
+
+Usage: ``python run_llm.py SPEC.json``. The spec names the model directory,
+the block size, the connector's kv_connector_extra_config (absent: no
+connector), the prompts (token ids, optional kv_transfer_params) and the
+JSON file to write: per prompt its output token ids, num_cached_tokens,
+finish reason and output kv_transfer_params, plus timings; or ``{"error":
+...}`` when vLLM did not start. vLLM's own logs go to stdout and stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from typing import Any
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    kwargs: dict[str, Any] = {}
+    if spec.get("connector") is not None:
+        ktc: dict[str, Any] = {
+            "kv_connector": "KvpilotConnector",
+            "kv_connector_module_path": "kvpilot.vllm",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": spec["connector"],
+        }
+        if spec.get("kv_load_failure_policy"):
+            ktc["kv_load_failure_policy"] = spec["kv_load_failure_policy"]
+        kwargs["kv_transfer_config"] = ktc
+    t0 = time.monotonic()
+    llm = LLM(
+        model=spec["model"],
+        skip_tokenizer_init=True,
+        enforce_eager=True,
+        block_size=spec["block_size"],
+        dtype=spec.get("dtype", "bfloat16"),
+        max_model_len=spec.get("max_model_len", 512),
+        max_num_seqs=4,
+        seed=0,
+        kv_cache_memory_bytes=64 << 20,
+        **kwargs,
+    )
+    t1 = time.monotonic()
+    outputs = []
+    for p in spec["prompts"]:
+        extra = {}
+        if p.get("kv_transfer_params") is not None:
+            extra = {"kv_transfer_params": p["kv_transfer_params"]}
+        sp = SamplingParams(
+            max_tokens=spec.get("max_tokens", 8),
+            temperature=0.0,
+            detokenize=False,
+            extra_args=extra or None,
+        )
+        try:
+            (o,) = llm.generate([TokensPrompt(prompt_token_ids=p["tokens"])], sp, use_tqdm=False)
+        except Exception as e:
+            outputs.append({"exception": f"{type(e).__name__}: {e}"})
+            continue
+        c = o.outputs[0] if o.outputs else None
+        outputs.append(
+            {
+                "token_ids": list(c.token_ids) if c else [],
+                "finish_reason": c.finish_reason if c else None,
+                "num_cached_tokens": o.num_cached_tokens,
+                "kv_transfer_params": o.kv_transfer_params,
+            }
+        )
+    return {"init_s": t1 - t0, "generate_s": time.monotonic() - t1, "outputs": outputs}
+
+
+def main() -> int:
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
+    try:
+        result = run(spec)
+        code = 0
+    except BaseException as e:
+        result = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+        code = 2
+    with open(spec["out"], "w") as f:
+        json.dump(result, f)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
