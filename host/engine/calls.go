@@ -300,14 +300,23 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 	cerr := ix.Commit(r.tenant, h, locs, &res)
 	// Lock the deepest page now in the index, so what the request wrote
 	// stays while it decodes; then the engine's slots are the index's.
+	// A connector-mode engine decodes from its own copy and has loaded its
+	// matched pages before it computes anything to commit: the staging
+	// slots are free to be demoted at once, and so the staging tier need
+	// only hold the pages in flight, not every running request's prompt.
 	deepest := -1
-	for i := n - 1; i >= 0; i-- {
+	for i := n - 1; i >= 0 && r.reg.mode != ModeConnector; i-- {
 		if info, ok := ix.Lookup(r.tenant, h.Sequence[i]); ok && info.Tiers.Has(tier.Device) {
 			deepest = i
 			break
 		}
 	}
-	if deepest >= 0 && deepest+1 > r.matched {
+	switch {
+	case r.reg.mode == ModeConnector:
+		if err := s.lockPathLocked(r, 0, false); err != nil {
+			s.cfg.Log.Error("unlocking staged pages failed", "request", r.id, "error", err)
+		}
+	case deepest >= 0 && deepest+1 > r.matched:
 		if err := s.lockPathLocked(r, h.Sequence[deepest], true); err != nil {
 			s.cfg.Log.Error("locking committed pages failed", "request", r.id, "error", err)
 		}

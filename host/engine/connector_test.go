@@ -60,9 +60,20 @@ func TestConnectorProcessesShareOneRegistration(t *testing.T) {
 	for i, sl := range slots {
 		fillPage(t, worker.Device(), sl, tagByPage(i))
 	}
-	if _, err := worker.Commit(ctx, m.RequestID, toks, slots); err != nil {
+	com, err := worker.Commit(ctx, m.RequestID, toks, slots)
+	if err != nil {
 		t.Fatal(err)
 	}
+	// The engine keeps its own copy: committed staging pages are not held
+	// for the rest of the request (the staging tier holds pages in flight).
+	h.Lock.Lock()
+	for i, seq := range com.BlockHashes {
+		if p, ok := h.Index.Lookup("", seq); !ok || p.LockRef != 0 {
+			h.Lock.Unlock()
+			t.Fatalf("committed page %d after the commit: %+v (found %v), want unlocked", i, p, ok)
+		}
+	}
+	h.Lock.Unlock()
 	if _, err := sched.Finish(ctx, engineclient.FinishRequest{RequestID: m.RequestID}); err != nil {
 		t.Fatal(err)
 	}
