@@ -65,7 +65,7 @@ type RealModelReport struct {
 	Targets struct {
 		Met bool `json:"met"`
 	} `json:"targets"`
-	// Extra keeps whatever else the child reported (ratios, notes).
+	// Extra is the whole report as the child printed it (ratios, notes).
 	Extra map[string]json.RawMessage `json:"-"`
 }
 
@@ -153,16 +153,8 @@ func parseRealModel(b []byte) (*RealModelReport, error) {
 }
 
 // MarshalJSON writes the report back as the child printed it: every field
-// it sent, the known ones included.
-func (r *RealModelReport) MarshalJSON() ([]byte, error) {
-	out := map[string]any{}
-	for k, v := range r.Extra {
-		out[k] = v
-	}
-	out["scenario"], out["params"], out["arms"] = r.Scenario, r.Params, r.Arms
-	out["checks"], out["targets"] = r.Checks, r.Targets
-	return json.Marshal(out)
-}
+// it sent, nested ones included (the typed fields are a read-only view).
+func (r *RealModelReport) MarshalJSON() ([]byte, error) { return json.Marshal(r.Extra) }
 
 // findPython resolves the interpreter that has the kvpilot package.
 func findPython(explicit string) (string, error) {
@@ -192,7 +184,9 @@ func findPython(explicit string) (string, error) {
 // WriteTable prints the arms and the checks.
 func (r *RealModelReport) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "real-model: wall clock on this CPU, one run; params %v\n\n", r.Params)
+	p := func(k string) any { return r.Params[k] }
+	fmt.Fprintf(tw, "real-model: %v (%v, hidden %v, %v layers, %v), a %v-token prompt from %v; page %v; wall clock on this CPU\n\n",
+		p("model"), p("architecture"), p("hidden"), p("layers"), p("dtype"), p("tokens"), p("trace"), p("page_size"))
 	fmt.Fprintf(tw, "arm\tTTFT ms\tprompt\tcached\tprefilled\n")
 	for _, name := range realModelArms {
 		a := r.Arms[name]

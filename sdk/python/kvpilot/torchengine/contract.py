@@ -1,0 +1,315 @@
+"""The splice contract, checked against a model's own attention code.
+
+After an amortize splice replaces ``[i, j)`` of a session by τ, the cache
+must equal the original prefill with downstream positions re-indexed
+(DESIGN.md §6). At layer 0 that is exact and checkable: a layer-0 key is a
+function of its token and position only, so every downstream layer-0 key
+must equal the model's own key for that token at its new position. Deeper
+layers mix in the (edited) context; amortize keeps their old values by
+design, which is what the first-token agreement measures.
+
+``check_splice`` compares the layer-0 rows read back from the arena after a
+splice with:
+
+- the model's own rows for the edited sequence, from transformers' own
+  forward pass with a DynamicCache (``layer0_rows``): the key head within
+  ``rel_tol`` in relative L2 norm (fp32);
+- the exact rotation (float64) of the row stored before the splice by
+  Δ = |τ| - (j - i), with the frequencies of the registered RoPE config
+  (float64, as the host computes them; they must agree with the model's own
+  ``rotary_emb.inv_freq`` to fp32 precision): each rotated element within
+  one storage ulp plus fp32 round-off of its pair (the reference engine's
+  rule);
+- the row stored before the splice: V and the key's non-rotary elements
+  bit for bit.
+
+Why relative L2 for the first comparison: transformers forms RoPE angles in
+fp32 (``position_ids.float() * inv_freq``), so the model's own key at a
+position p carries an angle error of up to half an ulp of p·θ (7.6e-6 rad
+for angles in [128, 256)); the key stored at the old position and the
+reference at the new one each carry their own, and the highest-frequency
+pairs can differ by ~1.5e-5 of their magnitude elementwise while the head
+as a whole agrees within ~6e-6. The exact-rotation comparison is the sharp
+one: it isolates what the host did.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from kvpilot.layout import Layout, RopeConfig
+from kvpilot.torchengine.models import TinyModel
+from kvpilot.torchengine.rope import inv_freq64, pair_index, to_storage
+
+#: How far the registered config's frequencies may be from the model's
+#: float32 ones (relative): a few float32 roundings.
+FREQ_TOL = 1e-6
+
+_MANTISSA = {torch.float32: 23, torch.bfloat16: 7, torch.float16: 10}
+
+
+@contextmanager
+def _first_layer(tm: TinyModel) -> Iterator[None]:
+    # transformers' models loop over model.layers: with one left, the
+    # forward pass stops after layer 0 (whose cache is all we read).
+    inner = tm.model.model
+    layers = inner.layers
+    inner.layers = nn.ModuleList(list(layers)[:1])
+    try:
+        yield
+    finally:
+        inner.layers = layers
+
+
+@torch.no_grad()
+def layer0_rows(
+    tm: TinyModel, tokens: Sequence[int], *, first_layer_only: bool = False
+) -> tuple[torch.Tensor, ...]:
+    """The model's own layer-0 cache rows for ``tokens`` at positions 0..,
+    per buffer ``[N, heads, head_dim]`` in the engine's storage form.
+
+    They come from transformers' forward pass (``use_cache=True``): K and V
+    of Llama and Qwen2, or DeepSeek-V3's cached ``(kv_c, k_pe)``, whose
+    half-split k_pe is rearranged into the declared pairing.
+    ``first_layer_only`` runs the forward pass through layer 0 only (the
+    same rows, for long prompts).
+    """
+    ids = torch.as_tensor([list(tokens)], dtype=torch.long)
+    if first_layer_only:
+        with _first_layer(tm):
+            cache = tm.model(ids, use_cache=True).past_key_values.layers[0]
+    else:
+        cache = tm.model(ids, use_cache=True).past_key_values.layers[0]
+    keys, values = cache.keys[0], cache.values[0]
+    if tm.attention == "mla":
+        # transformers caches the normed latent as keys and k_pe as values.
+        row = torch.cat((keys[0], to_storage(values[0], tm.mla_pairing)), dim=-1)
+        return (row.unsqueeze(1),)
+    return keys.transpose(0, 1).contiguous(), values.transpose(0, 1).contiguous()
+
+
+def ulp(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """One unit in the last place of |x| in ``dtype`` (float64 result)."""
+    x = x.double().abs()
+    mant = _MANTISSA[dtype]
+    tiny = torch.finfo(dtype).tiny
+    _, e = torch.frexp(torch.clamp(x, min=tiny))
+    return torch.ldexp(torch.ones_like(x), e - 1 - mant)
+
+
+def rotate_exact(
+    slice_: torch.Tensor, delta: int, inv_freq: torch.Tensor, pairing: str
+) -> torch.Tensor:
+    """``slice_`` (``[..., dim]``) rotated by ``delta`` positions in float64
+    with unscaled cos/sin (the rotation rule of DESIGN.md §6).
+    """
+    x = slice_.double().clone()
+    a, b = pair_index(x.shape[-1], pairing)
+    ang = float(delta) * inv_freq.double()
+    c, s = torch.cos(ang), torch.sin(ang)
+    xa, xb = x[..., a], x[..., b]
+    x[..., a] = xa * c - xb * s
+    x[..., b] = xa * s + xb * c
+    return x
+
+
+def angle_allowance(
+    key: torch.Tensor,
+    off: int,
+    dim: int,
+    pairing: str,
+    inv32: torch.Tensor,
+    inv64: torch.Tensor,
+    p: int,
+    q: int,
+) -> torch.Tensor:
+    """Per head of ``key`` (``[heads, head_dim]``), the relative L2 distance
+    transformers' fp32 RoPE angles can put between the key of one token at
+    position p and its rotation from position q by the host.
+
+    transformers forms each angle as ``float32(position) * inv_freq`` in
+    fp32 with float32 frequencies: an error of up to half an ulp of the
+    angle at each position, plus a few ulps of 1 for cos, sin and the
+    attention factor; the host rotates by (p - q)·θ with float64 θ, which
+    differs by |p - q|·|θ64 - θ32|. A pair of norm r moves by r times the
+    angle error.
+    """
+    half_ulp = 0.5 * (ulp(p * inv32, torch.float32) + ulp(q * inv32, torch.float32))
+    eps = half_ulp + abs(p - q) * (inv64 - inv32.double()).abs() + 4 * 2.0**-24
+    a, b = pair_index(dim, pairing)
+    rope_part = key[..., off : off + dim].double()
+    pair_norm = torch.hypot(rope_part[..., a], rope_part[..., b])
+    return (pair_norm * eps).norm(dim=-1) / key.double().norm(dim=-1)
+
+
+@dataclass
+class SpliceCheck:
+    """What ``check_splice`` found.
+
+    Attributes:
+        downstream_rows: downstream rows checked (positions after τ).
+        filled_rows: τ's rows checked (written by the fill order).
+        prefix_rows: rows before the edit checked bit for bit.
+        max_rel_model: the largest relative L2 distance of a key head from
+            the model's own key at its position (downstream and τ).
+        max_rel_model_elem: the same elementwise, relative to the head's
+            largest element (reported, not gated).
+        max_rotation_err: the largest distance of a rotated element from
+            the exact rotation of the stored element, in units of its
+            tolerance (<= 1 passes).
+        max_rotation_ulps: the same in storage ulps of the exact element.
+        max_angle_allowance: the largest widening of the model tolerance
+            for fp32 angle rounding (``angle_rounding`` only).
+        moved_bits_equal: V and the non-rotary key elements of downstream
+            rows, and every row before the edit, are unchanged bit for bit.
+        failures: descriptions of the first failing rows.
+        ok: everything passed.
+    """
+
+    downstream_rows: int = 0
+    filled_rows: int = 0
+    prefix_rows: int = 0
+    max_rel_model: float = 0.0
+    max_rel_model_elem: float = 0.0
+    max_rotation_err: float = 0.0
+    max_rotation_ulps: float = 0.0
+    max_angle_allowance: float = 0.0
+    freq_rel_err: float = 0.0
+    moved_bits_equal: bool = True
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """All checks passed (and there was something downstream to check)."""
+        return not self.failures and self.downstream_rows > 0
+
+
+def _fail(chk: SpliceCheck, msg: str) -> None:
+    if len(chk.failures) < 8:
+        chk.failures.append(msg)
+
+
+def check_splice(
+    tm: TinyModel,
+    layout: Layout,
+    rope_cfg: RopeConfig,
+    *,
+    before: tuple[torch.Tensor, ...],
+    after: tuple[torch.Tensor, ...],
+    edited: Sequence[int],
+    start: int,
+    end: int,
+    replacement: Sequence[int],
+    rel_tol: float = 1e-5,
+    angle_rounding: bool = False,
+    first_layer_only: bool = False,
+) -> SpliceCheck:
+    """Checks layer-0 rows after a splice of ``[start, end)`` by
+    ``replacement`` (see the module doc).
+
+    ``rope_cfg`` is the RoPE config the engine registered. ``before`` are
+    the cached rows (per buffer) of the original sequence,
+    ``after`` those of the ``edited`` sequence, each from position 0; only
+    positions both cover are compared. ``rel_tol`` gates the distance to the
+    model's own keys in fp32 (a bf16 cache is gated by its ulp against the
+    exact rotation only). ``angle_rounding`` widens it, per key head, by
+    the bound of transformers' own fp32 angle rounding at the stored and the
+    new position (``angle_allowance``); long prompts need it, since that
+    rounding grows with the position. ``first_layer_only`` computes the
+    model's rows with a forward pass through layer 0 only.
+    """
+    rope = layout.rope
+    assert rope is not None, "a splice needs a RoPE slice"
+    kbuf, off, dim = rope.buffer, rope.offset, rope.dim
+    delta = len(replacement) - (end - start)
+    inv32 = tm.model.model.rotary_emb.inv_freq.detach().float()
+    inv = inv_freq64(rope_cfg, dim)
+    dtype = after[kbuf].dtype
+    fp32 = dtype == torch.float32
+    model = layer0_rows(tm, edited, first_layer_only=first_layer_only)
+    chk = SpliceCheck()
+    chk.freq_rel_err = float(((inv - inv32.double()).abs() / inv).max())
+    if not chk.freq_rel_err <= FREQ_TOL:
+        _fail(chk, f"registered RoPE frequencies are {chk.freq_rel_err:.3g} from the model's")
+    n_after = after[kbuf].shape[0]
+    n_before = before[kbuf].shape[0]
+
+    # Rows before the edit: untouched.
+    for p in range(min(start, n_after, n_before)):
+        chk.prefix_rows += 1
+        for b in range(len(after)):
+            if not torch.equal(after[b][p], before[b][p]):
+                chk.moved_bits_equal = False
+                _fail(chk, f"position {p} (before the edit) buffer {b} changed")
+
+    def against_model(p: int, stored_at: int, what: str) -> None:
+        got, want = after[kbuf][p].double(), model[kbuf][p].double()
+        rel_heads = (got - want).norm(dim=-1) / want.norm(dim=-1)
+        tol = torch.full_like(rel_heads, rel_tol)
+        if angle_rounding and stored_at != p:
+            allow = angle_allowance(want, off, dim, rope.style, inv32, inv, p, stored_at)
+            chk.max_angle_allowance = max(chk.max_angle_allowance, float(allow.max()))
+            tol = tol + allow
+        rel = float(rel_heads.max())
+        elem = float(((got - want).abs().amax(-1) / want.abs().amax(-1)).max())
+        chk.max_rel_model = max(chk.max_rel_model, rel)
+        chk.max_rel_model_elem = max(chk.max_rel_model_elem, elem)
+        if fp32 and not bool((rel_heads <= tol).all()):
+            _fail(
+                chk,
+                f"{what} position {p}: key {rel:.3g} from the model's own "
+                f"(tol {float(tol.max()):.3g})",
+            )
+
+    # τ's rows, written by the engine's fill.
+    for p in range(start, min(start + len(replacement), n_after)):
+        chk.filled_rows += 1
+        against_model(p, p, "replacement")
+
+    # Downstream rows: moved by Δ.
+    rot = slice(off, off + dim)
+    for p in range(start + len(replacement), n_after):
+        old = p - delta
+        if old >= n_before:
+            break
+        chk.downstream_rows += 1
+        against_model(p, old, "downstream")
+        got_k, old_k = after[kbuf][p], before[kbuf][old]
+        exact = rotate_exact(old_k[..., rot], delta, inv, rope.style)
+        got = got_k[..., rot].double()
+        a, b = pair_index(dim, rope.style)
+        norm = torch.zeros_like(exact)
+        pn = torch.hypot(exact[..., a], exact[..., b])
+        norm[..., a], norm[..., b] = pn, pn
+        tol = 16 * ulp(norm, torch.float32) + ulp(exact, dtype)
+        err = (got - exact).abs()
+        worst = float((err / tol).max())
+        chk.max_rotation_err = max(chk.max_rotation_err, worst)
+        chk.max_rotation_ulps = max(chk.max_rotation_ulps, float((err / ulp(exact, dtype)).max()))
+        if not worst <= 1.0:
+            _fail(chk, f"downstream position {p} (was {old}): rotation {worst:.3g}x its tolerance")
+        keep = torch.ones(got_k.shape[-1], dtype=torch.bool)
+        keep[rot] = False
+        same = torch.equal(got_k[..., keep], old_k[..., keep])
+        for bb in range(len(after)):
+            if bb != kbuf:
+                same = same and torch.equal(after[bb][p], before[bb][old])
+        if not same:
+            chk.moved_bits_equal = False
+            _fail(chk, f"downstream position {p} (was {old}): V or non-rotary K changed")
+    if chk.downstream_rows == 0:
+        _fail(chk, "no downstream rows to check")
+    return chk
+
+
+def agreement(pairs: Sequence[tuple[int, int]]) -> float:
+    """The share of (amortized, re-prefilled) first tokens that agree."""
+    if not pairs:
+        return math.nan
+    return sum(a == b for a, b in pairs) / len(pairs)

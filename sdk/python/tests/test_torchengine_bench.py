@@ -1,0 +1,64 @@
+"""``python -m kvpilot.torchengine.bench`` end to end, small.
+
+A tiny model on a short prompt from a synthetic trace file (so the test does
+not depend on shared/traces): one JSON object on stdout with the four arms,
+and the checks that do not depend on timing. Times are a benchmark's
+business, never a test's, so the TTFT target is not asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from kvpilot.torchengine.scenario import host_config
+
+
+def synthetic_trace(path: Path) -> None:
+    """One session in the traces' JSON Lines format, tool outputs included."""
+    msgs = [{"role": "user", "content": "Fix the failing date parser test in this repository."}]
+    for k in range(8):
+        msgs.append({"role": "assistant", "content": f"Running step {k}.", "tool_name": "Bash"})
+        lines = "\n".join(
+            f"line {k}.{n}: value={n * n} status=ok path=src/m{k}.py" for n in range(40)
+        )
+        msgs.append({"role": "tool", "content": lines, "tool_name": "Bash"})
+    path.write_text(
+        json.dumps({"session_id": "synthetic", "source": "test", "messages": msgs}) + "\n"
+    )
+
+
+def test_bench_reports_four_arms(kvpilot_host_factory, tmp_path: Path) -> None:
+    h = kvpilot_host_factory(**host_config(16, 512, sink_tokens=0))
+    synthetic_trace(tmp_path / "t.jsonl")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    args = [
+        sys.executable, "-m", "kvpilot.torchengine.bench",
+        "--engine-socket", h.engine_socket, "--control-socket", h.control_socket,
+        "--traces", str(tmp_path), "--trace", "t.jsonl",
+        "--tokens", "1500", "--size", "tiny", "--repeat", "1", "--page-size", "16",
+    ]  # fmt: skip
+    res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 1, res.stdout
+    r = json.loads(lines[0])
+    assert r["scenario"] == "real-model"
+    arms = r["arms"]
+    assert set(arms) >= {"full_prefill", "kvpilot_prefix", "reprefill_edit", "kvpilot_splice"}
+    assert arms["full_prefill"]["prompt_tokens"] == 1500
+    assert arms["kvpilot_prefix"]["cached_tokens"] >= 1500 - 2 * 16 - 20
+    assert r["checks"]["prefix_max_abs_logit_diff"] <= 1e-5
+    assert r["checks"]["splice_layer0_keys_ok"] is True, res.stderr[-4000:]
+    splice, re = arms["kvpilot_splice"]["prefill_tokens"], arms["reprefill_edit"]["prefill_tokens"]
+    assert 0 < splice <= 0.2 * re
+    assert isinstance(r["targets"]["met"], bool)
