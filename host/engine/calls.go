@@ -305,7 +305,7 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 	// slots are free to be demoted at once, and so the staging tier need
 	// only hold the pages in flight, not every running request's prompt.
 	deepest := -1
-	for i := n - 1; i >= 0 && r.reg.mode != ModeConnector; i-- {
+	for i := n - 1; i >= 0; i-- {
 		if info, ok := ix.Lookup(r.tenant, h.Sequence[i]); ok && info.Tiers.Has(tier.Device) {
 			deepest = i
 			break

@@ -74,8 +74,13 @@ func TestConnectorProcessesShareOneRegistration(t *testing.T) {
 		}
 	}
 	h.Lock.Unlock()
-	if _, err := sched.Finish(ctx, engineclient.FinishRequest{RequestID: m.RequestID}); err != nil {
-		t.Fatal(err)
+	// The request's prefix is still its own to pin at Finish.
+	fin, err := sched.Finish(ctx, engineclient.FinishRequest{RequestID: m.RequestID, CacheControlJSON: `{"type":"ephemeral","ttl":"5m"}`})
+	if err != nil || !fin.Pinned || fin.PinnedBlocks != 3 {
+		t.Fatalf("finish with cache_control: %+v %v; want 3 pages pinned", fin, err)
+	}
+	if s, ok := h.Service.Session("s"); !ok || s.CachedTokens != 48 {
+		t.Fatalf("session after the commit: %+v %v; want 48 cached tokens", s, ok)
 	}
 
 	// A new engine instance (another engine_id) replaces the registration.
