@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket as socketlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -63,6 +62,7 @@ from kvpilot.errors import (
 )
 from kvpilot.fdclaim import FDProtocolError, claim_fds
 from kvpilot.layout import Layout, RopeConfig
+from kvpilot.unixsock import socket_problem
 from kvpilot.v1 import common_pb2, engine_pb2, engine_pb2_grpc
 
 __all__ = [
@@ -111,21 +111,6 @@ def _u32s(values: Iterable[int] | np.ndarray) -> list[int]:
     if arr.size and (arr.min() < 0 or arr.max() > 0xFFFFFFFF):
         raise ValueError("tokens and slots must be unsigned 32-bit integers")
     return arr.astype(np.uint32).reshape(-1).tolist()
-
-
-def _socket_problem(path: str) -> str | None:
-    """Why nothing accepts connections on the Unix socket at path, or None."""
-    if not os.path.exists(path):
-        return "no such socket"
-    s = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
-    try:
-        s.settimeout(1.0)
-        s.connect(path)
-    except OSError as e:
-        return f"it refuses connections ({e.strerror or e})"
-    finally:
-        s.close()
-    return None
 
 
 class EngineClient:
@@ -428,7 +413,7 @@ class EngineClient:
         """
         e = from_rpc_error(err)
         if isinstance(e, (Unavailable, DeadlineExceeded)):
-            why = _socket_problem(self.socket)
+            why = socket_problem(self.socket)
             if why is not None:
                 out = Unavailable(
                     f"no kvpilot host at engine socket {self.socket}: {why}; start `kvpilot serve` "

@@ -9,13 +9,12 @@ the connector degrades instead (kvpilot.vllm.health).
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Callable
 
 from kvpilot.engine import EngineClient
 from kvpilot.engine_types import Registration
 from kvpilot.errors import InvalidLayout, KvpilotError, LayoutConflict, Unavailable
+from kvpilot.unixsock import socket_problem
 from kvpilot.vllm.geometry import Geometry
 from kvpilot.vllm.settings import KEY_PREFIX, ConnectorConfigError, ConnectorSettings
 
@@ -23,24 +22,9 @@ from kvpilot.vllm.settings import KEY_PREFIX, ConnectorConfigError, ConnectorSet
 _REGISTER_TIMEOUT_S = 15.0
 
 
-def socket_problem(path: str) -> str | None:
-    """Why nothing accepts connections on the Unix socket at path, or None."""
-    if not os.path.exists(path):
-        return "no such file"
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.settimeout(2.0)
-        s.connect(path)
-    except OSError as e:
-        return f"it refuses connections: {e.strerror or e}"
-    finally:
-        s.close()
-    return None
-
-
 def check_socket(settings: ConnectorSettings) -> None:
     """Raises ConnectorConfigError unless a host accepts on the socket."""
-    why = socket_problem(settings.socket)
+    why = socket_problem(settings.socket, timeout=2.0)
     if why is not None:
         raise ConnectorConfigError(
             f"kvpilot connector: no kvpilot host at {KEY_PREFIX}.socket={settings.socket} "
