@@ -25,6 +25,7 @@ Errors are ``kvpilot.errors.KvpilotError`` subclasses, never raw gRPC ones.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -56,6 +57,7 @@ from kvpilot.errors import (
     KvpilotError,
     Unavailable,
     UnknownRegistration,
+    UnknownRequest,
     from_proto,
     from_rpc_error,
     is_transient,
@@ -547,6 +549,20 @@ class EngineClient:
         )
         return CommitResult(stored=r.stored, present=r.present, block_hashes=list(r.block_hashes))
 
+    def ensure_registered(self, *, timeout: float | None = None) -> Registration:
+        """Makes sure this client's registration is live on the host, and
+        registers again when the host restarted; returns the registration.
+
+        Another process of a connector-mode engine may have registered with
+        a restarted host first: this brings this process onto the same
+        registration before it uses slots that process handed it. The host
+        has no call for the question alone, so it asks about a request no
+        one runs: unknown_request means the registration is live.
+        """
+        with contextlib.suppress(UnknownRequest, HostRestarted):
+            self.release(_PROBE_REQUEST, timeout=timeout)
+        return self.registration
+
     def release(self, request_id: str, *, timeout: float | None = None) -> int:
         """Ends a request; returns the unused slots the host freed."""
         r = self._call(
@@ -703,6 +719,11 @@ class EngineClient:
                 raise Unavailable("engine client closed")
             delay = min(delay * 2, max_backoff)
         raise AssertionError("unreachable")
+
+
+# A request id the host never hands out (its ids are hex), for
+# ensure_registered's liveness question.
+_PROBE_REQUEST = "kvpilot-registration-probe"
 
 
 def _message_to_proto(m: ChatMessage | dict[str, Any]) -> engine_pb2.ChatMessage:

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 # A request id no request has: a call about it makes a stale client
 # register again (see WorkerSide._current).
-_SYNC_REQUEST = "kvpilot-vllm-registration-check"
 
 
 class WorkerSide:
@@ -239,9 +238,8 @@ class WorkerSide:
             return False
         if self.client.registration.id == registration_id:
             return True
-        # unknown_request (current) or unknown_registration (now registered again)
         with contextlib.suppress(Exception):
-            self.client.release(_SYNC_REQUEST, timeout=self.settings.timeout_s)
+            self.client.ensure_registered(timeout=self.settings.timeout_s)
         return self.client.registration.id == registration_id
 
     def _reregistered(self, reg: Registration) -> None:
