@@ -336,16 +336,16 @@ def test_ensure_registered_follows_a_restart(kvpilot_host) -> None:
     # After a restart one process of a connector engine registers first;
     # the other catches up with ensure_registered, onto the same registration.
     kw = {"engine_id": "vllm-0", "mode": "connector"}
-    with EngineClient(kvpilot_host.engine_socket, LAYOUT, **kw) as a:
-        with EngineClient(kvpilot_host.engine_socket, LAYOUT, **kw) as b:
-            old = a.registration
-            assert a.ensure_registered() == old  # live: nothing changes
-            kvpilot_host.restart()
-            a.match(list(range(2 * PAGE)))  # registers with the new host
-            assert a.registration.boot_id != old.boot_id
-            assert b.registration.id == old.id
-            rb = b.ensure_registered()
-            assert rb.id == a.registration.id and rb.joined
+    sock = kvpilot_host.engine_socket
+    with EngineClient(sock, LAYOUT, **kw) as a, EngineClient(sock, LAYOUT, **kw) as b:
+        old = a.registration
+        assert a.ensure_registered() == old  # live: nothing changes
+        kvpilot_host.restart()
+        a.match(list(range(2 * PAGE)))  # registers with the new host
+        assert a.registration.boot_id != old.boot_id
+        assert b.registration.id == old.id
+        rb = b.ensure_registered()
+        assert rb.id == a.registration.id and rb.joined
 
 
 def test_concurrent_callers_register_once(kvpilot_host) -> None:
