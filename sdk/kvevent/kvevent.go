@@ -99,3 +99,11 @@ func (d *EventData) UnmarshalJSON(b []byte) error {
 	*d = EventData{Stored: v.Stored, Removed: v.Removed}
 	return nil
 }
+
+// unmarshalJSON decodes one JSON Event.
+func (ev *Event) unmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, ev); err != nil {
+		return fmt.Errorf("KV event JSON: %w", err)
+	}
+	return nil
+}
