@@ -7,7 +7,6 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/control/plane"
 	"github.com/kvpilot/kvpilot/host/control/publish"
-	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/uds"
 )
 
@@ -31,7 +30,8 @@ func (d *Daemon) buildControl() error {
 		NATS:             c.nats.Conn(),
 		WorkerID:         d.cfg.WorkerID,
 		DPRank:           d.cfg.Events.DPRank,
-		EventsSubject:    events.Subject(d.cfg.Events.Namespace, d.cfg.Events.Component),
+		EventsSubject:    d.cfg.EventsSubject(),
+		EventsFormat:     publish.Format(d.cfg.Events.Format),
 		WorkerSubject:    d.cfg.WorkerSubject(),
 		BroadcastSubject: d.cfg.NATS.BroadcastSubject,
 		JetStream:        d.cfg.NATS.JetStreamCommands,
