@@ -157,6 +157,16 @@ type Events struct {
 	// DPRank is the Dynamo worker's data-parallel rank, reported with its
 	// instance id (worker_id). Environment: KVPILOT_EVENTS__DP_RANK.
 	DPRank uint32 `koanf:"dp_rank"`
+	// PublisherID is the publisher_id in Dynamo's envelope; 0 picks a
+	// random one at start, as Dynamo's publishers do.
+	PublisherID uint64 `koanf:"publisher_id"`
+	// DynamoFileKV, when set, is the root of Dynamo's file discovery store
+	// (Dynamo's DYN_FILE_KV, --discovery-backend file). Dynamo's router
+	// takes KV events only from publishers listed there, so the host lists
+	// its publisher (for worker_id and dp_rank) at start and removes the
+	// entry at stop. With etcd or Kubernetes discovery the listing must be
+	// written by other means.
+	DynamoFileKV string `koanf:"dynamo_file_kv"`
 }
 
 // Event formats (events.format).

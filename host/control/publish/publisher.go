@@ -136,6 +136,9 @@ func New(cfg Config) (*Publisher, error) {
 	return p, nil
 }
 
+// PublisherID is the publisher_id in this publisher's envelopes.
+func (p *Publisher) PublisherID() uint64 { return p.cfg.PublisherID }
+
 // Hub is where watchers subscribe.
 func (p *Publisher) Hub() *Hub { return p.cfg.Hub }
 
