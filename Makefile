@@ -51,7 +51,8 @@ test-py: py-env build
 DYNVENV := .venv-dynamo
 test-dynamo: build $(DYNVENV)/.installed
 	KVPILOT_BIN=$(CURDIR)/$(BIN) $(DYNVENV)/bin/python -m pytest -q -rs \
-	  sdk/python/tests/test_dynamo_events.py sdk/python/tests/test_dynamo_router.py
+	  sdk/python/tests/test_dynamo_events.py sdk/python/tests/test_dynamo_router.py \
+	  sdk/python/tests/test_dynamo_env.py
 
 $(DYNVENV)/.installed: sdk/python/pyproject.toml
 	$(PYTHON) -m venv $(DYNVENV)
