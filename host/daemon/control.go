@@ -77,6 +77,11 @@ func (d *Daemon) listInDynamoDiscovery(p *plane.Plane) error {
 	}
 	d.log.Info("KV event publisher listed in Dynamo's file discovery", "dir", ev.DynamoFileKV,
 		"publisher_id", src.PublisherID, "worker_id", src.WorkerID, "dp_rank", src.DPRank)
+	if others := publish.OtherSources(ev.DynamoFileKV, src); len(others) > 0 {
+		d.log.Warn("another KV event source is listed for this Dynamo worker; Dynamo's router may take "+
+			"neither's events: remove the stale entry or run one publisher per worker",
+			"worker_id", src.WorkerID, "dp_rank", src.DPRank, "other_publisher_ids", others)
+	}
 	d.closers = append(d.closers, unlist)
 	return nil
 }

@@ -83,6 +83,46 @@ func (s DynamoSource) records() (channel, source []byte, err error) {
 	return channel, source, err
 }
 
+// OtherSources lists the publisher ids of the event sources in the store
+// rooted at dir that speak for s's worker and dp_rank, s's own excepted.
+// ai-dynamo 1.6.1's router took neither publisher's events when a worker
+// had two (observed with a real KvRouter), so a second source is worth a
+// loud warning: a Dynamo publisher of the engine's own, or a stale entry a
+// killed host left behind. Unreadable entries are skipped.
+func OtherSources(dir string, s DynamoSource) []uint64 {
+	ents, err := os.ReadDir(filepath.Join(dir, "v1", "event_sources"))
+	if err != nil {
+		return nil
+	}
+	var out []uint64
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, "v1", "event_sources", e.Name()))
+		if err != nil {
+			continue
+		}
+		var rec struct {
+			Scope       dynamoScope `json:"scope"`
+			PublisherID uint64      `json:"publisher_id"`
+			Metadata    struct {
+				Worker struct {
+					WorkerID uint64 `json:"worker_id"`
+					DPRank   uint32 `json:"dp_rank"`
+				} `json:"worker"`
+			} `json:"metadata"`
+		}
+		if json.Unmarshal(b, &rec) != nil {
+			continue
+		}
+		ep := rec.Scope.Endpoint
+		if rec.PublisherID != s.PublisherID && rec.Metadata.Worker.WorkerID == s.WorkerID &&
+			rec.Metadata.Worker.DPRank == s.DPRank && ep.Namespace == s.Namespace &&
+			ep.Component == s.Component && ep.Name == s.Endpoint {
+			out = append(out, rec.PublisherID)
+		}
+	}
+	return out
+}
+
 // RegisterFileDiscovery lists s in the Dynamo file discovery store rooted
 // at dir (Dynamo's DYN_FILE_KV). Each record is written whole (a temporary
 // file, then a rename): Dynamo watches the directory and would read a

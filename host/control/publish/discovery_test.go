@@ -85,3 +85,30 @@ func TestRegisterFileDiscoveryUnwritable(t *testing.T) {
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+// A second source for the same worker and rank is found; sources for
+// other workers, ranks or endpoints, and the host's own, are not.
+func TestOtherSources(t *testing.T) {
+	dir := t.TempDir()
+	me := DynamoSource{Namespace: "ns", Component: "c", Endpoint: "e", PublisherID: 1, WorkerID: 7, DPRank: 0}
+	for _, s := range []DynamoSource{
+		me,
+		{Namespace: "ns", Component: "c", Endpoint: "e", PublisherID: 2, WorkerID: 7, DPRank: 0},
+		{Namespace: "ns", Component: "c", Endpoint: "e", PublisherID: 3, WorkerID: 7, DPRank: 1},
+		{Namespace: "ns", Component: "c", Endpoint: "e", PublisherID: 4, WorkerID: 8, DPRank: 0},
+		{Namespace: "ns", Component: "c", Endpoint: "other", PublisherID: 5, WorkerID: 7, DPRank: 0},
+	} {
+		if _, err := RegisterFileDiscovery(dir, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "v1", "event_sources", "junk"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := OtherSources(dir, me); !reflect.DeepEqual(got, []uint64{2}) {
+		t.Fatalf("other sources %v, want [2]", got)
+	}
+	if got := OtherSources(t.TempDir(), me); got != nil {
+		t.Fatalf("empty store: %v", got)
+	}
+}
