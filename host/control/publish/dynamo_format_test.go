@@ -17,8 +17,8 @@ import (
 
 // In Dynamo's format each batch goes out as envelopes on the endpoint's
 // subject: one publisher_id, sequence counting messages from 0,
-// published_at from the clock in milliseconds, at most maxEnvelopeEvents
-// events each, event ids from 1 and contiguous across envelopes, every
+// published_at from the clock in milliseconds, payloads of about
+// maxEnvelopeBytes at most, event ids from 1 and contiguous across envelopes, every
 // event stamped with worker_id and dp_rank; silenced tiers are left out
 // without a gap in the ids.
 func TestDynamoFormatEnvelopes(t *testing.T) {
@@ -29,9 +29,10 @@ func TestDynamoFormatEnvelopes(t *testing.T) {
 	defer n.Close()
 	subject := events.DynamoSubject("ns", "backend", "generate")
 	var (
-		mu   sync.Mutex
-		envs []kvevent.Envelope
-		evs  []kvevent.Event
+		mu    sync.Mutex
+		envs  []kvevent.Envelope
+		evs   []kvevent.Event
+		sizes []int
 	)
 	sub, err := n.Conn().Subscribe(subject, func(m *nats.Msg) {
 		env, err := kvevent.DecodeEnvelope(m.Data)
@@ -47,7 +48,11 @@ func TestDynamoFormatEnvelopes(t *testing.T) {
 		mu.Lock()
 		envs = append(envs, env)
 		evs = append(evs, batch...)
+		sizes = append(sizes, len(batch))
 		mu.Unlock()
+		if len(env.Payload) > maxEnvelopeBytes+256 {
+			t.Errorf("payload of %d bytes", len(env.Payload))
+		}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -60,17 +65,18 @@ func TestDynamoFormatEnvelopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Silence(tier.Host, true)
-	p.Consume(append(stored(2*maxEnvelopeEvents+5), cache.Event{Kind: cache.Stored, Tier: tier.Host, Seq: 9, Local: 9}))
+	const many = 3 * maxEnvelopeBytes / 80 // stored events of one block each, under 100 bytes
+	p.Consume(append(stored(many), cache.Event{Kind: cache.Stored, Tier: tier.Host, Seq: 9, Local: 9}))
 	p.Consume([]cache.Event{{Kind: cache.Removed, Tier: tier.Device, Seq: 1}, {Kind: cache.Removed, Tier: tier.Device, Seq: 2}})
 	if err := n.Conn().Flush(); err != nil {
 		t.Fatal(err)
 	}
-	total := 2*maxEnvelopeEvents + 5 + 1
+	total := many + 1
 	waitUntil(t, "every event", func() bool { mu.Lock(); defer mu.Unlock(); return len(evs) == total })
 	mu.Lock()
 	defer mu.Unlock()
-	if len(envs) != 4 {
-		t.Fatalf("%d envelopes, want 4 (3 for the first batch, 1 for the second)", len(envs))
+	if len(envs) < 4 || sizes[len(sizes)-1] != 1 {
+		t.Fatalf("envelopes of %v events; want the first batch split in 3 or more, then the second batch alone", sizes)
 	}
 	for i, env := range envs {
 		if env.PublisherID != envs[0].PublisherID || env.PublisherID == 0 || env.Sequence != uint64(i) ||

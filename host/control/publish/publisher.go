@@ -36,6 +36,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go"
+	"github.com/tinylib/msgp/msgp"
 
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/events"
@@ -54,10 +55,10 @@ const (
 	FormatJSON Format = "json"
 )
 
-// maxEnvelopeEvents bounds the events one envelope carries, keeping a
-// message well under NATS's default 1 MiB payload limit (a stored block
-// costs about 60 bytes).
-const maxEnvelopeEvents = 1024
+// maxEnvelopeBytes bounds the encoded events one envelope carries, keeping
+// a message well under NATS's default 1 MiB payload limit (a stored block
+// costs about 60 bytes). One event larger than this still goes alone.
+const maxEnvelopeBytes = 256 << 10
 
 // Config configures a Publisher.
 type Config struct {
@@ -96,10 +97,12 @@ type Publisher struct {
 	// silent is a bit per tier whose events are not announced (Silence).
 	silent atomic.Uint32
 	kept   []cache.Event
-	// seq numbers envelopes (FormatDynamo); buf is reused for them.
+	// seq numbers envelopes (FormatDynamo); encoded, payload and buf are
+	// reused for them.
 	seq     uint64
-	buf     []byte
+	encoded []byte
 	payload []byte
+	buf     []byte
 }
 
 // New checks cfg and returns a Publisher.
@@ -189,9 +192,7 @@ func (p *Publisher) Consume(evs []cache.Event) {
 	p.batch = p.enc.Encode(p.batch[:0], p.audible(evs))
 	if p.cfg.Conn != nil {
 		if p.cfg.Format == FormatDynamo {
-			for i := 0; i < len(p.batch); i += maxEnvelopeEvents {
-				p.publishEnvelope(p.batch[i:min(i+maxEnvelopeEvents, len(p.batch))])
-			}
+			p.publishEnvelopes(p.batch)
 		} else {
 			for i := range p.batch {
 				data, err := json.Marshal(&p.batch[i])
@@ -211,11 +212,29 @@ func (p *Publisher) Consume(evs []cache.Event) {
 	// value into the watchers' channels).
 }
 
-// publishEnvelope sends evs as one event-plane message. The envelope's
-// sequence advances whether or not the send succeeds, so a lost message
-// shows as a gap to a subscriber that checks it.
-func (p *Publisher) publishEnvelope(evs []events.RouterEvent) {
-	p.payload = kvevent.AppendBatch(p.payload[:0], evs)
+// publishEnvelopes sends evs, in order, as event-plane messages of at most
+// about maxEnvelopeBytes each.
+func (p *Publisher) publishEnvelopes(evs []events.RouterEvent) {
+	p.encoded = p.encoded[:0]
+	first, from := 0, 0
+	for i := range evs {
+		if i > first && len(p.encoded)-from > maxEnvelopeBytes {
+			p.publishEnvelope(evs[first:i], p.encoded[from:])
+			first, from = i, len(p.encoded)
+		}
+		p.encoded = kvevent.AppendMsgpack(p.encoded, &evs[i])
+	}
+	if first < len(evs) {
+		p.publishEnvelope(evs[first:], p.encoded[from:])
+	}
+}
+
+// publishEnvelope sends evs, already encoded one after another in enc, as
+// one event-plane message. The envelope's sequence advances whether or not
+// the send succeeds, so a lost message shows as a gap to a subscriber that
+// checks it.
+func (p *Publisher) publishEnvelope(evs []events.RouterEvent, enc []byte) {
+	p.payload = append(msgp.AppendArrayHeader(p.payload[:0], uint32(len(evs))), enc...)
 	env := kvevent.Envelope{PublisherID: p.cfg.PublisherID, Sequence: p.seq,
 		PublishedAt: uint64(p.cfg.Now().UnixMilli()), Topic: kvevent.Topic, Payload: p.payload}
 	p.seq++
