@@ -52,7 +52,7 @@ DYNVENV := .venv-dynamo
 test-dynamo: build $(DYNVENV)/.installed
 	KVPILOT_BIN=$(CURDIR)/$(BIN) $(DYNVENV)/bin/python -m pytest -q -rs \
 	  sdk/python/tests/test_dynamo_events.py sdk/python/tests/test_dynamo_router.py \
-	  sdk/python/tests/test_dynamo_env.py
+	  sdk/python/tests/test_dynamo_env.py sdk/python/tests/test_dynamo_cache_control.py
 
 $(DYNVENV)/.installed: sdk/python/pyproject.toml
 	$(PYTHON) -m venv $(DYNVENV)

@@ -15,15 +15,53 @@ and returns the ``KVPILOT_*`` variables to start ``kvpilot serve`` with::
     env = kvpilot.dynamo.host_environment(endpoint, "dynamo.backend.generate")
     subprocess.Popen(["kvpilot", "serve"], env={**os.environ, **env})
 
+``cache_control_handler`` serves a Dynamo endpoint (conventionally
+``<namespace>.<component>.cache_control``) inside the worker, forwarding
+each request to the host's Control socket; a Dynamo client reaches one
+worker's with ``client.direct(request, instance_id)``::
+
+    ctl_ep = runtime.endpoint("dynamo.backend.cache_control")
+    handler = kvpilot.dynamo.cache_control_handler(control_socket, kv_block_size=16)
+    await ctl_ep.serve_endpoint(handler)
+
+Requests and replies are kvpilot's cache_control JSON (DESIGN.md §8):
+``{"action", "block_hashes", "token_ids", "ttl_seconds", "worker_id"}`` in,
+``{"status", "<pinned|unpinned|evicted>_count", "message", "worker_id"}``
+out. ai-dynamo 1.6.1 itself defines no cache_control request or reply (its
+source has none), so these are kvpilot's. A malformed or oversized request
+gets ``{"status": "error", "code", "message"}``; the handler never raises.
+
 This module does not import Dynamo; it only calls the endpoint it is given.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-__all__ = ["EndpointPath", "host_environment", "parse_endpoint_path", "worker_identity"]
+from kvpilot.control import ControlClient
+from kvpilot.errors import KvpilotError
+
+__all__ = [
+    "ACTIONS",
+    "MAX_REQUEST_ITEMS",
+    "EndpointPath",
+    "PageSizeMismatch",
+    "cache_control_handler",
+    "host_environment",
+    "parse_endpoint_path",
+    "worker_identity",
+]
+
+#: The cache_control actions the host serves.
+ACTIONS = frozenset(
+    {"pin_blocks", "unpin_blocks", "evict_descendants", "pin_prefix", "unpin_prefix"}
+)
+
+#: The most block hashes or token ids one request may carry.
+MAX_REQUEST_ITEMS = 1 << 20
 
 EndpointPath = tuple[str, str, str]
 
@@ -78,3 +116,93 @@ def host_environment(
     if file_kv:
         env["KVPILOT_EVENTS__DYNAMO_FILE_KV"] = file_kv
     return env
+
+
+class PageSizeMismatch(ValueError):
+    """The host's page size differs from the router's block size, so the
+    router's prefix hashes would name no page the host holds.
+    """
+
+
+def _error(code: str, message: str, worker_id: str) -> dict[str, Any]:
+    return {"status": "error", "code": code, "message": message, "worker_id": worker_id}
+
+
+def _check_request(req: Any) -> str | None:
+    """Why req is not a cache_control request, or None."""
+    if not isinstance(req, dict):
+        return f"a request is a JSON object, not {type(req).__name__}"
+    action = req.get("action")
+    if action not in ACTIONS:
+        return f"action {action!r} is not one of {sorted(ACTIONS)}"
+    for key in ("block_hashes", "token_ids"):
+        v = req.get(key, [])
+        if not isinstance(v, list):
+            return f"{key} is a list, not {type(v).__name__}"
+        if len(v) > MAX_REQUEST_ITEMS:
+            return f"{key} has {len(v)} items; at most {MAX_REQUEST_ITEMS}"
+    for t in req.get("token_ids", []):
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < 2**32:
+            return f"token id {t!r} is not an integer in 0..4294967295"
+    for h in req.get("block_hashes", []):
+        if isinstance(h, bool) or not isinstance(h, (int, str)):
+            return f"block hash {h!r} is not an integer or string"
+    ttl = req.get("ttl_seconds")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float, str))):
+        return f"ttl_seconds {ttl!r} is not a number or duration string"
+    return None
+
+
+def cache_control_handler(
+    control_socket: str,
+    *,
+    kv_block_size: int | None = None,
+    worker_id: int | str = "",
+    source: str = "dynamo",
+    client: Callable[[], ControlClient] | None = None,
+) -> Callable[..., AsyncIterator[dict[str, Any]]]:
+    """An async generator handler for ``endpoint.serve_endpoint``.
+
+    ``kv_block_size`` is the router's ``--kv-cache-block-size``: when given,
+    a host whose page size differs is refused here, naming both values.
+    ``worker_id`` (the worker's instance id) is stamped on every reply.
+    """
+    make = client or (lambda: ControlClient(control_socket, source=source))
+    ctl = make()
+    if kv_block_size is not None:
+        page = ctl.stats().page_size_tokens
+        if page != kv_block_size:
+            ctl.close()
+            raise PageSizeMismatch(
+                f"kvpilot host page size {page} tokens differs from the router's "
+                f"kv block size {kv_block_size}: set index.page_size: {kv_block_size} "
+                f"on the host or --kv-cache-block-size {page} on the router"
+            )
+    wid = str(worker_id)
+
+    def call(req: dict[str, Any]) -> dict[str, Any]:
+        try:
+            r = ctl.cache_control(
+                req["action"],
+                block_hashes=req.get("block_hashes", []),
+                token_ids=req.get("token_ids", []),
+                ttl_seconds=req.get("ttl_seconds"),
+                check=False,
+            )
+        except KvpilotError as e:
+            return _error(e.code or "error", str(e), wid)
+        except (ValueError, TypeError) as e:
+            return _error("bad_request", str(e), wid)
+        out = r.to_dict()
+        out["worker_id"] = wid
+        return out
+
+    async def handler(request: Any, context: Any = None) -> AsyncIterator[dict[str, Any]]:
+        why = _check_request(request)
+        if why is not None:
+            yield _error("bad_request", why, wid)
+            return
+        # The Control client is blocking gRPC: keep it off the event loop.
+        yield await asyncio.to_thread(call, request)
+
+    return handler
