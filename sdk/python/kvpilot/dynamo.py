@@ -43,13 +43,16 @@ from typing import Any
 
 from kvpilot.control import ControlClient
 from kvpilot.errors import KvpilotError
+from kvpilot.ttl import parse_seconds
 
 __all__ = [
     "ACTIONS",
     "MAX_REQUEST_ITEMS",
     "EndpointPath",
     "PageSizeMismatch",
+    "NVEXT_TTL_RANGE",
     "cache_control_handler",
+    "clamp_ttl",
     "host_environment",
     "parse_endpoint_path",
     "worker_identity",
@@ -118,6 +121,31 @@ def host_environment(
     return env
 
 
+#: The TTL range the issue cites from Dynamo's nvext documentation (the
+#: default is its lower end). ai-dynamo 1.6.1's source has no cache_control
+#: TTL, so this is an option of the handler, not a reading of Dynamo.
+NVEXT_TTL_RANGE = (300.0, 3600.0)
+
+
+def clamp_ttl(value: Any, lo: float, hi: float) -> tuple[float | None, str]:
+    """A request's TTL under clamp semantics: (seconds, warning).
+
+    A missing TTL stays missing (the host's default applies); one outside
+    [lo, hi] is clamped into it; one that does not parse becomes lo. The
+    warning says what was changed, or is empty. Never raises.
+    """
+    if value is None:
+        return None, ""
+    try:
+        secs = parse_seconds(value)
+    except (KvpilotError, ValueError, TypeError) as e:
+        return lo, f"ttl_seconds {value!r} is not a TTL ({e}); used the default {lo:g}s"
+    if secs < lo or secs > hi:
+        clamped = min(max(secs, lo), hi)
+        return clamped, f"ttl_seconds {secs:g} is outside [{lo:g}, {hi:g}]; used {clamped:g}s"
+    return secs, ""
+
+
 class PageSizeMismatch(ValueError):
     """The host's page size differs from the router's block size, so the
     router's prefix hashes would name no page the host holds.
@@ -147,9 +175,6 @@ def _check_request(req: Any) -> str | None:
     for h in req.get("block_hashes", []):
         if isinstance(h, bool) or not isinstance(h, (int, str)):
             return f"block hash {h!r} is not an integer or string"
-    ttl = req.get("ttl_seconds")
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float, str))):
-        return f"ttl_seconds {ttl!r} is not a number or duration string"
     return None
 
 
@@ -159,6 +184,7 @@ def cache_control_handler(
     kv_block_size: int | None = None,
     worker_id: int | str = "",
     source: str = "dynamo",
+    ttl_range: tuple[float, float] | None = None,
     client: Callable[[], ControlClient] | None = None,
 ) -> Callable[..., AsyncIterator[dict[str, Any]]]:
     """An async generator handler for ``endpoint.serve_endpoint``.
@@ -166,6 +192,10 @@ def cache_control_handler(
     ``kv_block_size`` is the router's ``--kv-cache-block-size``: when given,
     a host whose page size differs is refused here, naming both values.
     ``worker_id`` (the worker's instance id) is stamped on every reply.
+    ``ttl_range`` (e.g. ``NVEXT_TTL_RANGE``) applies clamp semantics to
+    ttl_seconds (see clamp_ttl) and reports a change as ``warning`` in the
+    reply; without it the host's own TTL rules apply, and an invalid TTL is
+    an error reply.
     """
     make = client or (lambda: ControlClient(control_socket, source=source))
     ctl = make()
@@ -181,12 +211,15 @@ def cache_control_handler(
     wid = str(worker_id)
 
     def call(req: dict[str, Any]) -> dict[str, Any]:
+        ttl, warning = req.get("ttl_seconds"), ""
+        if ttl_range is not None:
+            ttl, warning = clamp_ttl(ttl, *ttl_range)
         try:
             r = ctl.cache_control(
                 req["action"],
                 block_hashes=req.get("block_hashes", []),
                 token_ids=req.get("token_ids", []),
-                ttl_seconds=req.get("ttl_seconds"),
+                ttl_seconds=ttl,
                 check=False,
             )
         except KvpilotError as e:
@@ -195,6 +228,8 @@ def cache_control_handler(
             return _error("bad_request", str(e), wid)
         out = r.to_dict()
         out["worker_id"] = wid
+        if warning:
+            out["warning"] = warning
         return out
 
     async def handler(request: Any, context: Any = None) -> AsyncIterator[dict[str, Any]]:
