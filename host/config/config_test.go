@@ -89,6 +89,9 @@ func TestInvalidNamesTheKey(t *testing.T) {
 		{"policy dup", "policies:\n  - {name: a, builtin: truncation}\n  - {name: a, builtin: auto-pin}\n", nil, "policies[1].name"},
 		{"negative worker", "worker_id: -3\n", nil, "worker_id"},
 		{"negative worker env", "", []string{"KVPILOT_WORKER_ID=-3"}, "worker_id"},
+		{"event format", "events:\n  format: protobuf\n", nil, "events.format"},
+		{"event endpoint", "", []string{"KVPILOT_EVENTS__ENDPOINT=gen.x"}, "events.endpoint"},
+		{"negative dp_rank env", "", []string{"KVPILOT_EVENTS__DP_RANK=-1"}, "dp_rank"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := ""
@@ -206,5 +209,30 @@ func TestMLARopeStyleIsDeclared(t *testing.T) {
 	bad := writeFile(t, "model:\n  name: dsv3\n  attention: mla\n  layers: 2\n  kv_lora_rank: 64\n  rope_dim: 16\n  rope_style: sideways\n")
 	if _, err := Load(bad, nil); err == nil || !strings.Contains(err.Error(), "model.rope_style") {
 		t.Fatalf("bad rope_style: %v", err)
+	}
+}
+
+// The Dynamo worker's identity (instance id and rank) and the event format
+// come from the environment as a Dynamo launcher would set them, and pick
+// the subject Dynamo's router reads; the JSON format keeps the
+// component's subject.
+func TestDynamoIdentityFromEnvironment(t *testing.T) {
+	c, err := Load("", []string{"KVPILOT_WORKER_ID=2769957934671139", "KVPILOT_EVENTS__DP_RANK=2",
+		"KVPILOT_EVENTS__NAMESPACE=ns1", "KVPILOT_EVENTS__COMPONENT=comp1", "KVPILOT_EVENTS__ENDPOINT=gen"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.WorkerID != 2769957934671139 || c.Events.DPRank != 2 || c.Events.Format != EventsDynamo {
+		t.Fatalf("worker_id %d dp_rank %d format %q", c.WorkerID, c.Events.DPRank, c.Events.Format)
+	}
+	if got := c.EventsSubject(); got != "namespace.ns1.component.comp1.endpoint.gen.kv-events" {
+		t.Fatalf("dynamo subject %q", got)
+	}
+	c, err = Load("", []string{"KVPILOT_EVENTS__FORMAT=json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.EventsSubject(); got != "namespace.dynamo.component.backend.kv-events" {
+		t.Fatalf("json subject %q", got)
 	}
 }

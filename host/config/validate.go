@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvpilot/kvpilot/sdk/kvevent"
 	"github.com/kvpilot/kvpilot/sdk/ttl"
 )
 
@@ -72,7 +73,10 @@ func (c Config) Validate() error {
 	if c.Pins.TenantQuotaPages < 0 {
 		bad("pins.tenant_quota_pages", "must not be negative, got %d", c.Pins.TenantQuotaPages)
 	}
-	for key, v := range map[string]string{"events.namespace": c.Events.Namespace, "events.component": c.Events.Component} {
+	if c.Events.Format != EventsDynamo && c.Events.Format != EventsJSON {
+		bad("events.format", "%q is not an event format (want %q or %q)", c.Events.Format, EventsDynamo, EventsJSON)
+	}
+	for key, v := range map[string]string{"events.namespace": c.Events.Namespace, "events.component": c.Events.Component, "events.endpoint": c.Events.Endpoint} {
 		if v == "" || strings.ContainsAny(v, ".*> \t\r\n") {
 			bad(key, "%q must be a non-empty NATS subject token (no '.', '*', '>' or spaces)", v)
 		}
@@ -151,4 +155,14 @@ func (c Config) ControlSocket() string {
 		return c.Control.Socket
 	}
 	return filepath.Join(c.DataDir, "run", "control.sock")
+}
+
+// EventsSubject is the NATS subject KV events are published on, which
+// depends on events.format: Dynamo's router reads an endpoint's subject,
+// the JSON form keeps the component's.
+func (c Config) EventsSubject() string {
+	if c.Events.Format == EventsJSON {
+		return "namespace." + c.Events.Namespace + ".component." + c.Events.Component + ".kv-events"
+	}
+	return kvevent.DynamoSubject(c.Events.Namespace, c.Events.Component, c.Events.Endpoint)
 }

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/control/plane"
 	"github.com/kvpilot/kvpilot/host/control/publish"
-	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/uds"
 )
 
@@ -24,21 +24,23 @@ func (d *Daemon) buildControl() error {
 			AllowUIDs: d.cfg.Control.AllowUIDs,
 			Log:       d.log.Named("control"),
 		},
-		Executor:         c.exec,
-		Index:            c.index,
-		Lock:             &c.mu,
-		Events:           c.events,
-		NATS:             c.nats.Conn(),
-		WorkerID:         d.cfg.WorkerID,
-		DPRank:           d.cfg.Events.DPRank,
-		EventsSubject:    events.Subject(d.cfg.Events.Namespace, d.cfg.Events.Component),
-		WorkerSubject:    d.cfg.WorkerSubject(),
-		BroadcastSubject: d.cfg.NATS.BroadcastSubject,
-		JetStream:        d.cfg.NATS.JetStreamCommands,
-		Stream:           d.cfg.NATS.CommandStream,
-		TenantSubjects:   d.cfg.NATS.TenantSubjects,
-		RateLimit:        d.cfg.NATS.RateLimit,
-		RateBurst:        d.cfg.NATS.RateBurst,
+		Executor:          c.exec,
+		Index:             c.index,
+		Lock:              &c.mu,
+		Events:            c.events,
+		NATS:              c.nats.Conn(),
+		WorkerID:          d.cfg.WorkerID,
+		DPRank:            d.cfg.Events.DPRank,
+		EventsSubject:     d.cfg.EventsSubject(),
+		EventsFormat:      publish.Format(d.cfg.Events.Format),
+		EventsPublisherID: d.cfg.Events.PublisherID,
+		WorkerSubject:     d.cfg.WorkerSubject(),
+		BroadcastSubject:  d.cfg.NATS.BroadcastSubject,
+		JetStream:         d.cfg.NATS.JetStreamCommands,
+		Stream:            d.cfg.NATS.CommandStream,
+		TenantSubjects:    d.cfg.NATS.TenantSubjects,
+		RateLimit:         d.cfg.NATS.RateLimit,
+		RateBurst:         d.cfg.NATS.RateBurst,
 		// The Control socket's tenant binding and per-uid rate limit;
 		// calls refused for their tenant go to the executor's audit log.
 		ControlTenants:   d.cfg.Control.TenantsOf,
@@ -56,6 +58,31 @@ func (d *Daemon) buildControl() error {
 	}
 	d.control = p
 	d.closers = append(d.closers, p.Close)
+	return d.listInDynamoDiscovery(p)
+}
+
+// listInDynamoDiscovery lists the event publisher in Dynamo's file
+// discovery store, when one is configured, so Dynamo's router takes its
+// events; the entry goes when the host stops.
+func (d *Daemon) listInDynamoDiscovery(p *plane.Plane) error {
+	ev := d.cfg.Events
+	if ev.DynamoFileKV == "" || ev.Format != config.EventsDynamo || p.Publisher() == nil {
+		return nil
+	}
+	src := publish.DynamoSource{Namespace: ev.Namespace, Component: ev.Component, Endpoint: ev.Endpoint,
+		PublisherID: p.Publisher().PublisherID(), WorkerID: d.cfg.WorkerID, DPRank: ev.DPRank}
+	unlist, err := publish.RegisterFileDiscovery(ev.DynamoFileKV, src)
+	if err != nil {
+		return fmt.Errorf("events.dynamo_file_kv: %w", err)
+	}
+	d.log.Info("KV event publisher listed in Dynamo's file discovery", "dir", ev.DynamoFileKV,
+		"publisher_id", src.PublisherID, "worker_id", src.WorkerID, "dp_rank", src.DPRank)
+	if others := publish.OtherSources(ev.DynamoFileKV, src); len(others) > 0 {
+		d.log.Warn("another KV event source is listed for this Dynamo worker; Dynamo's router may take "+
+			"neither's events: remove the stale entry or run one publisher per worker",
+			"worker_id", src.WorkerID, "dp_rank", src.DPRank, "other_publisher_ids", others)
+	}
+	d.closers = append(d.closers, unlist)
 	return nil
 }
 

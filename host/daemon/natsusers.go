@@ -3,7 +3,6 @@ package daemon
 import (
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/control/natscmd"
-	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/natsembed"
 )
 
@@ -27,7 +26,7 @@ func natsUsers(c config.Config) []natsembed.User {
 			}
 		}
 		out = append(out, natsembed.User{Name: u.Name, NKey: u.NKey, Publish: pub,
-			Subscribe: []string{"_INBOX.>", events.Subject(c.Events.Namespace, c.Events.Component)}})
+			Subscribe: []string{"_INBOX.>", c.EventsSubject()}})
 	}
 	return out
 }

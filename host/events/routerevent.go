@@ -35,7 +35,9 @@ type (
 )
 
 // Encoder numbers events and folds runs of index events into RouterEvents.
-// It is not safe for concurrent use; the publisher owns one.
+// It is not safe for concurrent use; the publisher owns one. Event ids
+// count from 0 unless StartAt says otherwise (Dynamo's own publisher counts
+// from 1).
 type Encoder struct {
 	WorkerID uint64
 	DPRank   uint32
@@ -72,6 +74,9 @@ func (e *Encoder) Encode(dst []RouterEvent, evs []cache.Event) []RouterEvent {
 	return dst
 }
 
+// StartAt makes id the next event id.
+func (e *Encoder) StartAt(id uint64) { e.nextID = id }
+
 func sameRun(a, b cache.Event) bool {
 	return a.Kind == b.Kind && a.Tier == b.Tier && a.Tenant == b.Tenant
 }
@@ -89,7 +94,15 @@ func (e *Encoder) next(ev cache.Event, d Data) RouterEvent {
 
 func tierName(t tier.Tier) string { return t.EventName() }
 
-// Subject is the NATS subject KV events are published on.
+// Subject is the NATS subject of the plain JSON events (events.format:
+// json); DynamoSubject is the one Dynamo's router reads.
 func Subject(namespace, component string) string {
 	return "namespace." + namespace + ".component." + component + ".kv-events"
+}
+
+// DynamoSubject is the NATS subject Dynamo's KV router (ai-dynamo 1.6.1,
+// event plane on NATS) subscribes to for one endpoint's KV events:
+// namespace.<ns>.component.<component>.endpoint.<endpoint>.kv-events.
+func DynamoSubject(namespace, component, endpoint string) string {
+	return kvevent.DynamoSubject(namespace, component, endpoint)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
+	"github.com/kvpilot/kvpilot/sdk/kvevent"
 )
 
 // NATSOptions configure a NATS client.
@@ -23,7 +24,9 @@ type NATSOptions struct {
 	// Required.
 	Subject string
 	// EventsSubject is where Watch listens (default
-	// namespace.dynamo.component.backend.kv-events).
+	// namespace.dynamo.component.backend.endpoint.generate.kv-events, the
+	// default configuration's Dynamo-format subject). Watch reads either
+	// format (events.format dynamo or json).
 	EventsSubject string
 	// Source is sent as the Kvpilot-Source header: the host's audit log
 	// and rate limit key.
@@ -35,7 +38,7 @@ type NATSOptions struct {
 }
 
 // DefaultEventsSubject is the events subject of the default configuration.
-const DefaultEventsSubject = "namespace.dynamo.component.backend.kv-events"
+const DefaultEventsSubject = "namespace.dynamo.component.backend.endpoint.generate.kv-events"
 
 // ErrDuplicate is returned in JetStream mode when the stream already had a
 // command with the same Nats-Msg-Id: it was (or will be) applied once, and
@@ -253,18 +256,20 @@ func (c *NATSClient) Watch(ctx context.Context, o WatchOptions, fn func(Event) e
 		case <-ctx.Done():
 			return ctx.Err()
 		case m := <-ch:
-			var ev Event
-			if err := json.Unmarshal(m.Data, &ev); err != nil {
+			evs, err := kvevent.DecodeMessage(m.Data)
+			if err != nil {
 				return fmt.Errorf("event on %s: %w", m.Subject, err)
 			}
-			if len(tiers) > 0 && !slices.Contains(tiers, ev.StorageTier) {
-				continue
-			}
-			if err := fn(ev); err != nil {
-				if errors.Is(err, ErrStop) {
-					return nil
+			for _, ev := range evs {
+				if len(tiers) > 0 && !slices.Contains(tiers, ev.StorageTier) {
+					continue
 				}
-				return err
+				if err := fn(ev); err != nil {
+					if errors.Is(err, ErrStop) {
+						return nil
+					}
+					return err
+				}
 			}
 		}
 	}

@@ -1,7 +1,8 @@
-// Package kvevent holds the KV event wire format kvpilot publishes: Dynamo's
-// RouterEvent JSON on namespace.<ns>.component.<component>.kv-events
-// (DESIGN.md §8). The host encodes it and clients decode it with these same
-// types, so the two can never drift apart.
+// Package kvevent holds the KV event wire formats kvpilot publishes
+// (DESIGN.md §8): Dynamo's RouterEvent as MessagePack in Dynamo's
+// event-plane envelope (msgpack.go, envelope.go; events.format: dynamo) and
+// as plain JSON (events.format: json). The host encodes them and clients
+// decode them with these same types, so the two can never drift apart.
 package kvevent
 
 import (
@@ -97,5 +98,13 @@ func (d *EventData) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("event data: want exactly one of stored, removed")
 	}
 	*d = EventData{Stored: v.Stored, Removed: v.Removed}
+	return nil
+}
+
+// unmarshalJSON decodes one JSON Event.
+func (ev *Event) unmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, ev); err != nil {
+		return fmt.Errorf("KV event JSON: %w", err)
+	}
 	return nil
 }

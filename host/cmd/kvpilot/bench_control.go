@@ -24,8 +24,8 @@ import (
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/control/plane"
+	"github.com/kvpilot/kvpilot/host/control/publish"
 	"github.com/kvpilot/kvpilot/host/daemon"
-	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/uds"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
 	"github.com/kvpilot/kvpilot/sdk/directive"
@@ -77,7 +77,7 @@ func startControlHost(dir string, adjust ...func(*config.Config)) (*controlHost,
 		p, err = plane.New(dctx, plane.Config{
 			Socket:   uds.Options{Path: cfg.ControlSocket()},
 			Executor: d.Executor(), Index: ix, Lock: lock, Events: d.Events(), NATS: d.NATS().Conn(),
-			WorkerID: cfg.WorkerID, EventsSubject: events.Subject(cfg.Events.Namespace, cfg.Events.Component),
+			WorkerID: cfg.WorkerID, EventsSubject: cfg.EventsSubject(), EventsFormat: publish.Format(cfg.Events.Format),
 			WorkerSubject: cfg.WorkerSubject(), BroadcastSubject: cfg.NATS.BroadcastSubject,
 			RateLimit: cfg.NATS.RateLimit, RateBurst: cfg.NATS.RateBurst, Metrics: d.Metrics(),
 		})

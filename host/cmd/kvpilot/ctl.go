@@ -344,7 +344,7 @@ func runCtl(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		g.client, err = controlclient.ConnectNATS(*natsURL, controlclient.NATSOptions{
 			Subject: subj, Source: *source, JetStream: *jet,
-			EventsSubject: "namespace." + cfg.Events.Namespace + ".component." + cfg.Events.Component + ".kv-events",
+			EventsSubject: cfg.EventsSubject(),
 		})
 	} else {
 		path := *socket

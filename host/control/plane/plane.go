@@ -45,8 +45,13 @@ type Config struct {
 	// WorkerID and DPRank identify this worker in events and subjects.
 	WorkerID uint64
 	DPRank   uint32
-	// EventsSubject is events.Subject(namespace, component).
+	// EventsSubject is config's EventsSubject(), matching EventsFormat.
 	EventsSubject string
+	// EventsFormat is the events' wire format; "" is JSON.
+	EventsFormat publish.Format
+	// EventsPublisherID is the publisher_id of Dynamo's envelope; 0 picks
+	// a random one.
+	EventsPublisherID uint64
 	// WorkerSubject and BroadcastSubject receive commands.
 	WorkerSubject, BroadcastSubject string
 	// JetStream, Stream: durable, deduplicated commands (natscmd).
@@ -107,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 	p := &Plane{cfg: cfg, hub: publish.NewHub()}
 	var err error
 	if cfg.Events != nil {
-		p.pub, err = publish.New(publish.Config{Conn: cfg.NATS, Subject: cfg.EventsSubject, WorkerID: cfg.WorkerID,
+		p.pub, err = publish.New(publish.Config{Conn: cfg.NATS, Subject: cfg.EventsSubject, Format: cfg.EventsFormat, PublisherID: cfg.EventsPublisherID, WorkerID: cfg.WorkerID,
 			DPRank: cfg.DPRank, Hub: p.hub, Metrics: cfg.Metrics, Log: cfg.Log.Named("events")})
 		if err != nil {
 			return nil, err

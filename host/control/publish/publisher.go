@@ -1,8 +1,16 @@
 // Package publish delivers the cache index's KV events: it encodes them as
-// Dynamo RouterEvents (host/events), publishes each on
-// namespace.<ns>.component.<component>.kv-events in the order the index
-// applied them, and fans them out to in-process watchers (the Control
+// Dynamo RouterEvents (host/events), publishes them to NATS in the order the
+// index applied them, and fans them out to in-process watchers (the Control
 // service's WatchEvents) through a Hub.
+//
+// Two wire formats (events.format):
+//   - FormatDynamo, what Dynamo's KV router reads (ai-dynamo 1.6.1 with its
+//     event plane on NATS): each batch is one MessagePack message in
+//     Dynamo's event-plane envelope (sdk/kvevent/envelope.go) on
+//     namespace.<ns>.component.<component>.endpoint.<endpoint>.kv-events,
+//     with event ids counting from 1 as Dynamo's publisher's do;
+//   - FormatJSON, one plain JSON RouterEvent per message on
+//     namespace.<ns>.component.<component>.kv-events, for tools.
 //
 // One goroutine does all of it, so NATS subscribers and watchers see the
 // same events in the same order, numbered by one event_id sequence.
@@ -22,23 +30,50 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go"
+	"github.com/tinylib/msgp/msgp"
 
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/kvevent"
 )
+
+// Format is a wire format of the published events.
+type Format string
+
+const (
+	// FormatDynamo is MessagePack in Dynamo's event-plane envelope.
+	FormatDynamo Format = "dynamo"
+	// FormatJSON is one JSON RouterEvent per message.
+	FormatJSON Format = "json"
+)
+
+// maxEnvelopeBytes bounds the encoded events one envelope carries, keeping
+// a message well under NATS's default 1 MiB payload limit (a stored block
+// costs about 60 bytes). One event larger than this still goes alone.
+const maxEnvelopeBytes = 256 << 10
 
 // Config configures a Publisher.
 type Config struct {
 	// Conn publishes the events; nil publishes to watchers only.
 	Conn *nats.Conn
-	// Subject is events.Subject(namespace, component).
+	// Subject is events.DynamoSubject(namespace, component, endpoint) for
+	// FormatDynamo, events.Subject(namespace, component) for FormatJSON.
 	Subject string
+	// Format is the wire format; "" is FormatJSON.
+	Format Format
+	// PublisherID names this publisher in Dynamo's envelope; 0 picks a
+	// random one, as Dynamo's publishers do.
+	PublisherID uint64
+	// Now stamps published_at; nil is time.Now.
+	Now func() time.Time
 	// WorkerID and DPRank stamp every event.
 	WorkerID uint64
 	DPRank   uint32
@@ -62,6 +97,12 @@ type Publisher struct {
 	// silent is a bit per tier whose events are not announced (Silence).
 	silent atomic.Uint32
 	kept   []cache.Event
+	// seq numbers envelopes (FormatDynamo); encoded, payload and buf are
+	// reused for them.
+	seq     uint64
+	encoded []byte
+	payload []byte
+	buf     []byte
 }
 
 // New checks cfg and returns a Publisher.
@@ -78,8 +119,28 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Metrics != nil {
 		cfg.Hub.countOverflows(cfg.Metrics.EventWatchersOverflowed)
 	}
-	return &Publisher{cfg: cfg, enc: events.Encoder{WorkerID: cfg.WorkerID, DPRank: cfg.DPRank}}, nil
+	switch cfg.Format {
+	case "":
+		cfg.Format = FormatJSON
+	case FormatJSON, FormatDynamo:
+	default:
+		return nil, fmt.Errorf("publish: unknown event format %q (want %q or %q)", cfg.Format, FormatDynamo, FormatJSON)
+	}
+	if cfg.PublisherID == 0 {
+		cfg.PublisherID = rand.Uint64() | 1
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p := &Publisher{cfg: cfg, enc: events.Encoder{WorkerID: cfg.WorkerID, DPRank: cfg.DPRank}}
+	if cfg.Format == FormatDynamo {
+		p.enc.StartAt(1)
+	}
+	return p, nil
 }
+
+// PublisherID is the publisher_id in this publisher's envelopes.
+func (p *Publisher) PublisherID() uint64 { return p.cfg.PublisherID }
 
 // Hub is where watchers subscribe.
 func (p *Publisher) Hub() *Hub { return p.cfg.Hub }
@@ -130,22 +191,17 @@ func (p *Publisher) audible(evs []cache.Event) []cache.Event {
 func (p *Publisher) Consume(evs []cache.Event) {
 	p.batch = p.enc.Encode(p.batch[:0], p.audible(evs))
 	if p.cfg.Conn != nil {
-		for i := range p.batch {
-			if err := p.publish(&p.batch[i]); err != nil {
-				// nats.go buffers while reconnecting; an error here means
-				// the connection is closed or the buffer is full. The
-				// event is lost for NATS subscribers, so say so loudly.
-				p.failed.Add(1)
-				if p.cfg.Metrics != nil {
-					p.cfg.Metrics.EventsFailed.Inc()
+		if p.cfg.Format == FormatDynamo {
+			p.publishEnvelopes(p.batch)
+		} else {
+			for i := range p.batch {
+				data, err := json.Marshal(&p.batch[i])
+				if err != nil {
+					err = fmt.Errorf("encode event: %w", err)
+				} else {
+					err = p.cfg.Conn.Publish(p.cfg.Subject, data)
 				}
-				p.cfg.Log.Error("KV event not published", "subject", p.cfg.Subject,
-					"event_id", p.batch[i].Event.EventID, "error", err)
-				continue
-			}
-			p.sent.Add(1)
-			if p.cfg.Metrics != nil {
-				p.cfg.Metrics.EventsPublished.Inc()
+				p.count(p.batch[i:i+1], err)
 			}
 		}
 	}
@@ -156,12 +212,56 @@ func (p *Publisher) Consume(evs []cache.Event) {
 	// value into the watchers' channels).
 }
 
-func (p *Publisher) publish(ev *events.RouterEvent) error {
-	data, err := json.Marshal(ev)
-	if err != nil {
-		return fmt.Errorf("encode event: %w", err)
+// publishEnvelopes sends evs, in order, as event-plane messages of at most
+// about maxEnvelopeBytes each.
+func (p *Publisher) publishEnvelopes(evs []events.RouterEvent) {
+	p.encoded = p.encoded[:0]
+	first, from := 0, 0
+	for i := range evs {
+		if i > first && len(p.encoded)-from > maxEnvelopeBytes {
+			p.publishEnvelope(evs[first:i], p.encoded[from:])
+			first, from = i, len(p.encoded)
+		}
+		p.encoded = kvevent.AppendMsgpack(p.encoded, &evs[i])
 	}
-	return p.cfg.Conn.Publish(p.cfg.Subject, data)
+	if first < len(evs) {
+		p.publishEnvelope(evs[first:], p.encoded[from:])
+	}
+}
+
+// publishEnvelope sends evs, already encoded one after another in enc, as
+// one event-plane message. The envelope's sequence advances whether or not
+// the send succeeds, so a lost message shows as a gap to a subscriber that
+// checks it.
+func (p *Publisher) publishEnvelope(evs []events.RouterEvent, enc []byte) {
+	p.payload = append(msgp.AppendArrayHeader(p.payload[:0], uint32(len(evs))), enc...)
+	env := kvevent.Envelope{PublisherID: p.cfg.PublisherID, Sequence: p.seq,
+		PublishedAt: uint64(p.cfg.Now().UnixMilli()), Topic: kvevent.Topic, Payload: p.payload}
+	p.seq++
+	// nats.go copies the message into its buffer, so buf can be reused.
+	p.buf = kvevent.AppendEnvelope(p.buf[:0], &env)
+	p.count(evs, p.cfg.Conn.Publish(p.cfg.Subject, p.buf))
+}
+
+// count records the outcome of publishing evs.
+func (p *Publisher) count(evs []events.RouterEvent, err error) {
+	n := uint64(len(evs))
+	if err != nil {
+		// nats.go buffers while reconnecting; an error here means the
+		// connection is closed or the buffer is full. The events are
+		// lost for NATS subscribers, so say so loudly.
+		p.failed.Add(n)
+		if p.cfg.Metrics != nil {
+			p.cfg.Metrics.EventsFailed.Add(float64(n))
+		}
+		p.cfg.Log.Error("KV events not published", "subject", p.cfg.Subject,
+			"first_event_id", evs[0].Event.EventID, "events", n, "error", err)
+		return
+	}
+	p.sent.Add(n)
+	if p.cfg.Metrics != nil {
+		p.cfg.Metrics.EventsPublished.Add(float64(n))
+	}
 }
 
 // Published and Failed count events sent to NATS and events that could not be.

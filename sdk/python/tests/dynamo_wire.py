@@ -1,0 +1,107 @@
+"""Helpers for the Dynamo interop tests: a minimal NATS subscriber (the
+plain-text NATS client protocol over a socket, so the tests need no NATS
+library) and MessagePack decoding of Dynamo's event-plane envelope.
+
+The envelope (ai-dynamo 1.6.1, read from a real KvEventPublisher's messages)
+is a MessagePack map {publisher_id, sequence, published_at, topic, payload};
+for KV events the payload is a MessagePack array of RouterEvents.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+
+def msgpack_decoder() -> Any:
+    """A MessagePack decode function (msgspec, which ai-dynamo depends on,
+    or msgpack), or None."""
+    try:
+        import msgspec
+
+        return msgspec.msgpack.decode
+    except ImportError:
+        pass
+    try:
+        import msgpack
+
+        return lambda b: msgpack.unpackb(b, raw=False)
+    except ImportError:
+        return None
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class NatsSubscriber:
+    """Subscribes to one subject on a NATS server and collects messages."""
+
+    def __init__(self, port: int, subject: str, timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+        info = self._line()
+        if not info.startswith(b"INFO "):
+            raise RuntimeError(f"not a NATS server: {info!r}")
+        self.sock.sendall(
+            b'CONNECT {"verbose":false,"pedantic":false,"protocol":1}\r\n'
+            + f"SUB {subject} 1\r\n".encode()
+            + b"PING\r\n"
+        )
+        while True:
+            line = self._line()
+            if line == b"PONG":
+                break
+            if line.startswith(b"-ERR"):
+                raise RuntimeError(line.decode())
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("NATS server closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n: int) -> bytes:
+        while len(self.buf) < n + 2:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("NATS server closed the connection")
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n + 2 :]
+        return data
+
+    def next(self, deadline: float) -> tuple[str, bytes] | None:
+        """The next message (subject, payload), or None at the deadline."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self.sock.settimeout(left)
+            try:
+                line = self._line()
+            except TimeoutError:
+                return None
+            if line == b"PING":
+                self.sock.sendall(b"PONG\r\n")
+                continue
+            if line.startswith(b"MSG "):
+                parts = line.split()
+                return parts[1].decode(), self._exact(int(parts[-1]))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def router_events(data: bytes, decode: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Decodes one envelope: (the envelope without its payload, its events)."""
+    env = decode(data)
+    payload = env.pop("payload")
+    return env, decode(bytes(payload))
