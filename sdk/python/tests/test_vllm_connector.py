@@ -200,7 +200,7 @@ def test_missing_socket_stops_vllm_with_one_clear_error(tiny_model: Path, tmp_pa
     res = run_vllm(tmp_path, tiny_model, {"socket": str(sock)}, [{"tokens": A}], expect_error=True)
     assert res["error"] == (
         f"ConnectorConfigError: kvpilot connector: no kvpilot host at "
-        f"kv_connector_extra_config.socket={sock} (no such file): start `kvpilot serve` with "
+        f"kv_connector_extra_config.socket={sock} (no such socket): start `kvpilot serve` with "
         "engine.socket at that path (default <data_dir>/run/engine.sock), or set "
         "kv_connector_extra_config.socket to the socket it serves"
     )
