@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,7 +35,7 @@ func (d *Daemon) buildEngine() error {
 		Index:            c.index,
 		Lock:             &c.mu,
 		Executor:         c.exec,
-		FDSocket:         d.cfg.EngineFDSocket(),
+		FDSocket:         absPath(d.cfg.EngineFDSocket()),
 		WorkerID:         strconv.FormatUint(d.cfg.WorkerID, 10),
 		LoadBackDeadline: d.cfg.Engine.LoadBackDeadline,
 		RequestTTL:       d.cfg.Engine.RequestTTL,
@@ -172,4 +173,14 @@ func (o policyObserver) RequestFinished(r engine.RequestFinished) {
 			CacheControl:    policy.CacheControl{Type: r.CacheControl.Type, TTL: r.CacheControl.TTL},
 			BlockHashes:     r.BlockHashes,
 			ReasoningBlocks: r.ReasoningBlocks}})
+}
+
+// absPath makes a path absolute. The descriptor socket's path is told to
+// engines, which may run from any directory: a path relative to the host's
+// working directory would send them to a socket that is not there.
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
