@@ -25,6 +25,10 @@ func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string
 	if err != nil {
 		return err
 	}
+	// started is what the host runs with, but for policies; pending names
+	// the keys edited since, already reported.
+	started := current
+	var pending []string
 	changed := make(chan struct{}, 1)
 	notify := func() {
 		select {
@@ -109,7 +113,16 @@ func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string
 				r.log.Error("config reload rejected; the running policies stay", "path", path, "error", err)
 				continue
 			}
+			// Only policies change live; say so of every other key edited,
+			// once per edit, rather than ignore it silently.
+			keys := restartKeys(started, c)
+			if len(keys) > 0 && !reflect.DeepEqual(keys, pending) {
+				r.log.Warn("config keys changed that need a restart to apply; the host keeps running with the old values",
+					"path", path, "keys", keys)
+			}
+			pending = keys
 			if reflect.DeepEqual(c.Policies, current.Policies) {
+				current = c
 				continue
 			}
 			if err := r.Swap(ctx, c.Policies); err != nil {
@@ -125,6 +138,23 @@ func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string
 		}
 	}()
 	return nil
+}
+
+// restartKeys names the top-level keys (as in the file) whose values differ
+// between a and b, but for policies, which change live.
+func restartKeys(a, b config.Config) []string {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	var keys []string
+	for i := 0; i < va.NumField(); i++ {
+		name := va.Type().Field(i).Tag.Get("koanf")
+		if name == "" || name == "policies" {
+			continue
+		}
+		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			keys = append(keys, name)
+		}
+	}
+	return keys
 }
 
 // pollEvery is how often the config file is stat'ed as a backstop to

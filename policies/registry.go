@@ -4,6 +4,7 @@
 package policies
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -43,4 +44,21 @@ func New(name string) (policy.Policy, error) {
 		return nil, fmt.Errorf("%q: %w (built-ins: %s)", name, ErrUnknown, strings.Join(Names(), ", "))
 	}
 	return f(), nil
+}
+
+// Check configures a fresh built-in with params, as its process will, so
+// that a wrong name or wrong params are refused when the config loads
+// instead of when the plugin starts. A nil params is "{}".
+func Check(name string, params map[string]any) error {
+	p, err := New(name)
+	if err != nil {
+		return err
+	}
+	raw := []byte("{}")
+	if params != nil {
+		if raw, err = json.Marshal(params); err != nil {
+			return fmt.Errorf("params: %w", err)
+		}
+	}
+	return p.Configure(raw)
 }

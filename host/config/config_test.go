@@ -86,6 +86,9 @@ func TestInvalidNamesTheKey(t *testing.T) {
 		{"policy without kind", "policies:\n  - name: a\n", nil, "policies[0].builtin"},
 		{"policy both kinds", "policies:\n  - name: a\n    builtin: truncation\n    path: /x\n", nil, "policies[0].builtin"},
 		{"policy no digest", "policies:\n  - name: a\n    path: /x\n", nil, "policies[0].sha256"},
+		{"policy unknown builtin", "policies:\n  - {name: a, builtin: nosuch}\n", nil, "policies[0].builtin"},
+		{"policy bad params", "policies:\n  - {name: a, builtin: truncation, params: {keep: 3}}\n", nil, "policies[0].params"},
+		{"policy unknown param", "policies:\n  - {name: a, builtin: auto-pin, params: {nonsense: 1}}\n", nil, "policies[0].params"},
 		{"policy dup", "policies:\n  - {name: a, builtin: truncation}\n  - {name: a, builtin: auto-pin}\n", nil, "policies[1].name"},
 		{"negative worker", "worker_id: -3\n", nil, "worker_id"},
 		{"negative worker env", "", []string{"KVPILOT_WORKER_ID=-3"}, "worker_id"},
@@ -118,14 +121,14 @@ policies:
   - name: trunc
     builtin: truncation
     params:
-      keep: 3
+      keep: {type: tool_uses, value: 3}
       exclude_tools: [Read]
 `)
 	c, err := Load(p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Policies) != 1 || c.Policies[0].Builtin != "truncation" || c.Policies[0].Params["keep"] != 3 {
+	if len(c.Policies) != 1 || c.Policies[0].Builtin != "truncation" || c.Policies[0].Params["keep"] == nil {
 		t.Fatalf("policies: %+v", c.Policies)
 	}
 }

@@ -9,9 +9,15 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvpilot/kvpilot/policies"
 	"github.com/kvpilot/kvpilot/sdk/kvevent"
 	"github.com/kvpilot/kvpilot/sdk/ttl"
 )
+
+// CheckBuiltin is how Validate checks a built-in policy's name and params:
+// it configures one as its process will (policies.Check). A test that runs
+// built-ins of its own replaces it.
+var CheckBuiltin = policies.Check
 
 // Validate checks every value's range. Each error names its key.
 func (c Config) Validate() error {
@@ -122,6 +128,14 @@ func (c Config) Validate() error {
 			bad(key+".builtin", "set exactly one of builtin and path")
 		case p.Path != "" && !isSHA256(p.SHA256):
 			bad(key+".sha256", "an external plugin needs the hex sha256 of %s (sha256sum prints it)", p.Path)
+		case p.Builtin != "":
+			// A built-in is checked here as its process will configure it;
+			// an external plugin's params are its own to check at start.
+			if err := CheckBuiltin(p.Builtin, p.Params); errors.Is(err, policies.ErrUnknown) {
+				bad(key+".builtin", "%v", err)
+			} else if err != nil {
+				bad(key+".params", "%s: %v", p.Builtin, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
