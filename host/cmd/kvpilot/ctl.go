@@ -459,13 +459,14 @@ func describeTurn(w io.Writer, r directive.TurnReply) {
 		if res.OK() {
 			e := res.Effect
 			fmt.Fprintf(w, "  %d %s: %d blocks", res.Index, res.Verb, e.Blocks)
-			for _, f := range []struct {
-				n    int
-				name string
-			}{{e.Skipped, "skipped"}, {e.Missing, "missing"}} {
-				if f.n > 0 {
-					fmt.Fprintf(w, ", %d %s", f.n, f.name)
+			if e.Skipped > 0 {
+				fmt.Fprintf(w, ", %d skipped", e.Skipped)
+				if len(e.Skips) > 0 {
+					fmt.Fprintf(w, " (%s)", describeSkips(e.Skips))
 				}
+			}
+			if e.Missing > 0 {
+				fmt.Fprintf(w, ", %d missing", e.Missing)
 			}
 			if e.Tokens > 0 {
 				fmt.Fprintf(w, ", %d tokens", e.Tokens)
@@ -481,6 +482,32 @@ func describeTurn(w io.Writer, r directive.TurnReply) {
 			fmt.Fprintf(w, "  %d %s: %s\n", res.Index, res.Verb, res.Error.Code)
 		}
 	}
+}
+
+// skipWords says each skip reason in an operator's words.
+var skipWords = map[directive.SkipReason]string{
+	directive.SkipLocked:       "locked by a running request",
+	directive.SkipPinned:       "pinned",
+	directive.SkipLeased:       "held by another lease",
+	directive.SkipShared:       "shared with another session",
+	directive.SkipAncestor:     "above a skipped block",
+	directive.SkipAlready:      "already there",
+	directive.SkipTransient:    "transient, never copied colder",
+	directive.SkipNotPinned:    "not pinned",
+	directive.SkipNotTransient: "not transient",
+	directive.SkipInterior:     "interior, left to a splice",
+}
+
+func describeSkips(skips []directive.Skip) string {
+	parts := make([]string, 0, len(skips))
+	for _, sk := range skips {
+		w := skipWords[sk.Reason]
+		if w == "" {
+			w = string(sk.Reason)
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", sk.Blocks, w))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func describeEvent(ev controlclient.Event) string {
