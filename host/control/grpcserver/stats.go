@@ -49,8 +49,11 @@ func (s *Server) Stats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsResp
 		WorkerId:       s.worker,
 		PageSizeTokens: int64(pageSize),
 		Leases:         int64(leases),
-		// Sessions are the engine service's; the index does not count them.
-		Tiers: make([]*pb.TierStats, 0, tier.Count),
+		Tiers:          make([]*pb.TierStats, 0, tier.Count),
+	}
+	// Sessions are the engine service's; the index does not count them.
+	if s.cfg.Sessions != nil {
+		resp.Sessions = int64(s.cfg.Sessions(tenant, all))
 	}
 	if !all {
 		resp.Tenant = tenant

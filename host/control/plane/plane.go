@@ -71,6 +71,8 @@ type Config struct {
 	Audit executor.AuditLog
 	// BytesPerPage for Stats (nil: bytes read 0 until layouts exist).
 	BytesPerPage func() int64
+	// Sessions for Stats (nil: 0).
+	Sessions func(tenant string, all bool) int
 	// WatchBuffer per WatchEvents stream (0: default).
 	WatchBuffer int
 	// Metrics receives directive counts and latency; nil: none.
@@ -115,7 +117,7 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 	}
 	p.srv, err = grpcserver.New(grpcserver.Config{
 		Executor: cfg.Executor, Index: cfg.Index, Lock: cfg.Lock, Hub: p.hub, WatchBuffer: cfg.WatchBuffer,
-		WorkerID: cfg.WorkerID, BytesPerPage: cfg.BytesPerPage, Recorder: rec, Log: cfg.Log.Named("control"),
+		WorkerID: cfg.WorkerID, BytesPerPage: cfg.BytesPerPage, Sessions: cfg.Sessions, Recorder: rec, Log: cfg.Log.Named("control"),
 		Tenants: cfg.ControlTenants, RateLimit: cfg.ControlRateLimit, RateBurst: cfg.ControlRateBurst, Audit: cfg.Audit,
 	})
 	if err != nil {
