@@ -187,6 +187,12 @@ type Index struct {
 	leaseOrder []*lease // creation order, so Plan is deterministic
 	leaseSeq   uint64
 
+	// pauseWant counts, per tier, lease pages the last planPause could
+	// not copy there for want of room, so that tier's eviction makes it;
+	// starved lists those leases (lease_health.go).
+	pauseWant [tier.Count]int
+	starved   []*lease
+
 	inflight map[uint64]*pending
 	nextID   uint64
 

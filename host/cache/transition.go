@@ -273,7 +273,7 @@ func (ix *Index) CompleteDrop(t Transition) error {
 		bad = fmt.Errorf("lock_ref %d: %w", n.lockRef, ErrLocked)
 	case last && n.pinned(now):
 		bad = fmt.Errorf("last copy: %w", ErrPinned)
-	case last && n.leaseRefs > 0:
+	case last && n.leaseHeld():
 		bad = fmt.Errorf("last copy: %w", ErrLeased)
 	}
 	if bad != nil {
@@ -303,6 +303,9 @@ func (ix *Index) FailTransition(t Transition) error {
 			ix.queueWriteThrough(p.n)
 		}
 		ix.cancelDependents(p.t.ID)
+		if wasLive && p.t.Reason == ReasonPause && !p.n.dead {
+			ix.failedPauseCopy(p.n, p.t.To)
+		}
 	}
 	ix.afterMutation()
 	return nil
