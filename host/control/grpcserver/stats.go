@@ -36,6 +36,7 @@ func (s *Server) Stats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsResp
 		ts = s.cfg.Index.TenantStats(tenant)
 	}
 	pageSize := s.cfg.Index.PageSize()
+	degraded := s.cfg.Index.DegradedLeases()
 	s.cfg.Lock.Unlock()
 	tiers, leases := st.Tiers, st.Leases
 	if !all {
@@ -54,6 +55,11 @@ func (s *Server) Stats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsResp
 	// Sessions are the engine service's; the index does not count them.
 	if s.cfg.Sessions != nil {
 		resp.Sessions = int64(s.cfg.Sessions(tenant, all))
+	}
+	for _, l := range degraded {
+		if all || l.Tenant == tenant {
+			resp.DegradedLeases = append(resp.DegradedLeases, &pb.DegradedLease{LeaseId: l.ID, Tenant: l.Tenant, Reason: l.Reason})
+		}
 	}
 	if !all {
 		resp.Tenant = tenant
