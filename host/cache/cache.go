@@ -37,6 +37,7 @@ package cache
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/tier"
@@ -192,6 +193,11 @@ type Index struct {
 	// starved lists those leases (lease_health.go).
 	pauseWant [tier.Count]int
 	starved   []*lease
+	// pinsDirty: some pinned page may lack its disk copy (pin_durable.go);
+	// pin copies back off until pinRetryAt after pinFailures failures.
+	pinsDirty   bool
+	pinFailures int
+	pinRetryAt  time.Duration
 
 	inflight map[uint64]*pending
 	nextID   uint64

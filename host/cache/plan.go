@@ -30,6 +30,7 @@ import (
 func (ix *Index) Plan(now time.Duration, dst []Transition) []Transition {
 	dst = ix.planWriteThrough(dst)
 	dst = ix.planPause(now, dst)
+	dst = ix.planPinDurable(now, dst)
 	for _, t := range tier.All {
 		if ix.present(t) {
 			dst = ix.planEvict(t, now, dst)
