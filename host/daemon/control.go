@@ -49,6 +49,7 @@ func (d *Daemon) buildControl() error {
 		// engine registers one, when no model is configured).
 		BytesPerPage: d.BytesPerPage,
 		Sessions:     d.sessionCount,
+		Saved:        d.savedMeta,
 		Metrics:      d.metrics,
 		Log:          d.log,
 	})

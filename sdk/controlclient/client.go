@@ -87,6 +87,13 @@ type Stats struct {
 	// pause tier (Reason says why): their pages stay evictable, so they
 	// may be lost, until a later attempt settles the lease.
 	DegradedLeases []DegradedLease `json:"degraded_leases,omitempty"`
+	// Pins counts the pins held: pinned paths, a path pinned twice
+	// counting twice.
+	Pins int64 `json:"pins"`
+	// RestorePending is true while the pins and leases saved before a
+	// restart wait for an engine to register (the pools open then):
+	// Leases and Pins count the saved ones.
+	RestorePending bool `json:"restore_pending,omitempty"`
 }
 
 // DegradedLease is one line of Stats.DegradedLeases.

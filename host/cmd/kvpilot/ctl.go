@@ -241,7 +241,10 @@ var ctlVerbs = map[string]ctlVerb{
 					fmt.Fprintf(g.stdout, "tenant %q: %d pages, %d pinned, pin quota %d (0: none); tiers count its pages only\n",
 						s.Tenant, s.TenantPages, s.TenantPinnedPages, s.TenantPinQuota)
 				}
-				fmt.Fprintf(g.stdout, "worker %s, %d tokens per page, %d leases, %d sessions\n", s.WorkerID, s.PageSizeTokens, s.Leases, s.Sessions)
+				fmt.Fprintf(g.stdout, "worker %s, %d tokens per page, %d leases, %d pins, %d sessions\n", s.WorkerID, s.PageSizeTokens, s.Leases, s.Pins, s.Sessions)
+				if s.RestorePending {
+					fmt.Fprintln(g.stdout, "pins and leases saved before the restart: restored when an engine registers (the pools open then)")
+				}
 				for _, l := range s.DegradedLeases {
 					fmt.Fprintf(g.stdout, "lease %s degraded (its pages stay evictable until it settles): %s\n", l.LeaseID, l.Reason)
 				}

@@ -73,6 +73,8 @@ type Config struct {
 	BytesPerPage func() int64
 	// Sessions for Stats (nil: 0).
 	Sessions func(tenant string, all bool) int
+	// Saved for Stats (nil: none).
+	Saved func(tenant string, all bool) (pins, leases int, ok bool)
 	// WatchBuffer per WatchEvents stream (0: default).
 	WatchBuffer int
 	// Metrics receives directive counts and latency; nil: none.
@@ -117,7 +119,7 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 	}
 	p.srv, err = grpcserver.New(grpcserver.Config{
 		Executor: cfg.Executor, Index: cfg.Index, Lock: cfg.Lock, Hub: p.hub, WatchBuffer: cfg.WatchBuffer,
-		WorkerID: cfg.WorkerID, BytesPerPage: cfg.BytesPerPage, Sessions: cfg.Sessions, Recorder: rec, Log: cfg.Log.Named("control"),
+		WorkerID: cfg.WorkerID, BytesPerPage: cfg.BytesPerPage, Sessions: cfg.Sessions, Saved: cfg.Saved, Recorder: rec, Log: cfg.Log.Named("control"),
 		Tenants: cfg.ControlTenants, RateLimit: cfg.ControlRateLimit, RateBurst: cfg.ControlRateBurst, Audit: cfg.Audit,
 	})
 	if err != nil {

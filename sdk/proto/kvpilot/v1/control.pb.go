@@ -497,6 +497,13 @@ type StatsResponse struct {
 	// Leases whose pages could not be moved to the pause tier: their pages
 	// are ordinary evictable pages until a later attempt settles them.
 	DegradedLeases []*DegradedLease `protobuf:"bytes,10,rep,name=degraded_leases,json=degradedLeases,proto3" json:"degraded_leases,omitempty"`
+	// Pins held (host-wide, or the tenant's namespace's): pinned paths,
+	// a path pinned twice counting twice.
+	Pins int64 `protobuf:"varint,11,opt,name=pins,proto3" json:"pins,omitempty"`
+	// True while the pins and leases saved before a restart wait for the
+	// pools (they open when an engine registers, without a configured
+	// model): leases and pins then count the saved ones.
+	RestorePending bool `protobuf:"varint,12,opt,name=restore_pending,json=restorePending,proto3" json:"restore_pending,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -599,6 +606,20 @@ func (x *StatsResponse) GetDegradedLeases() []*DegradedLease {
 		return x.DegradedLeases
 	}
 	return nil
+}
+
+func (x *StatsResponse) GetPins() int64 {
+	if x != nil {
+		return x.Pins
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetRestorePending() bool {
+	if x != nil {
+		return x.RestorePending
+	}
+	return false
 }
 
 type DegradedLease struct {
@@ -1064,7 +1085,7 @@ const file_kvpilot_v1_control_proto_rawDesc = "" +
 	"\x0ecapacity_bytes\x18\x04 \x01(\x03R\rcapacityBytes\x12!\n" +
 	"\fpinned_pages\x18\x05 \x01(\x03R\vpinnedPages\x12!\n" +
 	"\fpinned_bytes\x18\x06 \x01(\x03R\vpinnedBytes\x12!\n" +
-	"\fleased_pages\x18\a \x01(\x03R\vleasedPages\"\x90\x03\n" +
+	"\fleased_pages\x18\a \x01(\x03R\vleasedPages\"\xcd\x03\n" +
 	"\rStatsResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12(\n" +
 	"\x10page_size_tokens\x18\x02 \x01(\x03R\x0epageSizeTokens\x12+\n" +
@@ -1076,7 +1097,9 @@ const file_kvpilot_v1_control_proto_rawDesc = "" +
 	"\x13tenant_pinned_pages\x18\b \x01(\x03R\x11tenantPinnedPages\x12(\n" +
 	"\x10tenant_pin_quota\x18\t \x01(\x03R\x0etenantPinQuota\x12B\n" +
 	"\x0fdegraded_leases\x18\n" +
-	" \x03(\v2\x19.kvpilot.v1.DegradedLeaseR\x0edegradedLeases\"Z\n" +
+	" \x03(\v2\x19.kvpilot.v1.DegradedLeaseR\x0edegradedLeases\x12\x12\n" +
+	"\x04pins\x18\v \x01(\x03R\x04pins\x12'\n" +
+	"\x0frestore_pending\x18\f \x01(\bR\x0erestorePending\"Z\n" +
 	"\rDegradedLease\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x16\n" +
