@@ -26,6 +26,8 @@
 //     loadable wherever it is, and eviction takes tier leaves only;
 //   - a page in the index is resident on at least one tier;
 //   - the last copy of a pinned, locked or leased page is never dropped
+//     (a degraded lease, whose pages could not reach its tier, no longer
+//     holds them: lease_health.go)
 //     (LoseCopy does not drop: it records a loss, and counts it);
 //   - distinct pinned pages never exceed any tier's pin budget, nor a
 //     tenant's quota.

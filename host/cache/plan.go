@@ -13,20 +13,22 @@ import (
 //
 //  1. write-through copies of device pages to the host tier;
 //  2. pause work: copies of leased pages to their pause tier, then drops of
-//     their hotter copies;
-//  3. eviction, hot tier first, on every tier whose usage (resident plus
+//     their hotter copies (leases backing off after a failure wait,
+//     lease_health.go);
+//  3. disk copies of pinned pages, so pins outlive the host (pin_durable.go);
+//  4. eviction, hot tier first, on every tier whose usage (resident plus
 //     planned copies in, minus planned drops) exceeds its high watermark,
 //     down to its low watermark.
 //
 // Eviction takes tier leaves only (pages with no child on that tier), never
-// a locked or leased page, nor one with a transition in flight. It takes
-// unprioritized or lapsed pages by LRU first, then pages by ascending
-// retention priority then LRU, and pinned pages last. A device page whose
-// only copy it is gets a demotion (copy to the next tier, then drop) when
-// it is pinned, or when the write policy keeps backups and it is not
-// transient; otherwise it is dropped. A pinned page's last copy is never
-// dropped: when it cannot be demoted it stays. On colder tiers pinned pages
-// are skipped until their pin lapses.
+// a locked page, one a healthy (not degraded) lease holds, nor one with a
+// transition in flight. It takes unprioritized or lapsed pages by LRU
+// first, then pages by ascending retention priority then LRU, and pinned
+// pages last. A device page whose only copy it is gets a demotion (copy to
+// the next tier, then drop) when it is pinned, or when the write policy
+// keeps backups and it is not transient; otherwise it is dropped. A pinned
+// page's last copy is never dropped: when it cannot be demoted it stays. On
+// colder tiers pinned pages are skipped until their pin lapses.
 func (ix *Index) Plan(now time.Duration, dst []Transition) []Transition {
 	dst = ix.planWriteThrough(dst)
 	dst = ix.planPause(now, dst)
