@@ -146,8 +146,8 @@ func pinsAndPauseSurviveRestart(t *testing.T, configured bool) {
 	ctl := controlFor(t, c)
 	ph := hashesOf(pinned, "")
 	apply(t, ctl, directive.Cache{BlockHashes: ph[len(ph)-1:], Pin: true, TTL: directive.TTLOf(time.Hour)})
-	// The pinned pages reach the disk tier by warming them there (a pin
-	// alone keeps them where they are: on the device, lost at a restart).
+	// Pinned pages are written through to the disk tier on their own
+	// (pins_restart_test.go); warming them there as well changes nothing.
 	keys := make([]directive.BlockKey, len(ph))
 	for i, h := range ph {
 		keys[i] = directive.BlockKey(h.String())

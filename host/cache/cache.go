@@ -26,6 +26,8 @@
 //     loadable wherever it is, and eviction takes tier leaves only;
 //   - a page in the index is resident on at least one tier;
 //   - the last copy of a pinned, locked or leased page is never dropped
+//     (a degraded lease, whose pages could not reach its tier, no longer
+//     holds them: lease_health.go)
 //     (LoseCopy does not drop: it records a loss, and counts it);
 //   - distinct pinned pages never exceed any tier's pin budget, nor a
 //     tenant's quota.
@@ -37,6 +39,7 @@ package cache
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/tier"
@@ -186,6 +189,17 @@ type Index struct {
 	leases     map[string]*lease
 	leaseOrder []*lease // creation order, so Plan is deterministic
 	leaseSeq   uint64
+
+	// pauseWant counts, per tier, lease pages the last planPause could
+	// not copy there for want of room, so that tier's eviction makes it;
+	// starved lists those leases (lease_health.go).
+	pauseWant [tier.Count]int
+	starved   []*lease
+	// pinsDirty: some pinned page may lack its disk copy (pin_durable.go);
+	// pin copies back off until pinRetryAt after pinFailures failures.
+	pinsDirty   bool
+	pinFailures int
+	pinRetryAt  time.Duration
 
 	inflight map[uint64]*pending
 	nextID   uint64

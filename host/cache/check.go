@@ -20,7 +20,7 @@ func (ix *Index) Check() error {
 	}
 	var resident [tier.Count]int
 	pinned := 0
-	leaseRefs := map[*node]uint32{}
+	leaseRefs, degradedRefs := map[*node]uint32{}, map[*node]uint32{}
 	for _, l := range ix.leaseOrder {
 		if ix.leases[l.id] != l {
 			bad("lease %q in order but not in the map", l.id)
@@ -28,6 +28,9 @@ func (ix *Index) Check() error {
 		for _, n := range l.pages {
 			if !n.dead {
 				leaseRefs[n]++
+				if l.degraded {
+					degradedRefs[n]++
+				}
 			}
 		}
 	}
@@ -157,6 +160,9 @@ func (ix *Index) Check() error {
 			}
 			if n.leaseRefs != leaseRefs[n] {
 				bad("page %d: leaseRefs %d, leases hold it %d times", n.seq, n.leaseRefs, leaseRefs[n])
+			}
+			if n.degradedRefs != degradedRefs[n] {
+				bad("page %d: degradedRefs %d, degraded leases hold it %d times", n.seq, n.degradedRefs, degradedRefs[n])
 			}
 			if n.pending != pendingOf[n] {
 				bad("page %d: pending %d, live transitions %d", n.seq, n.pending, pendingOf[n])

@@ -31,6 +31,9 @@ var (
 	ErrLeased = errors.New("block is leased")
 	// ErrUnknownLease: no lease has that id (it may have expired).
 	ErrUnknownLease = errors.New("unknown lease")
+	// ErrCapacity: a tier has no room for what the call needs there, even
+	// after its eviction rules took what they may.
+	ErrCapacity = errors.New("tier capacity exhausted")
 	// ErrLeaseExists: a lease with that id is already held.
 	ErrLeaseExists = errors.New("lease already exists")
 	// ErrHashCollision: a sequence hash is already used by a page with a

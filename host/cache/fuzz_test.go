@@ -33,7 +33,7 @@ var knownErrors = []error{
 	ErrBadArgument, ErrUnknownBlock, ErrPinBudget, ErrTenantQuota, ErrBadTTL, ErrBadPriority,
 	ErrLocked, ErrNotLocked, ErrPinned, ErrLeased, ErrUnknownLease, ErrLeaseExists,
 	ErrHashCollision, ErrNotResident, ErrHasChildren, ErrTransient, ErrUnknownTransition,
-	ErrTransitionCancelled, ErrTransitionOrder, ErrAlreadyResident,
+	ErrTransitionCancelled, ErrTransitionOrder, ErrAlreadyResident, ErrCapacity,
 }
 
 type opDriver struct {

@@ -18,6 +18,13 @@ type lease struct {
 	// settled is set by Plan once every page sits on the pause tier with no
 	// hotter copy, so later plans skip the lease.
 	settled bool
+	// failures counts attempts in a row that could not move the pages
+	// (lease_health.go); Plan leaves the lease alone until retryAt. A
+	// degraded lease no longer holds its pages; reason says why.
+	failures int
+	retryAt  time.Duration
+	degraded bool
+	reason   string
 }
 
 // LeaseInfo describes a lease.
@@ -32,10 +39,15 @@ type LeaseInfo struct {
 	Seqs []uint64
 	// Settled is true once every page is on the pause tier alone.
 	Settled bool
+	// Degraded is true when the pages could not be moved to the pause
+	// tier (Reason says why): they are ordinary evictable pages until the
+	// lease settles on a later attempt.
+	Degraded bool
+	Reason   string
 }
 
 func (l *lease) info() LeaseInfo {
-	li := LeaseInfo{ID: l.id, Tenant: l.tenant, Tier: l.tier, Expiry: l.expiry, Settled: l.settled}
+	li := LeaseInfo{ID: l.id, Tenant: l.tenant, Tier: l.tier, Expiry: l.expiry, Settled: l.settled, Degraded: l.degraded, Reason: l.reason}
 	for _, n := range l.pages {
 		if !n.dead {
 			li.Pages++
@@ -66,6 +78,9 @@ func (ix *Index) Pause(t Target, id string, pauseTier tier.Tier, ttl time.Durati
 	res := Result{Unknown: unknown}
 	if len(nodes) == 0 {
 		return LeaseInfo{}, res, unknownErr("pause", t, unknown)
+	}
+	if _, err := ix.PauseRoom(t, pauseTier, 0); err != nil {
+		return LeaseInfo{}, res, err
 	}
 	if id == "" {
 		for {
@@ -166,6 +181,7 @@ func (ix *Index) liveLease(op, id string) (*lease, error) {
 // endLease forgets a lease; its pages become ordinary unless another
 // lease holds them.
 func (ix *Index) endLease(l *lease) {
+	ix.undegrade(l)
 	delete(ix.leases, l.id)
 	for i, o := range ix.leaseOrder {
 		if o == l {

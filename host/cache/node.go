@@ -79,8 +79,9 @@ type node struct {
 	transient    bool
 	journalGen   uint64 // == Index.jr.gen when saved in the open journal
 
-	leaseRefs uint32 // live leases holding this page
-	lease     *lease // the most recent of them
+	leaseRefs    uint32 // live leases holding this page
+	degradedRefs uint32 // of them, those degraded (lease_health.go)
+	lease        *lease // the most recent of them
 
 	lastAccess time.Duration
 

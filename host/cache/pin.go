@@ -158,6 +158,7 @@ func (ix *Index) addPinned(n *node) {
 	}
 	ix.pinnedHead = n
 	ix.pinnedPages++
+	ix.notePinned()
 	n.tenant.pinned++
 }
 

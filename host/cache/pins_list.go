@@ -36,6 +36,19 @@ func (ix *Index) Pins(now time.Duration) []PinRecord {
 	return out
 }
 
+// PinCount counts the live pins of tenant's namespace (all: of every
+// tenant) as Pins records them: a pinned path counts once per Pin.
+func (ix *Index) PinCount(tenant string, all bool) int {
+	ns := ix.Namespace(tenant)
+	n := 0
+	for _, p := range ix.Pins(ix.clock.Now()) {
+		if all || p.Tenant == ns {
+			n += p.Count
+		}
+	}
+	return n
+}
+
 // RestorePin re-applies a persisted PinRecord: Count pins on the page (and
 // so its ancestors) expiring at expiry, refreshed by ttl on later hits. It
 // is subject to the same budgets as Pin and fails whole the same way.

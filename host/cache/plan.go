@@ -2,6 +2,7 @@ package cache
 
 import (
 	"container/heap"
+	"fmt"
 	"strings"
 	"time"
 
@@ -12,28 +13,41 @@ import (
 //
 //  1. write-through copies of device pages to the host tier;
 //  2. pause work: copies of leased pages to their pause tier, then drops of
-//     their hotter copies;
-//  3. eviction, hot tier first, on every tier whose usage (resident plus
+//     their hotter copies (leases backing off after a failure wait,
+//     lease_health.go);
+//  3. disk copies of pinned pages, so pins outlive the host (pin_durable.go);
+//  4. eviction, hot tier first, on every tier whose usage (resident plus
 //     planned copies in, minus planned drops) exceeds its high watermark,
 //     down to its low watermark.
 //
 // Eviction takes tier leaves only (pages with no child on that tier), never
-// a locked or leased page, nor one with a transition in flight. It takes
-// unprioritized or lapsed pages by LRU first, then pages by ascending
-// retention priority then LRU, and pinned pages last. A device page whose
-// only copy it is gets a demotion (copy to the next tier, then drop) when
-// it is pinned, or when the write policy keeps backups and it is not
-// transient; otherwise it is dropped. A pinned page's last copy is never
-// dropped: when it cannot be demoted it stays. On colder tiers pinned pages
-// are skipped until their pin lapses.
+// a locked page, one a healthy (not degraded) lease holds, nor one with a
+// transition in flight. It takes unprioritized or lapsed pages by LRU
+// first, then pages by ascending retention priority then LRU, and pinned
+// pages last. A device page whose only copy it is gets a demotion (copy to
+// the next tier, then drop) when it is pinned, or when the write policy
+// keeps backups and it is not transient; otherwise it is dropped. A pinned
+// page's last copy is never dropped: when it cannot be demoted it stays. On
+// colder tiers pinned pages are skipped until their pin lapses.
 func (ix *Index) Plan(now time.Duration, dst []Transition) []Transition {
 	dst = ix.planWriteThrough(dst)
-	dst = ix.planPause(dst)
+	dst = ix.planPause(now, dst)
+	dst = ix.planPinDurable(now, dst)
 	for _, t := range tier.All {
 		if ix.present(t) {
 			dst = ix.planEvict(t, now, dst)
 		}
 	}
+	// A lease that found no room on its pause tier, where eviction could
+	// not start making any, is set back (lease_health.go) rather than
+	// planned again at every step.
+	for _, l := range ix.starved {
+		if ix.pendingDrop[l.tier] == 0 {
+			ix.leaseSetback(l, now, fmt.Sprintf("no room on %s: its pages are pinned, leased, locked or moving", l.tier))
+		}
+	}
+	clear(ix.starved)
+	ix.starved = ix.starved[:0]
 	ix.afterMutation()
 	return dst
 }
@@ -84,13 +98,15 @@ func (ix *Index) planWriteThrough(dst []Transition) []Transition {
 	return dst
 }
 
-func (ix *Index) planPause(dst []Transition) []Transition {
+func (ix *Index) planPause(now time.Duration, dst []Transition) []Transition {
+	clear(ix.pauseWant[:])
 	for _, l := range ix.leaseOrder {
-		if l.settled {
-			continue
+		if l.settled || now < l.retryAt {
+			continue // settled, or backing off after a failed attempt
 		}
 		settled := true
 		P := l.tier
+		want := 0
 		for _, n := range l.pages { // root first: parents are copied first
 			if n.dead || n.transient || n.resident.Has(P) {
 				continue
@@ -101,9 +117,19 @@ func (ix *Index) planPause(dst []Transition) []Transition {
 			}
 			after, ok := parentReady(n, P)
 			src, okSrc := copySource(n)
-			if ok && okSrc {
+			switch {
+			case !ok || !okSrc:
+			case ix.used(P) >= ix.cfg.Tiers[P].Capacity:
+				// No slot: a copy planned now could only fail. Ask the
+				// tier's eviction (below) for the room instead.
+				want++
+			default:
 				dst = append(dst, ix.reserve(n, Copy, ReasonPause, src, P, after))
 			}
+		}
+		if want > 0 {
+			ix.pauseWant[P] += want
+			ix.starved = append(ix.starved, l)
 		}
 		// Free hotter copies, deepest first, once the pause copy has landed.
 		for _, t := range tier.All {
@@ -135,6 +161,9 @@ func (ix *Index) planPause(dst []Transition) []Transition {
 			}
 		}
 		l.settled = settled
+		if settled {
+			ix.leaseHealthy(l)
+		}
 	}
 	return dst
 }
@@ -199,7 +228,7 @@ func (h *evictHeap) Pop() any {
 // evictable: may n be taken from t at all (leafness aside)?
 func evictable(n *node, t tier.Tier, now time.Duration) bool {
 	switch {
-	case n.dead, !n.resident.Has(t), n.pending > 0, n.lockRef > 0, n.leaseRefs > 0:
+	case n.dead, !n.resident.Has(t), n.pending > 0, n.lockRef > 0, n.leaseHeld():
 		return false
 	case t != tier.Device && n.pinned(now):
 		return false // colder tiers keep pinned pages until the pin lapses
@@ -209,7 +238,7 @@ func evictable(n *node, t tier.Tier, now time.Duration) bool {
 
 func (ix *Index) planEvict(t tier.Tier, now time.Duration, dst []Transition) []Transition {
 	tc := ix.cfg.Tiers[t]
-	used := ix.used(t)
+	used := ix.used(t) + ix.pauseWant[t] // pauses waiting for room count as used
 	if float64(used) <= tc.High*float64(tc.Capacity) {
 		return dst
 	}

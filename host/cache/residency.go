@@ -43,6 +43,9 @@ func (ix *Index) removeResidency(n *node, t tier.Tier) {
 		n.parent.childrenOn[t]--
 	}
 	ix.resident[t]--
+	if t == tier.Disk && n.pinCount > 0 {
+		ix.notePinned() // a pinned page lost its durable copy
+	}
 	ix.emit(Removed, n, t)
 	if n.resident == 0 {
 		ix.removeNode(n)

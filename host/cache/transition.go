@@ -37,9 +37,10 @@ const (
 	ReasonWriteThrough                   // device write-through to host
 	ReasonPause                          // a lease moving pages to its pause tier
 	ReasonFetch                          // warm or load-back
+	ReasonPin                            // a pinned page written through to disk
 )
 
-var reasonNames = [...]string{"", "evict", "demote", "write-through", "pause", "fetch"}
+var reasonNames = [...]string{"", "evict", "demote", "write-through", "pause", "fetch", "pin"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) && r != 0 {
@@ -119,6 +120,9 @@ func (ix *Index) release(p *pending) {
 	}
 	p.live = false
 	n, t := p.n, p.t
+	if t.Reason == ReasonPin {
+		ix.notePinned() // landed, failed or cancelled: look again
+	}
 	n.pending--
 	if t.Kind == Copy {
 		n.inbound = n.inbound.without(t.To)
@@ -226,6 +230,9 @@ func (ix *Index) CompleteCopy(t Transition, dstLoc uint64) error {
 		return fmt.Errorf("complete copy %v: %w", t, bad)
 	}
 	ix.addResidency(n, t.To, dstLoc)
+	if t.Reason == ReasonPin {
+		ix.pinFailures = 0
+	}
 	return nil
 }
 
@@ -273,7 +280,7 @@ func (ix *Index) CompleteDrop(t Transition) error {
 		bad = fmt.Errorf("lock_ref %d: %w", n.lockRef, ErrLocked)
 	case last && n.pinned(now):
 		bad = fmt.Errorf("last copy: %w", ErrPinned)
-	case last && n.leaseRefs > 0:
+	case last && n.leaseHeld():
 		bad = fmt.Errorf("last copy: %w", ErrLeased)
 	}
 	if bad != nil {
@@ -303,6 +310,12 @@ func (ix *Index) FailTransition(t Transition) error {
 			ix.queueWriteThrough(p.n)
 		}
 		ix.cancelDependents(p.t.ID)
+		if wasLive && p.t.Reason == ReasonPause && !p.n.dead {
+			ix.failedPauseCopy(p.n, p.t.To)
+		}
+		if wasLive && p.t.Reason == ReasonPin {
+			ix.failedPinCopy()
+		}
 	}
 	ix.afterMutation()
 	return nil

@@ -14,13 +14,14 @@ var (
 	descPinned   = prometheus.NewDesc("kvpilot_pinned_blocks", "Pinned pages resident per tier.", []string{"tier"}, nil)
 	descLeased   = prometheus.NewDesc("kvpilot_leased_blocks", "Leased (paused) pages resident per tier.", []string{"tier"}, nil)
 	descLeases   = prometheus.NewDesc("kvpilot_leases", "Live pause leases.", nil, nil)
+	descDegraded = prometheus.NewDesc("kvpilot_leases_degraded", "Leases whose pages could not be moved to the pause tier (their pages are evictable).", nil, nil)
 	descPinBudg  = prometheus.NewDesc("kvpilot_pin_budget_blocks", "Distinct pages pins may hold.", nil, nil)
 	descInFlight = prometheus.NewDesc("kvpilot_transitions_in_flight", "Tier transitions planned and not yet completed.", nil, nil)
 	descEvQueue  = prometheus.NewDesc("kvpilot_event_queue_length", "KV events waiting to be published.", nil, nil)
 )
 
 func (ic *indexCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBlocks, descCapacity, descPinned, descLeased, descLeases, descPinBudg, descInFlight, descEvQueue} {
+	for _, d := range []*prometheus.Desc{descBlocks, descCapacity, descPinned, descLeased, descLeases, descDegraded, descPinBudg, descInFlight, descEvQueue} {
 		ch <- d
 	}
 }
@@ -28,6 +29,7 @@ func (ic *indexCollector) Describe(ch chan<- *prometheus.Desc) {
 func (ic *indexCollector) Collect(ch chan<- prometheus.Metric) {
 	ic.c.mu.Lock()
 	st := ic.c.index.Stats()
+	degraded := len(ic.c.index.DegradedLeases())
 	ic.c.mu.Unlock()
 	for _, t := range st.Tiers {
 		name := t.Tier.String()
@@ -37,6 +39,7 @@ func (ic *indexCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLeased, prometheus.GaugeValue, float64(t.Leased), name)
 	}
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(st.Leases))
+	ch <- prometheus.MustNewConstMetric(descDegraded, prometheus.GaugeValue, float64(degraded))
 	ch <- prometheus.MustNewConstMetric(descPinBudg, prometheus.GaugeValue, float64(st.PinBudget))
 	ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(st.InFlight))
 	ch <- prometheus.MustNewConstMetric(descEvQueue, prometheus.GaugeValue, float64(ic.c.events.Len()))

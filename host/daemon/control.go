@@ -50,6 +50,8 @@ func (d *Daemon) buildControl() error {
 		// Page bytes are those of the open pools' layout (0 until an
 		// engine registers one, when no model is configured).
 		BytesPerPage: d.BytesPerPage,
+		Sessions:     d.sessionCount,
+		Saved:        d.savedMeta,
 		Metrics:      d.metrics,
 		Log:          d.log,
 	})

@@ -71,7 +71,7 @@ func TestHealthAndMetrics(t *testing.T) {
 		t.Fatalf("healthz %d: %s", code, body)
 	}
 	var h health
-	if err := json.Unmarshal([]byte(body), &h); err != nil || h.Status != "ok" || h.Checks["nats"] != "ok" {
+	if err := json.Unmarshal([]byte(body), &h); err != nil || h.Status != "waiting" || h.Checks["nats"] != "ok" {
 		t.Fatalf("healthz body %s (%v)", body, err)
 	}
 	_, metrics := get(t, "http://"+d.HTTPAddr()+"/metrics")

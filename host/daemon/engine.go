@@ -95,7 +95,12 @@ func (d *Daemon) buildEngine() error {
 	// requests are released and pools closed while the index still stands.
 	d.closers = append(d.closers, svc.Close)
 	d.engine = eh
-	d.AddCheck("engine", func() error { return nil })
+	d.AddCheck("engine", func() error {
+		if _, ok := svc.Registration(); !ok {
+			return waiting("not registered: no engine has registered on " + d.cfg.EngineSocket() + " yet")
+		}
+		return nil
+	})
 	return nil
 }
 
@@ -134,6 +139,15 @@ func (d *Daemon) BytesPerPage() int64 {
 		if p := eh.svc.Pools(); p != nil && p.Layout != nil {
 			return int64(p.Layout.PageBytes())
 		}
+	}
+	return 0
+}
+
+// sessionCount is how many sessions the engine service remembers, of
+// tenant or of all tenants (the control plane's Stats).
+func (d *Daemon) sessionCount(tenant string, all bool) int {
+	if eh := d.engineHost(); eh != nil {
+		return eh.svc.SessionCount(tenant, all)
 	}
 	return 0
 }

@@ -119,6 +119,31 @@ func (d *Daemon) restoreMeta() {
 	}
 }
 
+// savedMeta counts the saved pins and leases of tenant (or all) while they
+// wait to be restored; ok is false once they were.
+func (d *Daemon) savedMeta(tenant string, all bool) (pins, leases int, ok bool) {
+	if d.meta.store == nil || d.meta.restored.Load() {
+		return 0, 0, false
+	}
+	snap, err := d.meta.store.Load()
+	if err != nil {
+		d.log.Warn("reading persisted pins and leases", "error", err)
+		return 0, 0, false
+	}
+	wall := time.Now()
+	for _, p := range snap.Pins {
+		if (all || p.Tenant == tenant) && p.Expiry.After(wall) {
+			pins += p.Count
+		}
+	}
+	for _, l := range snap.Leases {
+		if (all || l.Tenant == tenant) && l.Expiry.After(wall) {
+			leases++
+		}
+	}
+	return pins, leases, true
+}
+
 // saveMeta writes the current pins and leases.
 func (d *Daemon) saveMeta() error {
 	if d.meta.store == nil || !d.meta.restored.Load() {

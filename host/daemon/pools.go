@@ -87,7 +87,10 @@ func (d *Daemon) openPools(ctx context.Context, l *layout.Layout, staging bool) 
 		Retries:      d.cfg.Mover.Retries,
 		RetryBackoff: d.cfg.Mover.RetryBackoff,
 		DropWait:     d.cfg.Mover.DropWait,
-		Logger:       d.log.Named("mover"),
+		OnFailure: func(from, to tier.Tier) {
+			d.metrics.TransferFailures.WithLabelValues(from.String(), to.String()).Inc()
+		},
+		Logger: d.log.Named("mover"),
 	})
 	if err != nil {
 		_ = set.Close()

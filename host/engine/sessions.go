@@ -249,6 +249,23 @@ func markEdited(msgs []Message, edited []Span) {
 	}
 }
 
+// SessionCount is how many sessions the host remembers (within the
+// engine.max_sessions bound): of tenant, or of every tenant when all.
+func (s *Service) SessionCount(tenant string, all bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if all {
+		return s.sessions.lru.Len()
+	}
+	n := 0
+	for _, e := range s.sessions.byID {
+		if e.Value.(*sessionState).Tenant == tenant {
+			n++
+		}
+	}
+	return n
+}
+
 // Session returns a copy of what the host remembers of session id.
 func (s *Service) Session(id string) (Session, bool) {
 	s.mu.Lock()

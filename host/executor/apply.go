@@ -93,7 +93,8 @@ func (e *Executor) applyOne(tenant string, o *op) *errcode.Error {
 		if err != nil {
 			return fromCache(err)
 		}
-		o.eff.Blocks, o.eff.Skipped = len(o.seqs)-res.NotPinned, res.NotPinned
+		o.eff.Blocks = len(o.seqs) - res.NotPinned
+		o.eff.Skip(directive.SkipNotPinned, res.NotPinned)
 	case opMark:
 		res, err := ix.MarkTransient(tgt, o.on)
 		if err != nil {
@@ -125,7 +126,9 @@ func (e *Executor) applyCommit(tenant string, ops []*op, st *turnState) (trans [
 		case opWarm:
 			var res cache.FetchResult
 			trans, res, err = ix.PlanFetch(tgt, o.to, trans)
-			o.eff.Blocks, o.eff.Skipped = res.Planned, res.Already+res.Skipped
+			o.eff.Blocks = res.Planned
+			o.eff.Skip(directive.SkipAlready, res.Already)
+			o.eff.Skip(directive.SkipTransient, res.Skipped)
 		case opPause:
 			var li cache.LeaseInfo
 			var res cache.Result
@@ -138,18 +141,22 @@ func (e *Executor) applyCommit(tenant string, ops []*op, st *turnState) (trans [
 		case opRevoke:
 			var res cache.PurgeResult
 			res, err = ix.RevokeLease(o.lease)
-			o.eff.Blocks, o.eff.Skipped, o.eff.LeaseID = res.Removed, res.Locked+res.Pinned+res.Leased+res.Kept, o.lease
+			o.eff.Blocks, o.eff.LeaseID = res.Removed, o.lease
+			skipPurge(&o.eff, res, directive.SkipShared)
 			freed = append(freed, res.Freed...)
 		case opPrune:
 			var res cache.PurgeResult
 			res, err = ix.PruneDescendants(tgt)
-			o.eff.Blocks, o.eff.Skipped = res.Removed, res.Locked+res.Kept
+			o.eff.Blocks = res.Removed
+			skipPurge(&o.eff, res, directive.SkipAncestor)
 			freed = append(freed, res.Freed...)
 		case opPurge:
 			var res cache.PurgeResult
 			res, err = ix.PurgeTransientLeaves(tgt)
 			o.eff.Blocks += res.Removed
-			o.eff.Skipped += res.Locked + res.Pinned + res.Leased + res.Interior + res.NotTransient
+			skipPurge(&o.eff, res, directive.SkipAncestor)
+			o.eff.Skip(directive.SkipInterior, res.Interior)
+			o.eff.Skip(directive.SkipNotTransient, res.NotTransient)
 			freed = append(freed, res.Freed...)
 		case opRetain:
 			var res cache.Result
@@ -161,7 +168,9 @@ func (e *Executor) applyCommit(tenant string, ops []*op, st *turnState) (trans [
 			li, _ := ix.Lease(o.lease)
 			var res cache.FetchResult
 			trans, res, err = ix.PlanFetch(cache.TargetHashes(tenant, li.Seqs...), tier.Device, trans)
-			o.eff.Blocks, o.eff.Skipped, o.eff.LeaseID = res.Planned, res.Already+res.Skipped, o.lease
+			o.eff.Blocks, o.eff.LeaseID = res.Planned, o.lease
+			o.eff.Skip(directive.SkipAlready, res.Already)
+			o.eff.Skip(directive.SkipTransient, res.Skipped)
 			if _, lerr := ix.EndLease(o.lease); err == nil {
 				err = lerr
 			}
@@ -244,4 +253,16 @@ func (e *Executor) record(now time.Time, turnID, source, tenant string, o *op, r
 		rec.Code, rec.Detail = r.Error.Code, r.Error.Error()
 	}
 	return rec
+}
+
+// skipPurge records why a purge (revoke, prune, think) left pages: a
+// client reading "27 skipped" must be able to tell a running request from
+// a prefix other sessions share. kept names what res.Kept means for the
+// verb: for a revoke, pages with children outside the lease (a prefix
+// other sessions share); for a prune or purge, ancestors of a skipped page.
+func skipPurge(e *directive.Effect, res cache.PurgeResult, kept directive.SkipReason) {
+	e.Skip(directive.SkipLocked, res.Locked)
+	e.Skip(directive.SkipPinned, res.Pinned)
+	e.Skip(directive.SkipLeased, res.Leased)
+	e.Skip(kept, res.Kept)
 }

@@ -39,6 +39,7 @@ func (e *Executor) check(tenant string, ops []*op, st *turnState) []*errcode.Err
 		return v
 	}
 	present := func(t tier.Tier) bool { return ix.Config().Tiers[t].Capacity > 0 }
+	pauseClaim := 0 // pages this turn's earlier pauses bring to the pause tier
 
 	for i, o := range ops {
 		if o.session != "" {
@@ -109,6 +110,15 @@ func (e *Executor) check(tenant string, ops []*op, st *turnState) []*errcode.Err
 				fail(i, errcode.New(errcode.Unavailable, "pause tier %s is not configured on this host", e.cfg.PauseTier))
 				continue
 			}
+			// Refused here, whole and at once, when the pause tier cannot
+			// take the pages: an "ok" whose copies then fail in the
+			// background left a worker's device full of leased pages.
+			need, err := ix.PauseRoom(o.target(tenant), e.cfg.PauseTier, pauseClaim)
+			if err != nil {
+				fail(i, fromCache(err))
+				continue
+			}
+			pauseClaim += need
 			if o.ttl == nil {
 				o.ttlD = e.cfg.LeaseTTL.Max // the seed's indefinite lease, within the operator's clamp
 			} else {

@@ -21,6 +21,7 @@ var cacheCodes = []struct {
 	{cache.ErrLocked, errcode.BlockLocked},
 	{cache.ErrUnknownLease, errcode.UnknownLease},
 	{cache.ErrLeaseExists, errcode.LeaseExists},
+	{cache.ErrCapacity, errcode.CapacityExhausted},
 	{cache.ErrBadArgument, errcode.BadRequest},
 }
 

@@ -211,7 +211,7 @@ func (e *Executor) applySplices(st *turnState) *errcode.Error {
 		res := g.job.Result()
 		for _, o := range g.ops {
 			o.eff.Blocks += res.NewPages
-			o.eff.Skipped += res.Shared
+			o.eff.Skip(directive.SkipShared, res.Shared)
 			o.eff.Tokens += int64(res.MovedRows + res.InPlace*e.cfg.Index.PageSize())
 		}
 		if err != nil && first == nil {

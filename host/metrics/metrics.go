@@ -24,6 +24,9 @@ type Metrics struct {
 	TransferBytes *prometheus.CounterVec
 	// TransferLatency observes one batch transfer, by source and destination.
 	TransferLatency *prometheus.HistogramVec
+	// TransferFailures counts transfers that failed, by source and
+	// destination tier (a drop's are the same tier).
+	TransferFailures *prometheus.CounterVec
 	// PluginRestarts counts policy plugin restarts by policy name.
 	PluginRestarts *prometheus.CounterVec
 	// EventsPublished counts KV events handed to NATS (sent, or held in
@@ -62,6 +65,9 @@ func New() *Metrics {
 		TransferLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "kvpilot_transfer_seconds", Help: "Batch transfer time between tiers.", Buckets: latency,
 		}, []string{"from", "to"}),
+		TransferFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvpilot_transfer_failures_total", Help: "Transfers between tiers that failed, by source and destination tier.",
+		}, []string{"from", "to"}),
 		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvpilot_plugin_restarts_total", Help: "Policy plugin restarts, by policy.",
 		}, []string{"policy"}),
@@ -75,7 +81,7 @@ func New() *Metrics {
 			Name: "kvpilot_event_watchers_overflowed_total", Help: "WatchEvents watchers ended for falling a buffer behind.",
 		}),
 	}
-	r.MustRegister(m.PinRejections, m.Directives, m.DirectiveLatency, m.TransferBytes, m.TransferLatency, m.PluginRestarts,
+	r.MustRegister(m.PinRejections, m.Directives, m.DirectiveLatency, m.TransferBytes, m.TransferLatency, m.TransferFailures, m.PluginRestarts,
 		m.EventsPublished, m.EventsFailed, m.EventWatchersOverflowed)
 	return m
 }

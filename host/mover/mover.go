@@ -81,7 +81,12 @@ type Options struct {
 	// children's drops) before it is given up (default 5s); a given-up
 	// drop is planned again by a later Plan.
 	DropWait time.Duration
-	// Logger; nil discards.
+	// OnFailure is told of every transfer that failed, by source and
+	// destination tier (a drop's destination is its source), for metrics;
+	// nil: not counted. It must not block.
+	OnFailure func(from, to tier.Tier)
+	// Logger; nil discards. Failure lines are rate-limited per tier pair
+	// (failures.go).
 	Logger hclog.Logger
 }
 
@@ -96,6 +101,8 @@ type Mover struct {
 	pb    int
 	bufs  sync.Pool
 	syncs [tier.Count]*groupSync
+
+	failures failureLog
 
 	mu   sync.Mutex
 	done map[uint64]*flight // transitions in flight, by id, for After waits
@@ -134,7 +141,7 @@ func New(o Options) (*Mover, error) {
 		log = hclog.NewNullLogger()
 	}
 	m := &Mover{ix: o.Index, lock: o.Lock, pools: o.Pools, o: o, log: log.Named("mover"),
-		sem: make(chan struct{}, o.Workers), done: map[uint64]*flight{}}
+		sem: make(chan struct{}, o.Workers), done: map[uint64]*flight{}, failures: failureLog{now: time.Now}}
 	for _, t := range tier.All {
 		var p pool.Pool
 		if mp := o.Pools.Memory(t); mp != nil {

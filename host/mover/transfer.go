@@ -53,7 +53,10 @@ func (m *Mover) execute(ctx context.Context, t cache.Transition, children []uint
 	}
 	o.took = time.Since(start)
 	if o.err != nil {
-		m.log.Warn("transfer failed", "transition", t.String(), "error", o.err)
+		if f := m.o.OnFailure; f != nil {
+			f(t.From, destination(t))
+		}
+		m.failures.note(m.log, t, o.err)
 	}
 	return o
 }

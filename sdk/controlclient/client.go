@@ -83,6 +83,24 @@ type Stats struct {
 	TenantPages       int64  `json:"tenant_pages,omitempty"`
 	TenantPinnedPages int64  `json:"tenant_pinned_pages,omitempty"`
 	TenantPinQuota    int64  `json:"tenant_pin_quota,omitempty"`
+	// DegradedLeases are leases whose pages could not be moved to the
+	// pause tier (Reason says why): their pages stay evictable, so they
+	// may be lost, until a later attempt settles the lease.
+	DegradedLeases []DegradedLease `json:"degraded_leases,omitempty"`
+	// Pins counts the pins held: pinned paths, a path pinned twice
+	// counting twice.
+	Pins int64 `json:"pins"`
+	// RestorePending is true while the pins and leases saved before a
+	// restart wait for an engine to register (the pools open then):
+	// Leases and Pins count the saved ones.
+	RestorePending bool `json:"restore_pending,omitempty"`
+}
+
+// DegradedLease is one line of Stats.DegradedLeases.
+type DegradedLease struct {
+	LeaseID string `json:"lease_id"`
+	Tenant  string `json:"tenant,omitempty"`
+	Reason  string `json:"reason"`
 }
 
 // TierStats is one tier's line of Stats. Bytes are 0 until an engine has

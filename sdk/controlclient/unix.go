@@ -108,6 +108,10 @@ func (c *UnixClient) TenantStats(ctx context.Context, tenant string) (Stats, err
 	}
 	s := Stats{WorkerID: resp.GetWorkerId(), PageSizeTokens: resp.GetPageSizeTokens(), Leases: resp.GetLeases(), Sessions: resp.GetSessions(),
 		Tenant: resp.GetTenant(), TenantPages: resp.GetTenantPages(), TenantPinnedPages: resp.GetTenantPinnedPages(), TenantPinQuota: resp.GetTenantPinQuota()}
+	s.Pins, s.RestorePending = resp.GetPins(), resp.GetRestorePending()
+	for _, l := range resp.GetDegradedLeases() {
+		s.DegradedLeases = append(s.DegradedLeases, DegradedLease{LeaseID: l.GetLeaseId(), Tenant: l.GetTenant(), Reason: l.GetReason()})
+	}
 	for _, t := range resp.GetTiers() {
 		name, _ := convert.TierFromProto(t.GetTier())
 		s.Tiers = append(s.Tiers, TierStats{Tier: string(name), Pages: t.GetPages(), Bytes: t.GetBytes(), CapacityBytes: t.GetCapacityBytes(),

@@ -8,8 +8,10 @@ type Effect struct {
 	// warmed, marked, purged, paused or revoked.
 	Blocks int `json:"blocks"`
 	// Skipped counts blocks left alone on purpose: locked by a running
-	// request (Prune), already where Warm wanted them.
-	Skipped int `json:"skipped,omitempty"`
+	// request (Prune), already where Warm wanted them. Skips says why, one
+	// entry per reason; its blocks add up to Skipped.
+	Skipped int    `json:"skipped,omitempty"`
+	Skips   []Skip `json:"skips,omitempty"`
 	// Missing counts keys or hashes that named no cached block, for verbs
 	// that act on what they find (Warm, unpin, purge).
 	Missing int `json:"missing,omitempty"`
@@ -19,6 +21,57 @@ type Effect struct {
 	LeaseID string `json:"lease_id,omitempty"`
 	// TTL is the TTL granted after the host's default and clamps.
 	TTL TTL `json:"ttl_seconds,omitempty"`
+}
+
+// SkipReason says why a verb left a block alone.
+type SkipReason string
+
+// Skip reasons, as clients see them in Effect.Skips.
+const (
+	// SkipLocked: a running request holds the block; it stays until released.
+	SkipLocked SkipReason = "locked"
+	// SkipPinned: the block is pinned (by this or another session).
+	SkipPinned SkipReason = "pinned"
+	// SkipLeased: another lease holds the block too.
+	SkipLeased SkipReason = "leased"
+	// SkipShared: other sessions' blocks hang under it (a shared prefix),
+	// so it stays as an ordinary block.
+	SkipShared SkipReason = "shared"
+	// SkipAncestor: a block it keeps below was skipped, so it stays too.
+	SkipAncestor SkipReason = "ancestor"
+	// SkipAlready: the block already is where the verb wanted it.
+	SkipAlready SkipReason = "already"
+	// SkipTransient: a transient block is never copied to a colder tier.
+	SkipTransient SkipReason = "transient"
+	// SkipNotPinned: an unpin found the block not pinned.
+	SkipNotPinned SkipReason = "not_pinned"
+	// SkipNotTransient: a purge found the block not transient.
+	SkipNotTransient SkipReason = "not_transient"
+	// SkipInterior: a purge left an interior block to the splice that
+	// removes it.
+	SkipInterior SkipReason = "interior"
+)
+
+// Skip counts the blocks a verb left alone for one reason.
+type Skip struct {
+	Reason SkipReason `json:"reason"`
+	Blocks int        `json:"blocks"`
+}
+
+// Skip adds n blocks skipped for reason (nothing when n is 0), keeping
+// Skipped the sum of Skips.
+func (e *Effect) Skip(reason SkipReason, n int) {
+	if n <= 0 {
+		return
+	}
+	e.Skipped += n
+	for i := range e.Skips {
+		if e.Skips[i].Reason == reason {
+			e.Skips[i].Blocks += n
+			return
+		}
+	}
+	e.Skips = append(e.Skips, Skip{Reason: reason, Blocks: n})
 }
 
 // Result is the answer for one directive of a turn.

@@ -108,7 +108,7 @@ var ctlVerbs = map[string]ctlVerb{
 				return directive.Think{BlockHashes: hs, Transient: !*purge}, err
 			}
 		}},
-	"pause": {synopsis: "--lease ID [--ttl D] HASH...", summary: "move blocks to the pause tier under a lease",
+	"pause": {synopsis: "--lease ID [--ttl D] HASH...", summary: "lease blocks to the pause tier: refused (capacity_exhausted) when it has no room; after ok the copies move in the background, and stats lists the lease as degraded if they cannot",
 		turn: func(fs *flag.FlagSet) func([]string) (directive.Directive, error) {
 			lease := fs.String("lease", "", "lease id (required)")
 			t := fs.String("ttl", "", "lease TTL (30s, 5m, 1h, seconds; default: the host's maximum)")
@@ -134,7 +134,7 @@ var ctlVerbs = map[string]ctlVerb{
 				return directive.RenewLease{LeaseID: args[0], NewTTL: directive.TTL(d)}, nil
 			}
 		}},
-	"revoke": {synopsis: "LEASE", summary: "end a lease and purge its blocks from every tier", turn: ctlLeaseVerb(func(id string) directive.Directive { return directive.RevokeLease{LeaseID: id} })},
+	"revoke": {synopsis: "LEASE", summary: "end a lease and purge from every tier the blocks it alone holds; the reply says why it skipped any (locked, pinned, shared, ...)", turn: ctlLeaseVerb(func(id string) directive.Directive { return directive.RevokeLease{LeaseID: id} })},
 	"resume": {synopsis: "LEASE", summary: "bring a paused lease's blocks back and end it", turn: ctlLeaseVerb(func(id string) directive.Directive { return directive.Resume{LeaseID: id} })},
 	"splice": {synopsis: "--session S --start I --end J [--text T | --tokens 1,2,...] [--mode amortize|forget]", summary: "replace span [I, J) of a session",
 		turn: func(fs *flag.FlagSet) func([]string) (directive.Directive, error) {
@@ -241,7 +241,13 @@ var ctlVerbs = map[string]ctlVerb{
 					fmt.Fprintf(g.stdout, "tenant %q: %d pages, %d pinned, pin quota %d (0: none); tiers count its pages only\n",
 						s.Tenant, s.TenantPages, s.TenantPinnedPages, s.TenantPinQuota)
 				}
-				fmt.Fprintf(g.stdout, "worker %s, %d tokens per page, %d leases\n", s.WorkerID, s.PageSizeTokens, s.Leases)
+				fmt.Fprintf(g.stdout, "worker %s, %d tokens per page, %d leases, %d pins, %d sessions\n", s.WorkerID, s.PageSizeTokens, s.Leases, s.Pins, s.Sessions)
+				if s.RestorePending {
+					fmt.Fprintln(g.stdout, "pins and leases saved before the restart: restored when an engine registers (the pools open then)")
+				}
+				for _, l := range s.DegradedLeases {
+					fmt.Fprintf(g.stdout, "lease %s degraded (its pages stay evictable until it settles): %s\n", l.LeaseID, l.Reason)
+				}
 				fmt.Fprintf(tw, "tier\tpages\tbytes\tpinned\tpinned bytes\tleased\tcapacity bytes\t\n")
 				for _, t := range s.Tiers {
 					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", t.Tier, t.Pages, t.Bytes, t.PinnedPages, t.PinnedBytes, t.LeasedPages, t.CapacityBytes)
@@ -459,13 +465,14 @@ func describeTurn(w io.Writer, r directive.TurnReply) {
 		if res.OK() {
 			e := res.Effect
 			fmt.Fprintf(w, "  %d %s: %d blocks", res.Index, res.Verb, e.Blocks)
-			for _, f := range []struct {
-				n    int
-				name string
-			}{{e.Skipped, "skipped"}, {e.Missing, "missing"}} {
-				if f.n > 0 {
-					fmt.Fprintf(w, ", %d %s", f.n, f.name)
+			if e.Skipped > 0 {
+				fmt.Fprintf(w, ", %d skipped", e.Skipped)
+				if len(e.Skips) > 0 {
+					fmt.Fprintf(w, " (%s)", describeSkips(e.Skips))
 				}
+			}
+			if e.Missing > 0 {
+				fmt.Fprintf(w, ", %d missing", e.Missing)
 			}
 			if e.Tokens > 0 {
 				fmt.Fprintf(w, ", %d tokens", e.Tokens)
@@ -481,6 +488,32 @@ func describeTurn(w io.Writer, r directive.TurnReply) {
 			fmt.Fprintf(w, "  %d %s: %s\n", res.Index, res.Verb, res.Error.Code)
 		}
 	}
+}
+
+// skipWords says each skip reason in an operator's words.
+var skipWords = map[directive.SkipReason]string{
+	directive.SkipLocked:       "locked by a running request",
+	directive.SkipPinned:       "pinned",
+	directive.SkipLeased:       "held by another lease",
+	directive.SkipShared:       "shared with another session",
+	directive.SkipAncestor:     "above a skipped block",
+	directive.SkipAlready:      "already there",
+	directive.SkipTransient:    "transient, never copied colder",
+	directive.SkipNotPinned:    "not pinned",
+	directive.SkipNotTransient: "not transient",
+	directive.SkipInterior:     "interior, left to a splice",
+}
+
+func describeSkips(skips []directive.Skip) string {
+	parts := make([]string, 0, len(skips))
+	for _, sk := range skips {
+		w := skipWords[sk.Reason]
+		if w == "" {
+			w = string(sk.Reason)
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", sk.Blocks, w))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func describeEvent(ev controlclient.Event) string {

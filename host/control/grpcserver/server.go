@@ -56,6 +56,13 @@ type Config struct {
 	// BytesPerPage gives a page's size in bytes for Stats. It is unknown
 	// until an engine registers its layout; nil or 0 reports bytes as 0.
 	BytesPerPage func() int64
+	// Sessions counts the sessions the engine service remembers, of one
+	// tenant or (all) of every tenant, for Stats; nil reports 0.
+	Sessions func(tenant string, all bool) int
+	// Saved reports the pins and leases saved before a
+	// restart that are not restored yet (ok false once they are), of one
+	// tenant or all, for Stats; nil: none.
+	Saved func(tenant string, all bool) (pins, leases int, ok bool)
 	// MaxRecvBytes bounds one request (default: the executor's payload
 	// limit, 1 MiB unless configured). MaxSendBytes bounds one response
 	// (default 16 MiB: a refused turn of many directives is long).

@@ -36,10 +36,20 @@ func (s *Server) Stats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsResp
 		ts = s.cfg.Index.TenantStats(tenant)
 	}
 	pageSize := s.cfg.Index.PageSize()
+	pins := s.cfg.Index.PinCount(tenant, all)
+	degraded := s.cfg.Index.DegradedLeases()
 	s.cfg.Lock.Unlock()
 	tiers, leases := st.Tiers, st.Leases
 	if !all {
 		tiers, leases = ts.Tiers, ts.Leases
+	}
+	restoring := false
+	if s.cfg.Saved != nil {
+		// Before the pools open nothing is restored: report what was
+		// saved, not zeros an operator would read as pins lost.
+		if p, l, ok := s.cfg.Saved(tenant, all); ok {
+			pins, leases, restoring = p, l, true
+		}
 	}
 	var bpp int64
 	if s.cfg.BytesPerPage != nil {
@@ -49,8 +59,18 @@ func (s *Server) Stats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsResp
 		WorkerId:       s.worker,
 		PageSizeTokens: int64(pageSize),
 		Leases:         int64(leases),
-		// Sessions are the engine service's; the index does not count them.
-		Tiers: make([]*pb.TierStats, 0, tier.Count),
+		Pins:           int64(pins),
+		RestorePending: restoring,
+		Tiers:          make([]*pb.TierStats, 0, tier.Count),
+	}
+	// Sessions are the engine service's; the index does not count them.
+	if s.cfg.Sessions != nil {
+		resp.Sessions = int64(s.cfg.Sessions(tenant, all))
+	}
+	for _, l := range degraded {
+		if all || l.Tenant == tenant {
+			resp.DegradedLeases = append(resp.DegradedLeases, &pb.DegradedLease{LeaseId: l.ID, Tenant: l.Tenant, Reason: l.Reason})
+		}
 	}
 	if !all {
 		resp.Tenant = tenant

@@ -76,6 +76,10 @@ type Config struct {
 	Audit executor.AuditLog
 	// BytesPerPage for Stats (nil: bytes read 0 until layouts exist).
 	BytesPerPage func() int64
+	// Sessions for Stats (nil: 0).
+	Sessions func(tenant string, all bool) int
+	// Saved for Stats (nil: none).
+	Saved func(tenant string, all bool) (pins, leases int, ok bool)
 	// WatchBuffer per WatchEvents stream (0: default).
 	WatchBuffer int
 	// Metrics receives directive counts and latency; nil: none.
@@ -120,7 +124,7 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 	}
 	p.srv, err = grpcserver.New(grpcserver.Config{
 		Executor: cfg.Executor, Index: cfg.Index, Lock: cfg.Lock, Hub: p.hub, WatchBuffer: cfg.WatchBuffer,
-		WorkerID: cfg.WorkerID, BytesPerPage: cfg.BytesPerPage, Recorder: rec, Log: cfg.Log.Named("control"),
+		WorkerID: cfg.WorkerID, BytesPerPage: cfg.BytesPerPage, Sessions: cfg.Sessions, Saved: cfg.Saved, Recorder: rec, Log: cfg.Log.Named("control"),
 		Tenants: cfg.ControlTenants, RateLimit: cfg.ControlRateLimit, RateBurst: cfg.ControlRateBurst, Audit: cfg.Audit,
 	})
 	if err != nil {

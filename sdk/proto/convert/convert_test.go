@@ -110,7 +110,7 @@ func TestReplyRoundTrip(t *testing.T) {
 		t.Fatalf("got %#v\nwant %#v", got, reply)
 	}
 	ok := directive.TurnReply{Status: directive.StatusOK, Results: []directive.Result{{Verb: directive.VerbPause, Status: directive.StatusOK,
-		Effect: directive.Effect{Blocks: 3, Skipped: 1, Missing: 2, Tokens: 7, LeaseID: "l", TTL: directive.TTL(time.Hour)}}}}
+		Effect: directive.Effect{Blocks: 3, Skipped: 1, Skips: []directive.Skip{{Reason: directive.SkipLocked, Blocks: 1}}, Missing: 2, Tokens: 7, LeaseID: "l", TTL: directive.TTL(time.Hour)}}}}
 	if got := ApplyResponseToReply(TurnReplyToProto(ok)); !reflect.DeepEqual(got, ok) {
 		t.Fatalf("got %#v\nwant %#v", got, ok)
 	}

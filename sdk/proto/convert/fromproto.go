@@ -124,6 +124,9 @@ func ResultFromProto(m *pb.DirectiveResult) directive.Result {
 	if d := e.GetTtl(); d != nil {
 		r.Effect.TTL = directive.TTL(d.AsDuration())
 	}
+	for _, sk := range e.GetSkips() {
+		r.Effect.Skips = append(r.Effect.Skips, directive.Skip{Reason: directive.SkipReason(sk.GetReason()), Blocks: int(sk.GetBlocks())})
+	}
 	return r
 }
 

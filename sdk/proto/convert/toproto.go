@@ -80,6 +80,9 @@ func ResultToProto(r directive.Result) *pb.DirectiveResult {
 	if e.TTL != 0 {
 		out.Effect.Ttl = durationpb.New(e.TTL.Duration())
 	}
+	for _, sk := range e.Skips {
+		out.Effect.Skips = append(out.Effect.Skips, &pb.Skip{Reason: string(sk.Reason), Blocks: int64(sk.Blocks)})
+	}
 	return out
 }
 

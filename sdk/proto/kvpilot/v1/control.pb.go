@@ -494,8 +494,18 @@ type StatsResponse struct {
 	TenantPages       int64 `protobuf:"varint,7,opt,name=tenant_pages,json=tenantPages,proto3" json:"tenant_pages,omitempty"`
 	TenantPinnedPages int64 `protobuf:"varint,8,opt,name=tenant_pinned_pages,json=tenantPinnedPages,proto3" json:"tenant_pinned_pages,omitempty"`
 	TenantPinQuota    int64 `protobuf:"varint,9,opt,name=tenant_pin_quota,json=tenantPinQuota,proto3" json:"tenant_pin_quota,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Leases whose pages could not be moved to the pause tier: their pages
+	// are ordinary evictable pages until a later attempt settles them.
+	DegradedLeases []*DegradedLease `protobuf:"bytes,10,rep,name=degraded_leases,json=degradedLeases,proto3" json:"degraded_leases,omitempty"`
+	// Pins held (host-wide, or the tenant's namespace's): pinned paths,
+	// a path pinned twice counting twice.
+	Pins int64 `protobuf:"varint,11,opt,name=pins,proto3" json:"pins,omitempty"`
+	// True while the pins and leases saved before a restart wait for the
+	// pools (they open when an engine registers, without a configured
+	// model): leases and pins then count the saved ones.
+	RestorePending bool `protobuf:"varint,12,opt,name=restore_pending,json=restorePending,proto3" json:"restore_pending,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
@@ -591,6 +601,87 @@ func (x *StatsResponse) GetTenantPinQuota() int64 {
 	return 0
 }
 
+func (x *StatsResponse) GetDegradedLeases() []*DegradedLease {
+	if x != nil {
+		return x.DegradedLeases
+	}
+	return nil
+}
+
+func (x *StatsResponse) GetPins() int64 {
+	if x != nil {
+		return x.Pins
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetRestorePending() bool {
+	if x != nil {
+		return x.RestorePending
+	}
+	return false
+}
+
+type DegradedLease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DegradedLease) Reset() {
+	*x = DegradedLease{}
+	mi := &file_kvpilot_v1_control_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DegradedLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DegradedLease) ProtoMessage() {}
+
+func (x *DegradedLease) ProtoReflect() protoreflect.Message {
+	mi := &file_kvpilot_v1_control_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DegradedLease.ProtoReflect.Descriptor instead.
+func (*DegradedLease) Descriptor() ([]byte, []int) {
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DegradedLease) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *DegradedLease) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *DegradedLease) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type WatchEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only these tiers; empty means all.
@@ -601,7 +692,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[7]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +704,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[7]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +717,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchEventsRequest) GetTiers() []Tier {
@@ -646,7 +737,7 @@ type StoredBlock struct {
 
 func (x *StoredBlock) Reset() {
 	*x = StoredBlock{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[8]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +749,7 @@ func (x *StoredBlock) String() string {
 func (*StoredBlock) ProtoMessage() {}
 
 func (x *StoredBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[8]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +762,7 @@ func (x *StoredBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredBlock.ProtoReflect.Descriptor instead.
 func (*StoredBlock) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StoredBlock) GetBlockHash() uint64 {
@@ -707,7 +798,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[9]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +810,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[9]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +823,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KVEvent) GetEventId() uint64 {
@@ -830,7 +921,7 @@ type KVEvent_Stored struct {
 
 func (x *KVEvent_Stored) Reset() {
 	*x = KVEvent_Stored{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[10]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +933,7 @@ func (x *KVEvent_Stored) String() string {
 func (*KVEvent_Stored) ProtoMessage() {}
 
 func (x *KVEvent_Stored) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[10]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +946,7 @@ func (x *KVEvent_Stored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent_Stored.ProtoReflect.Descriptor instead.
 func (*KVEvent_Stored) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{9, 0}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{10, 0}
 }
 
 func (x *KVEvent_Stored) GetParentHash() uint64 {
@@ -881,7 +972,7 @@ type KVEvent_Removed struct {
 
 func (x *KVEvent_Removed) Reset() {
 	*x = KVEvent_Removed{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[11]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +984,7 @@ func (x *KVEvent_Removed) String() string {
 func (*KVEvent_Removed) ProtoMessage() {}
 
 func (x *KVEvent_Removed) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[11]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +997,7 @@ func (x *KVEvent_Removed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent_Removed.ProtoReflect.Descriptor instead.
 func (*KVEvent_Removed) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{9, 1}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{10, 1}
 }
 
 func (x *KVEvent_Removed) GetBlockHashes() []uint64 {
@@ -924,7 +1015,7 @@ type KVEvent_Cleared struct {
 
 func (x *KVEvent_Cleared) Reset() {
 	*x = KVEvent_Cleared{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[12]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1027,7 @@ func (x *KVEvent_Cleared) String() string {
 func (*KVEvent_Cleared) ProtoMessage() {}
 
 func (x *KVEvent_Cleared) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[12]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1040,7 @@ func (x *KVEvent_Cleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent_Cleared.ProtoReflect.Descriptor instead.
 func (*KVEvent_Cleared) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{9, 2}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{10, 2}
 }
 
 var File_kvpilot_v1_control_proto protoreflect.FileDescriptor
@@ -994,7 +1085,7 @@ const file_kvpilot_v1_control_proto_rawDesc = "" +
 	"\x0ecapacity_bytes\x18\x04 \x01(\x03R\rcapacityBytes\x12!\n" +
 	"\fpinned_pages\x18\x05 \x01(\x03R\vpinnedPages\x12!\n" +
 	"\fpinned_bytes\x18\x06 \x01(\x03R\vpinnedBytes\x12!\n" +
-	"\fleased_pages\x18\a \x01(\x03R\vleasedPages\"\xcc\x02\n" +
+	"\fleased_pages\x18\a \x01(\x03R\vleasedPages\"\xcd\x03\n" +
 	"\rStatsResponse\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12(\n" +
 	"\x10page_size_tokens\x18\x02 \x01(\x03R\x0epageSizeTokens\x12+\n" +
@@ -1004,7 +1095,15 @@ const file_kvpilot_v1_control_proto_rawDesc = "" +
 	"\x06tenant\x18\x06 \x01(\tR\x06tenant\x12!\n" +
 	"\ftenant_pages\x18\a \x01(\x03R\vtenantPages\x12.\n" +
 	"\x13tenant_pinned_pages\x18\b \x01(\x03R\x11tenantPinnedPages\x12(\n" +
-	"\x10tenant_pin_quota\x18\t \x01(\x03R\x0etenantPinQuota\"<\n" +
+	"\x10tenant_pin_quota\x18\t \x01(\x03R\x0etenantPinQuota\x12B\n" +
+	"\x0fdegraded_leases\x18\n" +
+	" \x03(\v2\x19.kvpilot.v1.DegradedLeaseR\x0edegradedLeases\x12\x12\n" +
+	"\x04pins\x18\v \x01(\x03R\x04pins\x12'\n" +
+	"\x0frestore_pending\x18\f \x01(\bR\x0erestorePending\"Z\n" +
+	"\rDegradedLease\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"<\n" +
 	"\x12WatchEventsRequest\x12&\n" +
 	"\x05tiers\x18\x01 \x03(\x0e2\x10.kvpilot.v1.TierR\x05tiers\"M\n" +
 	"\vStoredBlock\x12\x1d\n" +
@@ -1047,7 +1146,7 @@ func file_kvpilot_v1_control_proto_rawDescGZIP() []byte {
 	return file_kvpilot_v1_control_proto_rawDescData
 }
 
-var file_kvpilot_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_kvpilot_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_kvpilot_v1_control_proto_goTypes = []any{
 	(*ApplyRequest)(nil),         // 0: kvpilot.v1.ApplyRequest
 	(*ApplyResponse)(nil),        // 1: kvpilot.v1.ApplyResponse
@@ -1056,45 +1155,47 @@ var file_kvpilot_v1_control_proto_goTypes = []any{
 	(*StatsRequest)(nil),         // 4: kvpilot.v1.StatsRequest
 	(*TierStats)(nil),            // 5: kvpilot.v1.TierStats
 	(*StatsResponse)(nil),        // 6: kvpilot.v1.StatsResponse
-	(*WatchEventsRequest)(nil),   // 7: kvpilot.v1.WatchEventsRequest
-	(*StoredBlock)(nil),          // 8: kvpilot.v1.StoredBlock
-	(*KVEvent)(nil),              // 9: kvpilot.v1.KVEvent
-	(*KVEvent_Stored)(nil),       // 10: kvpilot.v1.KVEvent.Stored
-	(*KVEvent_Removed)(nil),      // 11: kvpilot.v1.KVEvent.Removed
-	(*KVEvent_Cleared)(nil),      // 12: kvpilot.v1.KVEvent.Cleared
-	(*Directive)(nil),            // 13: kvpilot.v1.Directive
-	(*DirectiveResult)(nil),      // 14: kvpilot.v1.DirectiveResult
-	(*Error)(nil),                // 15: kvpilot.v1.Error
-	(*durationpb.Duration)(nil),  // 16: google.protobuf.Duration
-	(Tier)(0),                    // 17: kvpilot.v1.Tier
+	(*DegradedLease)(nil),        // 7: kvpilot.v1.DegradedLease
+	(*WatchEventsRequest)(nil),   // 8: kvpilot.v1.WatchEventsRequest
+	(*StoredBlock)(nil),          // 9: kvpilot.v1.StoredBlock
+	(*KVEvent)(nil),              // 10: kvpilot.v1.KVEvent
+	(*KVEvent_Stored)(nil),       // 11: kvpilot.v1.KVEvent.Stored
+	(*KVEvent_Removed)(nil),      // 12: kvpilot.v1.KVEvent.Removed
+	(*KVEvent_Cleared)(nil),      // 13: kvpilot.v1.KVEvent.Cleared
+	(*Directive)(nil),            // 14: kvpilot.v1.Directive
+	(*DirectiveResult)(nil),      // 15: kvpilot.v1.DirectiveResult
+	(*Error)(nil),                // 16: kvpilot.v1.Error
+	(*durationpb.Duration)(nil),  // 17: google.protobuf.Duration
+	(Tier)(0),                    // 18: kvpilot.v1.Tier
 }
 var file_kvpilot_v1_control_proto_depIdxs = []int32{
-	13, // 0: kvpilot.v1.ApplyRequest.directives:type_name -> kvpilot.v1.Directive
-	14, // 1: kvpilot.v1.ApplyResponse.results:type_name -> kvpilot.v1.DirectiveResult
-	15, // 2: kvpilot.v1.ApplyResponse.error:type_name -> kvpilot.v1.Error
-	16, // 3: kvpilot.v1.CacheControlRequest.ttl:type_name -> google.protobuf.Duration
-	15, // 4: kvpilot.v1.CacheControlResponse.error:type_name -> kvpilot.v1.Error
-	17, // 5: kvpilot.v1.TierStats.tier:type_name -> kvpilot.v1.Tier
+	14, // 0: kvpilot.v1.ApplyRequest.directives:type_name -> kvpilot.v1.Directive
+	15, // 1: kvpilot.v1.ApplyResponse.results:type_name -> kvpilot.v1.DirectiveResult
+	16, // 2: kvpilot.v1.ApplyResponse.error:type_name -> kvpilot.v1.Error
+	17, // 3: kvpilot.v1.CacheControlRequest.ttl:type_name -> google.protobuf.Duration
+	16, // 4: kvpilot.v1.CacheControlResponse.error:type_name -> kvpilot.v1.Error
+	18, // 5: kvpilot.v1.TierStats.tier:type_name -> kvpilot.v1.Tier
 	5,  // 6: kvpilot.v1.StatsResponse.tiers:type_name -> kvpilot.v1.TierStats
-	17, // 7: kvpilot.v1.WatchEventsRequest.tiers:type_name -> kvpilot.v1.Tier
-	17, // 8: kvpilot.v1.KVEvent.storage_tier:type_name -> kvpilot.v1.Tier
-	10, // 9: kvpilot.v1.KVEvent.stored:type_name -> kvpilot.v1.KVEvent.Stored
-	11, // 10: kvpilot.v1.KVEvent.removed:type_name -> kvpilot.v1.KVEvent.Removed
-	12, // 11: kvpilot.v1.KVEvent.cleared:type_name -> kvpilot.v1.KVEvent.Cleared
-	8,  // 12: kvpilot.v1.KVEvent.Stored.blocks:type_name -> kvpilot.v1.StoredBlock
-	0,  // 13: kvpilot.v1.Control.Apply:input_type -> kvpilot.v1.ApplyRequest
-	2,  // 14: kvpilot.v1.Control.CacheControl:input_type -> kvpilot.v1.CacheControlRequest
-	4,  // 15: kvpilot.v1.Control.Stats:input_type -> kvpilot.v1.StatsRequest
-	7,  // 16: kvpilot.v1.Control.WatchEvents:input_type -> kvpilot.v1.WatchEventsRequest
-	1,  // 17: kvpilot.v1.Control.Apply:output_type -> kvpilot.v1.ApplyResponse
-	3,  // 18: kvpilot.v1.Control.CacheControl:output_type -> kvpilot.v1.CacheControlResponse
-	6,  // 19: kvpilot.v1.Control.Stats:output_type -> kvpilot.v1.StatsResponse
-	9,  // 20: kvpilot.v1.Control.WatchEvents:output_type -> kvpilot.v1.KVEvent
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	7,  // 7: kvpilot.v1.StatsResponse.degraded_leases:type_name -> kvpilot.v1.DegradedLease
+	18, // 8: kvpilot.v1.WatchEventsRequest.tiers:type_name -> kvpilot.v1.Tier
+	18, // 9: kvpilot.v1.KVEvent.storage_tier:type_name -> kvpilot.v1.Tier
+	11, // 10: kvpilot.v1.KVEvent.stored:type_name -> kvpilot.v1.KVEvent.Stored
+	12, // 11: kvpilot.v1.KVEvent.removed:type_name -> kvpilot.v1.KVEvent.Removed
+	13, // 12: kvpilot.v1.KVEvent.cleared:type_name -> kvpilot.v1.KVEvent.Cleared
+	9,  // 13: kvpilot.v1.KVEvent.Stored.blocks:type_name -> kvpilot.v1.StoredBlock
+	0,  // 14: kvpilot.v1.Control.Apply:input_type -> kvpilot.v1.ApplyRequest
+	2,  // 15: kvpilot.v1.Control.CacheControl:input_type -> kvpilot.v1.CacheControlRequest
+	4,  // 16: kvpilot.v1.Control.Stats:input_type -> kvpilot.v1.StatsRequest
+	8,  // 17: kvpilot.v1.Control.WatchEvents:input_type -> kvpilot.v1.WatchEventsRequest
+	1,  // 18: kvpilot.v1.Control.Apply:output_type -> kvpilot.v1.ApplyResponse
+	3,  // 19: kvpilot.v1.Control.CacheControl:output_type -> kvpilot.v1.CacheControlResponse
+	6,  // 20: kvpilot.v1.Control.Stats:output_type -> kvpilot.v1.StatsResponse
+	10, // 21: kvpilot.v1.Control.WatchEvents:output_type -> kvpilot.v1.KVEvent
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_kvpilot_v1_control_proto_init() }
@@ -1104,19 +1205,19 @@ func file_kvpilot_v1_control_proto_init() {
 	}
 	file_kvpilot_v1_common_proto_init()
 	file_kvpilot_v1_directive_proto_init()
-	file_kvpilot_v1_control_proto_msgTypes[9].OneofWrappers = []any{
+	file_kvpilot_v1_control_proto_msgTypes[10].OneofWrappers = []any{
 		(*KVEvent_Stored_)(nil),
 		(*KVEvent_Removed_)(nil),
 		(*KVEvent_Cleared_)(nil),
 	}
-	file_kvpilot_v1_control_proto_msgTypes[10].OneofWrappers = []any{}
+	file_kvpilot_v1_control_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvpilot_v1_control_proto_rawDesc), len(file_kvpilot_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

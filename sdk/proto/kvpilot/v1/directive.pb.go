@@ -1089,13 +1089,15 @@ func (*Directive_Share) isDirective_Verb() {}
 
 // Effect is what an applied directive did (sdk/directive.Effect).
 type Effect struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Blocks        int64                  `protobuf:"varint,1,opt,name=blocks,proto3" json:"blocks,omitempty"`
-	Skipped       int64                  `protobuf:"varint,2,opt,name=skipped,proto3" json:"skipped,omitempty"`
-	Missing       int64                  `protobuf:"varint,3,opt,name=missing,proto3" json:"missing,omitempty"`
-	Tokens        int64                  `protobuf:"varint,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
-	LeaseId       string                 `protobuf:"bytes,5,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Blocks  int64                  `protobuf:"varint,1,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	Skipped int64                  `protobuf:"varint,2,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Missing int64                  `protobuf:"varint,3,opt,name=missing,proto3" json:"missing,omitempty"`
+	Tokens  int64                  `protobuf:"varint,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	LeaseId string                 `protobuf:"bytes,5,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Ttl     *durationpb.Duration   `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// Why blocks were skipped, one entry per reason; blocks add up to skipped.
+	Skips         []*Skip `protobuf:"bytes,7,rep,name=skips,proto3" json:"skips,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1172,6 +1174,67 @@ func (x *Effect) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *Effect) GetSkips() []*Skip {
+	if x != nil {
+		return x.Skips
+	}
+	return nil
+}
+
+// Skip counts the blocks a verb left alone for one reason ("locked",
+// "pinned", "leased", "shared", ...: sdk/directive.SkipReason).
+type Skip struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	Blocks        int64                  `protobuf:"varint,2,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Skip) Reset() {
+	*x = Skip{}
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Skip) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Skip) ProtoMessage() {}
+
+func (x *Skip) ProtoReflect() protoreflect.Message {
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Skip.ProtoReflect.Descriptor instead.
+func (*Skip) Descriptor() ([]byte, []int) {
+	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Skip) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Skip) GetBlocks() int64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
 type DirectiveResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Index int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
@@ -1187,7 +1250,7 @@ type DirectiveResult struct {
 
 func (x *DirectiveResult) Reset() {
 	*x = DirectiveResult{}
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[16]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1262,7 @@ func (x *DirectiveResult) String() string {
 func (*DirectiveResult) ProtoMessage() {}
 
 func (x *DirectiveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[16]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1275,7 @@ func (x *DirectiveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectiveResult.ProtoReflect.Descriptor instead.
 func (*DirectiveResult) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{16}
+	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DirectiveResult) GetIndex() int32 {
@@ -1326,14 +1389,18 @@ const file_kvpilot_v1_directive_proto_rawDesc = "" +
 	"\x05evict\x18\v \x01(\v2\x11.kvpilot.v1.EvictH\x00R\x05evict\x12,\n" +
 	"\x06resume\x18\f \x01(\v2\x12.kvpilot.v1.ResumeH\x00R\x06resume\x12)\n" +
 	"\x05share\x18\r \x01(\v2\x11.kvpilot.v1.ShareH\x00R\x05shareB\x06\n" +
-	"\x04verb\"\xb4\x01\n" +
+	"\x04verb\"\xdc\x01\n" +
 	"\x06Effect\x12\x16\n" +
 	"\x06blocks\x18\x01 \x01(\x03R\x06blocks\x12\x18\n" +
 	"\askipped\x18\x02 \x01(\x03R\askipped\x12\x18\n" +
 	"\amissing\x18\x03 \x01(\x03R\amissing\x12\x16\n" +
 	"\x06tokens\x18\x04 \x01(\x03R\x06tokens\x12\x19\n" +
 	"\blease_id\x18\x05 \x01(\tR\aleaseId\x12+\n" +
-	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xa0\x01\n" +
+	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12&\n" +
+	"\x05skips\x18\a \x03(\v2\x10.kvpilot.v1.SkipR\x05skips\"6\n" +
+	"\x04Skip\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06blocks\x18\x02 \x01(\x03R\x06blocks\"\xa0\x01\n" +
 	"\x0fDirectiveResult\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x12\n" +
 	"\x04verb\x18\x02 \x01(\tR\x04verb\x12\x0e\n" +
@@ -1353,7 +1420,7 @@ func file_kvpilot_v1_directive_proto_rawDescGZIP() []byte {
 	return file_kvpilot_v1_directive_proto_rawDescData
 }
 
-var file_kvpilot_v1_directive_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_kvpilot_v1_directive_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_kvpilot_v1_directive_proto_goTypes = []any{
 	(*Warm)(nil),                // 0: kvpilot.v1.Warm
 	(*Prune)(nil),               // 1: kvpilot.v1.Prune
@@ -1371,17 +1438,18 @@ var file_kvpilot_v1_directive_proto_goTypes = []any{
 	(*Share)(nil),               // 13: kvpilot.v1.Share
 	(*Directive)(nil),           // 14: kvpilot.v1.Directive
 	(*Effect)(nil),              // 15: kvpilot.v1.Effect
-	(*DirectiveResult)(nil),     // 16: kvpilot.v1.DirectiveResult
-	(*durationpb.Duration)(nil), // 17: google.protobuf.Duration
-	(*Error)(nil),               // 18: kvpilot.v1.Error
+	(*Skip)(nil),                // 16: kvpilot.v1.Skip
+	(*DirectiveResult)(nil),     // 17: kvpilot.v1.DirectiveResult
+	(*durationpb.Duration)(nil), // 18: google.protobuf.Duration
+	(*Error)(nil),               // 19: kvpilot.v1.Error
 }
 var file_kvpilot_v1_directive_proto_depIdxs = []int32{
-	17, // 0: kvpilot.v1.Cache.ttl:type_name -> google.protobuf.Duration
-	17, // 1: kvpilot.v1.Pause.ttl:type_name -> google.protobuf.Duration
-	17, // 2: kvpilot.v1.RenewLease.new_ttl:type_name -> google.protobuf.Duration
+	18, // 0: kvpilot.v1.Cache.ttl:type_name -> google.protobuf.Duration
+	18, // 1: kvpilot.v1.Pause.ttl:type_name -> google.protobuf.Duration
+	18, // 2: kvpilot.v1.RenewLease.new_ttl:type_name -> google.protobuf.Duration
 	7,  // 3: kvpilot.v1.Splice.replacement:type_name -> kvpilot.v1.Replacement
-	17, // 4: kvpilot.v1.Pin.ttl:type_name -> google.protobuf.Duration
-	17, // 5: kvpilot.v1.Retain.duration:type_name -> google.protobuf.Duration
+	18, // 4: kvpilot.v1.Pin.ttl:type_name -> google.protobuf.Duration
+	18, // 5: kvpilot.v1.Retain.duration:type_name -> google.protobuf.Duration
 	0,  // 6: kvpilot.v1.Directive.warm:type_name -> kvpilot.v1.Warm
 	1,  // 7: kvpilot.v1.Directive.prune:type_name -> kvpilot.v1.Prune
 	2,  // 8: kvpilot.v1.Directive.cache:type_name -> kvpilot.v1.Cache
@@ -1395,14 +1463,15 @@ var file_kvpilot_v1_directive_proto_depIdxs = []int32{
 	11, // 16: kvpilot.v1.Directive.evict:type_name -> kvpilot.v1.Evict
 	12, // 17: kvpilot.v1.Directive.resume:type_name -> kvpilot.v1.Resume
 	13, // 18: kvpilot.v1.Directive.share:type_name -> kvpilot.v1.Share
-	17, // 19: kvpilot.v1.Effect.ttl:type_name -> google.protobuf.Duration
-	15, // 20: kvpilot.v1.DirectiveResult.effect:type_name -> kvpilot.v1.Effect
-	18, // 21: kvpilot.v1.DirectiveResult.error:type_name -> kvpilot.v1.Error
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	18, // 19: kvpilot.v1.Effect.ttl:type_name -> google.protobuf.Duration
+	16, // 20: kvpilot.v1.Effect.skips:type_name -> kvpilot.v1.Skip
+	15, // 21: kvpilot.v1.DirectiveResult.effect:type_name -> kvpilot.v1.Effect
+	19, // 22: kvpilot.v1.DirectiveResult.error:type_name -> kvpilot.v1.Error
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_kvpilot_v1_directive_proto_init() }
@@ -1432,7 +1501,7 @@ func file_kvpilot_v1_directive_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvpilot_v1_directive_proto_rawDesc), len(file_kvpilot_v1_directive_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
