@@ -81,6 +81,9 @@ class Effect:
     tokens: int = 0
     lease_id: str = ""
     ttl_seconds: float | None = None
+    #: Why blocks were skipped: reason ("locked", "pinned", "leased",
+    #: "shared", ...) to blocks; they add up to ``skipped``.
+    skips: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,13 @@ class Stats:
     tenant_pages: int = 0
     tenant_pinned_pages: int = 0
     tenant_pin_quota: int = 0
+    #: Pins held (a path pinned twice counts twice).
+    pins: int = 0
+    #: Saved pins and leases not restored yet (the pools open when an
+    #: engine registers): ``pins`` and ``leases`` count the saved ones.
+    restore_pending: bool = False
+    #: Leases whose pages could not move to the pause tier: lease id to why.
+    degraded_leases: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -200,6 +210,7 @@ def _effect(m: directive_pb2.Effect) -> Effect:
         tokens=m.tokens,
         lease_id=m.lease_id,
         ttl_seconds=from_duration(m.ttl) if m.HasField("ttl") else None,
+        skips={k.reason: k.blocks for k in m.skips},
     )
 
 
@@ -379,6 +390,9 @@ class ControlClient:
             tenant_pages=r.tenant_pages,
             tenant_pinned_pages=r.tenant_pinned_pages,
             tenant_pin_quota=r.tenant_pin_quota,
+            pins=r.pins,
+            restore_pending=r.restore_pending,
+            degraded_leases={d.lease_id: d.reason for d in r.degraded_leases},
         )
 
     def watch_events(

@@ -38,8 +38,10 @@ def test_pin_prefix_shows_in_stats(kvpilot_host) -> None:
         r = ctl.cache_control("pin_prefix", token_ids=tokens, ttl_seconds="10m")
         assert r.ok and r.count_field == "pinned_count" and r.count == 3 and r.total_blocks == 3
         assert r.to_dict()["pinned_count"] == 3
-        st = ctl.stats().tiers["device"]
+        stats = ctl.stats()
+        st = stats.tiers["device"]
         assert st.pinned_pages == 3 and st.pinned_bytes == 3 * LAYOUT.page_bytes()
+        assert stats.pins >= 1 and not stats.restore_pending and stats.degraded_leases == {}
 
         r = ctl.cache_control("unpin_blocks", block_hashes=hashes)
         assert r.ok and r.count == 3

@@ -92,7 +92,7 @@ class TierStats(_message.Message):
     def __init__(self, tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., pages: _Optional[int] = ..., bytes: _Optional[int] = ..., capacity_bytes: _Optional[int] = ..., pinned_pages: _Optional[int] = ..., pinned_bytes: _Optional[int] = ..., leased_pages: _Optional[int] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("worker_id", "page_size_tokens", "tiers", "leases", "sessions", "tenant", "tenant_pages", "tenant_pinned_pages", "tenant_pin_quota")
+    __slots__ = ("worker_id", "page_size_tokens", "tiers", "leases", "sessions", "tenant", "tenant_pages", "tenant_pinned_pages", "tenant_pin_quota", "degraded_leases", "pins", "restore_pending")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TIERS_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +102,9 @@ class StatsResponse(_message.Message):
     TENANT_PAGES_FIELD_NUMBER: _ClassVar[int]
     TENANT_PINNED_PAGES_FIELD_NUMBER: _ClassVar[int]
     TENANT_PIN_QUOTA_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_LEASES_FIELD_NUMBER: _ClassVar[int]
+    PINS_FIELD_NUMBER: _ClassVar[int]
+    RESTORE_PENDING_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     page_size_tokens: int
     tiers: _containers.RepeatedCompositeFieldContainer[TierStats]
@@ -111,7 +114,20 @@ class StatsResponse(_message.Message):
     tenant_pages: int
     tenant_pinned_pages: int
     tenant_pin_quota: int
-    def __init__(self, worker_id: _Optional[str] = ..., page_size_tokens: _Optional[int] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., leases: _Optional[int] = ..., sessions: _Optional[int] = ..., tenant: _Optional[str] = ..., tenant_pages: _Optional[int] = ..., tenant_pinned_pages: _Optional[int] = ..., tenant_pin_quota: _Optional[int] = ...) -> None: ...
+    degraded_leases: _containers.RepeatedCompositeFieldContainer[DegradedLease]
+    pins: int
+    restore_pending: bool
+    def __init__(self, worker_id: _Optional[str] = ..., page_size_tokens: _Optional[int] = ..., tiers: _Optional[_Iterable[_Union[TierStats, _Mapping]]] = ..., leases: _Optional[int] = ..., sessions: _Optional[int] = ..., tenant: _Optional[str] = ..., tenant_pages: _Optional[int] = ..., tenant_pinned_pages: _Optional[int] = ..., tenant_pin_quota: _Optional[int] = ..., degraded_leases: _Optional[_Iterable[_Union[DegradedLease, _Mapping]]] = ..., pins: _Optional[int] = ..., restore_pending: _Optional[bool] = ...) -> None: ...
+
+class DegradedLease(_message.Message):
+    __slots__ = ("lease_id", "tenant", "reason")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    tenant: str
+    reason: str
+    def __init__(self, lease_id: _Optional[str] = ..., tenant: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class WatchEventsRequest(_message.Message):
     __slots__ = ("tiers",)

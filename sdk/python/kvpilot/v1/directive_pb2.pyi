@@ -171,20 +171,30 @@ class Directive(_message.Message):
     def __init__(self, warm: _Optional[_Union[Warm, _Mapping]] = ..., prune: _Optional[_Union[Prune, _Mapping]] = ..., cache: _Optional[_Union[Cache, _Mapping]] = ..., think: _Optional[_Union[Think, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., renew_lease: _Optional[_Union[RenewLease, _Mapping]] = ..., revoke_lease: _Optional[_Union[RevokeLease, _Mapping]] = ..., splice: _Optional[_Union[Splice, _Mapping]] = ..., pin: _Optional[_Union[Pin, _Mapping]] = ..., retain: _Optional[_Union[Retain, _Mapping]] = ..., evict: _Optional[_Union[Evict, _Mapping]] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ..., share: _Optional[_Union[Share, _Mapping]] = ...) -> None: ...
 
 class Effect(_message.Message):
-    __slots__ = ("blocks", "skipped", "missing", "tokens", "lease_id", "ttl")
+    __slots__ = ("blocks", "skipped", "missing", "tokens", "lease_id", "ttl", "skips")
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_FIELD_NUMBER: _ClassVar[int]
     MISSING_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
+    SKIPS_FIELD_NUMBER: _ClassVar[int]
     blocks: int
     skipped: int
     missing: int
     tokens: int
     lease_id: str
     ttl: _duration_pb2.Duration
-    def __init__(self, blocks: _Optional[int] = ..., skipped: _Optional[int] = ..., missing: _Optional[int] = ..., tokens: _Optional[int] = ..., lease_id: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    skips: _containers.RepeatedCompositeFieldContainer[Skip]
+    def __init__(self, blocks: _Optional[int] = ..., skipped: _Optional[int] = ..., missing: _Optional[int] = ..., tokens: _Optional[int] = ..., lease_id: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., skips: _Optional[_Iterable[_Union[Skip, _Mapping]]] = ...) -> None: ...
+
+class Skip(_message.Message):
+    __slots__ = ("reason", "blocks")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    blocks: int
+    def __init__(self, reason: _Optional[str] = ..., blocks: _Optional[int] = ...) -> None: ...
 
 class DirectiveResult(_message.Message):
     __slots__ = ("index", "verb", "ok", "effect", "error")
