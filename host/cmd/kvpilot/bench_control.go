@@ -246,6 +246,7 @@ func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error
 		results[a.name] = summarize(a.samples)
 	}
 	met := results["uds"]["p50_us"] <= 50 && results["uds"]["p99_us"] <= 250 && results["nats"]["p50_us"] <= 150
+	reportMet(ctx, met)
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(map[string]any{
 			"scenario": "control",

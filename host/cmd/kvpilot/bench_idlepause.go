@@ -48,5 +48,5 @@ func runBenchIdlePause(ctx context.Context, args []string, stdout io.Writer) err
 	if err != nil {
 		return fmt.Errorf("bench idle-pause: %w", err)
 	}
-	return bench.Output(stdout, rep, *asJSON, *plot, "kvpilot bench idle-pause")
+	return benchOutput(ctx, stdout, rep, *asJSON, *plot, "kvpilot bench idle-pause")
 }

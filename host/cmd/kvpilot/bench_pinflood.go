@@ -58,5 +58,5 @@ func runBenchPinFlood(ctx context.Context, args []string, stdout io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("bench pin-flood: %w", err)
 	}
-	return bench.Output(stdout, rep, *asJSON, *plot, "kvpilot bench pin-flood")
+	return benchOutput(ctx, stdout, rep, *asJSON, *plot, "kvpilot bench pin-flood")
 }

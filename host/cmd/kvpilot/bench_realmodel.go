@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,11 +18,8 @@ func init() {
 	})
 }
 
-// errTargetsMissed: --check was given and a target was missed.
-var errTargetsMissed = errors.New("targets missed")
-
 func runBenchRealModel(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("bench real-model", "[--json] [--plot FILE.svg] [--check] [--tokens N] [--model NAME] [--python PATH]",
+	fs := newFlagSet("bench real-model", "[--json] [--plot FILE.svg] [--tokens N] [--model NAME] [--python PATH]",
 		"Starts a host and runs kvpilot.torchengine.bench (sdk/python) against it: a tiny\n"+
 			"transformers model with seeded random weights, on a prompt of about --tokens\n"+
 			"tokens built from the agent traces. Arms, wall clock in one run: full prefill;\n"+
@@ -33,7 +29,6 @@ func runBenchRealModel(ctx context.Context, args []string, stdout io.Writer) err
 			"the re-prefill; layer-0 keys exact after the splice.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	plot := fs.String("plot", "", "write an SVG bar chart of the arms to this file")
-	check := fs.Bool("check", false, "exit 1 when a target is missed")
 	var o bench.RealModelOptions
 	fs.IntVar(&o.Tokens, "tokens", 4096, "approximate prompt length")
 	fs.StringVar(&o.Model, "model", "", "the tiny model (the Python side's default when empty)")
@@ -56,11 +51,5 @@ func runBenchRealModel(ctx context.Context, args []string, stdout io.Writer) err
 	if err != nil {
 		return fmt.Errorf("bench real-model: %w", err)
 	}
-	if err := bench.Output(stdout, rep, *asJSON, *plot, "kvpilot bench real-model"); err != nil {
-		return err
-	}
-	if *check && !rep.Targets.Met {
-		return errTargetsMissed
-	}
-	return nil
+	return benchOutput(ctx, stdout, rep, *asJSON, *plot, "kvpilot bench real-model")
 }

@@ -49,5 +49,5 @@ func runBenchSpliceReplay(ctx context.Context, args []string, stdout io.Writer) 
 	if err != nil {
 		return fmt.Errorf("bench splice-replay: %w", err)
 	}
-	return bench.Output(stdout, rep, *asJSON, *plot, "kvpilot bench splice-replay")
+	return benchOutput(ctx, stdout, rep, *asJSON, *plot, "kvpilot bench splice-replay")
 }

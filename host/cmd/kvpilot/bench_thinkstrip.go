@@ -45,5 +45,5 @@ func runBenchThinkStrip(ctx context.Context, args []string, stdout io.Writer) er
 	if err != nil {
 		return fmt.Errorf("bench think-strip: %w", err)
 	}
-	return bench.Output(stdout, rep, *asJSON, *plot, "kvpilot bench think-strip")
+	return benchOutput(ctx, stdout, rep, *asJSON, *plot, "kvpilot bench think-strip")
 }

@@ -37,6 +37,7 @@ func runBenchTiers(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench tiers: %w", err)
 	}
+	reportTargetsOf(ctx, r)
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(r)
 	}

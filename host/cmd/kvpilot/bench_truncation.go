@@ -49,5 +49,5 @@ func runBenchTruncation(ctx context.Context, args []string, stdout io.Writer) er
 	if err != nil {
 		return fmt.Errorf("bench truncation: %w", err)
 	}
-	return bench.Output(stdout, rep, *asJSON, *plot, "kvpilot bench truncation")
+	return benchOutput(ctx, stdout, rep, *asJSON, *plot, "kvpilot bench truncation")
 }

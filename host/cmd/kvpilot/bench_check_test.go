@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/kvpilot/kvpilot/host/bench"
+)
+
+type fakeReport struct {
+	Targets struct {
+		Met bool `json:"met"`
+	} `json:"targets"`
+}
+
+func (fakeReport) WriteTable(w io.Writer) error { _, err := fmt.Fprintln(w, "fake table"); return err }
+func (fakeReport) Charts() []bench.Chart        { return nil }
+
+func init() {
+	for name, met := range map[string]bool{"fake-met": true, "fake-missed": false} {
+		registerBench(benchScenario{Name: name, Summary: "a test scenario", Run: func(ctx context.Context, args []string, stdout io.Writer) error {
+			var r fakeReport
+			r.Targets.Met = met
+			return benchOutput(ctx, stdout, r, false, "", name)
+		}})
+	}
+	registerBench(benchScenario{Name: "fake-untargeted", Summary: "a test scenario", Run: func(context.Context, []string, io.Writer) error { return nil }})
+}
+
+// `bench <scenario> --check` tells in its exit status whether the targets
+// were met; without --check a missed target still exits 0 (the report says
+// it), and a scenario with no targets cannot be checked.
+func TestBenchCheckExitStatus(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"bench", "fake-met", "--check"}, 0, "fake table"},
+		{[]string{"bench", "fake-missed", "--check"}, 1, "targets missed"},
+		{[]string{"bench", "fake-missed"}, 0, "fake table"},
+		{[]string{"bench", "fake-untargeted", "--check"}, 1, "no targets"},
+	} {
+		code, out, errs := runCLI(c.args...)
+		if code != c.code || !strings.Contains(out+errs, c.out) {
+			t.Errorf("%v: status %d, output %q %q; want %d and %q", c.args, code, out, errs, c.code, c.out)
+		}
+	}
+}
