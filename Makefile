@@ -75,9 +75,11 @@ verify: lint
 	$(GO) mod tidy -diff
 	@if [ -x sdk/proto/gen.sh ] && command -v protoc >/dev/null; then sdk/proto/gen.sh && git diff --exit-code -- sdk/proto; fi
 
-## proto: regenerate the gRPC code under sdk/proto
-proto:
+## proto: regenerate the gRPC code: Go under sdk/proto, Python under
+## sdk/python/kvpilot/v1 (both committed)
+proto: py-env
 	sdk/proto/gen.sh
+	PYTHON=$(CURDIR)/$(PY) sdk/python/gen_proto.sh
 
 ## ptx: regenerate the committed PTX from kernels/cuda/*.cu (needs nvcc)
 ptx:
