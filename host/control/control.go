@@ -122,6 +122,21 @@ func (r *Recorder) CacheControl(action directive.Action, reply directive.CacheCo
 	r.Latency(label, elapsed)
 }
 
+// Transports, the label of rate-limit refusals.
+const (
+	TransportSocket = "socket"
+	TransportNATS   = "nats"
+)
+
+// RateLimited counts one call or command the per-source rate limit refused
+// on transport (TransportSocket or TransportNATS).
+func (r *Recorder) RateLimited(transport string) {
+	if r == nil {
+		return
+	}
+	r.m.RateLimited.WithLabelValues(transport).Inc()
+}
+
 // IsPin reports whether d asks for a pin, for pin-rejection counts.
 func IsPin(d directive.Directive) bool {
 	switch d := d.(type) {

@@ -6,12 +6,17 @@ import (
 
 // indexCollector reports the cache index's per-tier gauges at scrape time,
 // reading one consistent Stats snapshot under the host lock.
-type indexCollector struct{ c *core }
+type indexCollector struct {
+	c *core
+	// pageBytes is the open layout's page size, 0 before pools open.
+	pageBytes func() int64
+}
 
 var (
 	descBlocks   = prometheus.NewDesc("kvpilot_blocks", "Pages resident per tier.", []string{"tier"}, nil)
 	descCapacity = prometheus.NewDesc("kvpilot_tier_capacity_blocks", "Tier capacity in pages.", []string{"tier"}, nil)
 	descPinned   = prometheus.NewDesc("kvpilot_pinned_blocks", "Pinned pages resident per tier.", []string{"tier"}, nil)
+	descPinnedB  = prometheus.NewDesc("kvpilot_pinned_bytes", "Bytes of pinned pages resident per tier (0 before the pools open).", []string{"tier"}, nil)
 	descLeased   = prometheus.NewDesc("kvpilot_leased_blocks", "Leased (paused) pages resident per tier.", []string{"tier"}, nil)
 	descLeases   = prometheus.NewDesc("kvpilot_leases", "Live pause leases.", nil, nil)
 	descDegraded = prometheus.NewDesc("kvpilot_leases_degraded", "Leases whose pages could not be moved to the pause tier (their pages are evictable).", nil, nil)
@@ -21,7 +26,7 @@ var (
 )
 
 func (ic *indexCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBlocks, descCapacity, descPinned, descLeased, descLeases, descDegraded, descPinBudg, descInFlight, descEvQueue} {
+	for _, d := range []*prometheus.Desc{descBlocks, descCapacity, descPinned, descPinnedB, descLeased, descLeases, descDegraded, descPinBudg, descInFlight, descEvQueue} {
 		ch <- d
 	}
 }
@@ -31,11 +36,13 @@ func (ic *indexCollector) Collect(ch chan<- prometheus.Metric) {
 	st := ic.c.index.Stats()
 	degraded := len(ic.c.index.DegradedLeases())
 	ic.c.mu.Unlock()
+	bpp := float64(ic.pageBytes())
 	for _, t := range st.Tiers {
 		name := t.Tier.String()
 		ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.GaugeValue, float64(t.Pages), name)
 		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(t.Capacity), name)
 		ch <- prometheus.MustNewConstMetric(descPinned, prometheus.GaugeValue, float64(t.Pinned), name)
+		ch <- prometheus.MustNewConstMetric(descPinnedB, prometheus.GaugeValue, float64(t.Pinned)*bpp, name)
 		ch <- prometheus.MustNewConstMetric(descLeased, prometheus.GaugeValue, float64(t.Leased), name)
 	}
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(st.Leases))

@@ -118,7 +118,7 @@ func (d *Daemon) buildCore() error {
 			return fmt.Errorf("attach the pools to the executor: %w", err)
 		}
 	}
-	d.metrics.Registry.MustRegister(&indexCollector{c: c})
+	d.metrics.Registry.MustRegister(&indexCollector{c: c, pageBytes: d.BytesPerPage})
 	return nil
 }
 

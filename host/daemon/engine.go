@@ -41,6 +41,7 @@ func (d *Daemon) buildEngine() error {
 		RequestTTL:       d.cfg.Engine.RequestTTL,
 		MaxSessions:      d.cfg.Engine.MaxSessions,
 		Log:              d.log.Named("engine"),
+		Metrics:          d.metrics,
 		Observer:         policyObserver{d},
 		OnRegister:       d.onRegister,
 		OnPoolsClose:     d.detachPools,

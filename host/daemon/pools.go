@@ -90,6 +90,10 @@ func (d *Daemon) openPools(ctx context.Context, l *layout.Layout, staging bool) 
 		OnFailure: func(from, to tier.Tier) {
 			d.metrics.TransferFailures.WithLabelValues(from.String(), to.String()).Inc()
 		},
+		OnCopy: func(from, to tier.Tier, bytes int64, took time.Duration) {
+			d.metrics.TransferBytes.WithLabelValues(from.String(), to.String()).Add(float64(bytes))
+			d.metrics.TransferLatency.WithLabelValues(from.String(), to.String()).Observe(took.Seconds())
+		},
 		Logger: d.log.Named("mover"),
 	})
 	if err != nil {

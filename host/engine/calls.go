@@ -113,6 +113,7 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 	s.cfg.Lock.Unlock()
 
 	resp := &pb.MatchResponse{RequestId: id, PageSize: uint32(ps), BlockHashes: append([]uint64(nil), m.Hashes.Sequence...)}
+	var loadBack time.Duration
 	if missing > 0 {
 		// Load back all or nothing: the pages are locked, so they cannot be
 		// evicted while they come back.
@@ -126,6 +127,7 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 		}
 		start := time.Now()
 		rep, err := pools.Mover.LoadBack(ctx, cache.TargetHashes(r.tenant, seqs...), start.Add(wait))
+		loadBack = time.Since(start)
 		resp.LoadBackUs = uint32(min(time.Since(start).Microseconds(), 1<<32-1))
 		resp.LoadedPages, resp.LoadedBytes = uint32(rep.Copied), uint64(rep.Bytes)
 		if err != nil && !errors.Is(err, mover.ErrIncomplete) {
@@ -177,6 +179,7 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 		markEdited(msgs, ss.Edited)
 	}
 	s.mu.Unlock()
+	s.observeMatch(len(toks), cut*ps, min(int(resp.LoadedPages), cut)*ps, loadBack)
 	if o := s.cfg.Observer; o != nil {
 		o.RequestStarted(RequestStarted{RequestID: id, Session: r.session, Tenant: r.tenant, Turn: r.turn, PageSize: ps, Tokens: r.prompt,
 			BlockHashes: resp.BlockHashes, CachedTokens: cut * ps, Messages: msgs})

@@ -65,6 +65,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/layout"
+	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/pool/tiers"
 	"github.com/kvpilot/kvpilot/host/splice"
@@ -124,6 +125,9 @@ type Config struct {
 	// a request that edits its session's cached history gets the cache
 	// spliced to match (DESIGN.md §6). It needs an installed splicer.
 	AutoSplice bool
+	// Metrics receives engine call counts, token counts and load-back
+	// latency; nil: none.
+	Metrics *metrics.Metrics
 	// Log; nil discards.
 	Log hclog.Logger
 	// Now is the wall clock for request ages; nil means time.Now.
@@ -194,12 +198,19 @@ func New(cfg Config) (*Service, error) {
 	s.sessions.maxBytes = sessionBudget(cfg.Index)
 	s.fills = newFillHub()
 	s.fds = newFDServer(s, cfg.Log.Named("fds"))
+	// Counting sits outside recovery, so a panic counts as internal.
+	unary := []grpc.UnaryServerInterceptor{recoverUnary(cfg.Log)}
+	stream := []grpc.StreamServerInterceptor{recoverStream(cfg.Log)}
+	if cfg.Metrics != nil {
+		unary = append([]grpc.UnaryServerInterceptor{countUnary(cfg.Metrics)}, unary...)
+		stream = append([]grpc.StreamServerInterceptor{countStream(cfg.Metrics)}, stream...)
+	}
 	s.grpc = grpc.NewServer(
 		grpc.Creds(peerCreds{}),
 		grpc.MaxRecvMsgSize(64<<20), // a 1M-token prompt is 4 MiB of tokens; leave room
 		grpc.MaxSendMsgSize(64<<20),
-		grpc.ChainUnaryInterceptor(recoverUnary(cfg.Log)),
-		grpc.ChainStreamInterceptor(recoverStream(cfg.Log)),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 	)
 	pb.RegisterEngineServer(s.grpc, s)
 	return s, nil

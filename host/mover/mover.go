@@ -85,6 +85,11 @@ type Options struct {
 	// destination tier (a drop's destination is its source), for metrics;
 	// nil: not counted. It must not block.
 	OnFailure func(from, to tier.Tier)
+	// OnCopy is told of every page copy the index accepted: its source and
+	// destination tier, its bytes and how long its read, write and index
+	// report took (not its waits for other transitions or a worker), for
+	// metrics; nil: not counted. It must not block.
+	OnCopy func(from, to tier.Tier, bytes int64, took time.Duration)
 	// Logger; nil discards. Failure lines are rate-limited per tier pair
 	// (failures.go).
 	Logger hclog.Logger

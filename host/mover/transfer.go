@@ -46,6 +46,7 @@ func (m *Mover) execute(ctx context.Context, t cache.Transition, children []uint
 		return o
 	}
 	defer func() { <-m.sem }()
+	began := time.Now() // a copy's own time, without the waits above
 	if t.Kind == cache.Copy {
 		m.copyPage(ctx, t, &o)
 	} else {
@@ -57,6 +58,8 @@ func (m *Mover) execute(ctx context.Context, t cache.Transition, children []uint
 			f(t.From, destination(t))
 		}
 		m.failures.note(m.log, t, o.err)
+	} else if f := m.o.OnCopy; f != nil && o.bytes > 0 {
+		f(t.From, t.To, o.bytes, time.Since(began))
 	}
 	return o
 }

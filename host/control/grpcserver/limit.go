@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/kvpilot/kvpilot/host/control"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 	"github.com/kvpilot/kvpilot/sdk/proto/convert"
@@ -50,6 +51,7 @@ func (s *Server) limitUnary(ctx context.Context, req any, info *grpc.UnaryServer
 	if ok {
 		return handler(ctx, req)
 	}
+	s.cfg.Recorder.RateLimited(control.TransportSocket)
 	e := s.rateLimited(uid, retry)
 	switch req := req.(type) {
 	case *pb.ApplyRequest:
@@ -65,6 +67,7 @@ func (s *Server) limitUnary(ctx context.Context, req any, info *grpc.UnaryServer
 func (s *Server) limitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	key, uid := rateKey(ss.Context())
 	if ok, retry := s.limiter.Allow(key); !ok {
+		s.cfg.Recorder.RateLimited(control.TransportSocket)
 		return convert.GRPCStatus(s.rateLimited(uid, retry))
 	}
 	return handler(srv, ss)

@@ -71,6 +71,7 @@ func (s *Server) handleTurn(ctx context.Context, in incoming, tenant string, sta
 	var reply directive.TurnReply
 	switch ok, retry := s.cfg.Limiter.Allow(source); {
 	case !ok:
+		s.cfg.Recorder.RateLimited(control.TransportNATS)
 		reply = s.rateLimited(t, source, retry)
 	case terr != nil:
 		reply = s.refuseTurn(t, source, in, terr)
@@ -99,6 +100,7 @@ func (s *Server) handleCacheControl(ctx context.Context, in incoming, tenant str
 	var reply directive.CacheControlReply
 	switch ok, retry := s.cfg.Limiter.Allow(source); {
 	case !ok:
+		s.cfg.Recorder.RateLimited(control.TransportNATS)
 		reply = directive.ErrorReply(errcode.New(errcode.RateLimited, "source %s: %v; retry in %v", source, s.cfg.Limiter, retry.Round(time.Millisecond)), s.worker)
 	case terr != nil:
 		reply = s.refuseCacheControl(c.Action, source, in, terr)

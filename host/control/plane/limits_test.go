@@ -49,6 +49,9 @@ func TestRateLimitPerSource(t *testing.T) {
 		t.Fatal("a rate-limited command changed the index")
 	}
 	ok(t, apply(t, b, "", pin)) // another source has its own bucket
+	if got := gather(t, e)[`kvpilot_rate_limited_total{transport="nats"}`]; got != 2 {
+		t.Fatalf("kvpilot_rate_limited_total{transport=nats} = %v, want 2 (a turn and a cache_control)", got)
+	}
 }
 
 func TestMetricsCountDirectives(t *testing.T) {
@@ -59,9 +62,37 @@ func TestMetricsCountDirectives(t *testing.T) {
 	refused(t, apply(t, e.uds, "", directive.Cache{BlockHashes: hs(999), Pin: true}), 0, errcode.UnknownBlock)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := e.nc.CacheControl(ctx, directive.CacheControl{Action: directive.ActionUnpinBlocks, BlockHashes: hs(h[0])}, ""); err != nil {
-		t.Fatal(err)
+	// Both transports, and both kinds of request: one verb spelling, the
+	// SDK's wire name (the directive's type, the cache_control action).
+	for _, c := range []controlclient.Client{e.nc, e.uds} {
+		if _, err := c.CacheControl(ctx, directive.CacheControl{Action: directive.ActionUnpinBlocks, BlockHashes: hs(h[0])}, ""); err != nil {
+			t.Fatal(err)
+		}
 	}
+	got := gather(t, e)
+	for key, want := range map[string]float64{
+		`kvpilot_directives_total{result="ok",verb="Cache"}`:            2,
+		`kvpilot_directives_total{result="unknown_block",verb="Cache"}`: 1,
+		`kvpilot_directives_total{result="ok",verb="unpin_blocks"}`:     2,
+		`kvpilot_pin_rejections_total{reason="unknown"}`:                1,
+		`kvpilot_directive_duration_seconds{verb="Cache"}`:              3,
+		`kvpilot_directive_duration_seconds{verb="unpin_blocks"}`:       2,
+	} {
+		if got[key] != want {
+			t.Errorf("%s = %v, want %v", key, got[key], want)
+		}
+	}
+	for key := range got {
+		if strings.Contains(key, `verb="cache"`) || strings.Contains(key, `verb="unpin-blocks"`) {
+			t.Errorf("%s: a verb spelled otherwise than on the wire", key)
+		}
+	}
+}
+
+// gather reads the host's registry: a counter's value or a histogram's
+// sample count, by name and labels.
+func gather(t *testing.T, e *env) map[string]float64 {
+	t.Helper()
 	mfs, err := e.metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -78,18 +109,7 @@ func TestMetricsCountDirectives(t *testing.T) {
 			}
 		}
 	}
-	for key, want := range map[string]float64{
-		`kvpilot_directives_total{result="ok",verb="Cache"}`:            2,
-		`kvpilot_directives_total{result="unknown_block",verb="Cache"}`: 1,
-		`kvpilot_directives_total{result="ok",verb="unpin_blocks"}`:     1,
-		`kvpilot_pin_rejections_total{reason="unknown"}`:                1,
-		`kvpilot_directive_seconds{verb="Cache"}`:                       3,
-		`kvpilot_directive_seconds{verb="unpin_blocks"}`:                1,
-	} {
-		if got[key] != want {
-			t.Errorf("%s = %v, want %v", key, got[key], want)
-		}
-	}
+	return got
 }
 
 func labels(m *dto.Metric) string {

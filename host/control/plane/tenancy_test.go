@@ -244,6 +244,9 @@ func TestControlRateLimitPerUID(t *testing.T) {
 		}
 	}
 	ok(t, apply(t, e.nc, "a", pin)) // NATS has its own limit (off here)
+	if got := gather(t, e)[`kvpilot_rate_limited_total{transport="socket"}`]; got != 4 {
+		t.Fatalf("kvpilot_rate_limited_total{transport=socket} = %v, want 4 (Apply, CacheControl, Stats, WatchEvents)", got)
+	}
 
 	time.Sleep(retry + 50*time.Millisecond)
 	ok(t, apply(t, e.uds, "a", pin))
