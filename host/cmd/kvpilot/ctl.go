@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/config"
@@ -45,9 +43,8 @@ type ctlVerb struct {
 type ctlGlobal struct {
 	client  controlclient.Client
 	tenant  string
-	json    bool
 	timeout time.Duration
-	stdout  io.Writer
+	out     printer
 }
 
 var ctlVerbs = map[string]ctlVerb{
@@ -75,7 +72,7 @@ var ctlVerbs = map[string]ctlVerb{
 				return directive.Prune{AfterBlockHash: hs[0]}, nil
 			}
 		}},
-	"cache": {synopsis: "[--ttl D] HASH...", summary: "pin blocks and their ancestors (seed Cache, pin true)", turn: ctlPinBlocks},
+	"cache": {synopsis: "[--ttl D] HASH...", summary: "pin blocks and their ancestors (a Cache command with pin true)", turn: ctlPinBlocks},
 	"pin": {synopsis: "[--ttl D] HASH... | --session S --end N [--ttl D]", summary: "pin blocks (as cache), or a session's prefix [0, N)",
 		turn: func(fs *flag.FlagSet) func([]string) (directive.Directive, error) {
 			session := fs.String("session", "", "pin this session's prefix instead of blocks")
@@ -93,7 +90,7 @@ var ctlVerbs = map[string]ctlVerb{
 				return directive.Pin{Session: *session, End: *end, TTL: t}, err
 			}
 		}},
-	"unpin": {synopsis: "HASH...", summary: "unpin blocks (seed Cache, pin false)",
+	"unpin": {synopsis: "HASH...", summary: "unpin blocks (a Cache command with pin false)",
 		turn: func(*flag.FlagSet) func([]string) (directive.Directive, error) {
 			return func(args []string) (directive.Directive, error) {
 				hs, err := ctlHashes(args, -1)
@@ -231,28 +228,9 @@ var ctlVerbs = map[string]ctlVerb{
 				}
 				s, err := g.client.TenantStats(ctx, *tenant)
 				if err != nil {
-					return err
+					return g.out.failed(err)
 				}
-				if g.json {
-					return json.NewEncoder(g.stdout).Encode(s)
-				}
-				tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-				if s.Tenant != "" {
-					fmt.Fprintf(g.stdout, "tenant %q: %d pages, %d pinned, pin quota %d (0: none); tiers count its pages only\n",
-						s.Tenant, s.TenantPages, s.TenantPinnedPages, s.TenantPinQuota)
-				}
-				fmt.Fprintf(g.stdout, "worker %s, %d tokens per page, %d leases, %d pins, %d sessions\n", s.WorkerID, s.PageSizeTokens, s.Leases, s.Pins, s.Sessions)
-				if s.RestorePending {
-					fmt.Fprintln(g.stdout, "pins and leases saved before the restart: restored when an engine registers (the pools open then)")
-				}
-				for _, l := range s.DegradedLeases {
-					fmt.Fprintf(g.stdout, "lease %s degraded (its pages stay evictable until it settles): %s\n", l.LeaseID, l.Reason)
-				}
-				fmt.Fprintf(tw, "tier\tpages\tbytes\tpinned\tpinned bytes\tleased\tcapacity bytes\t\n")
-				for _, t := range s.Tiers {
-					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", t.Tier, t.Pages, t.Bytes, t.PinnedPages, t.PinnedBytes, t.LeasedPages, t.CapacityBytes)
-				}
-				return tw.Flush()
+				return g.out.stats(s)
 			}
 		}},
 	"watch": {synopsis: "[--tier T]... [--count N]", summary: "print KV events as they are published",
@@ -262,20 +240,19 @@ var ctlVerbs = map[string]ctlVerb{
 			count := fs.Int("count", 0, "stop after N events (0: until interrupted)")
 			return func(ctx context.Context, g *ctlGlobal, _ []string) error {
 				n := 0
-				enc := json.NewEncoder(g.stdout)
-				return g.client.Watch(ctx, controlclient.WatchOptions{Tiers: tiers, Tenant: g.tenant}, func(ev controlclient.Event) error {
-					if g.json {
-						if err := enc.Encode(ev); err != nil {
-							return err
-						}
-					} else {
-						fmt.Fprintln(g.stdout, describeEvent(ev))
+				err := g.client.Watch(ctx, controlclient.WatchOptions{Tiers: tiers, Tenant: g.tenant}, func(ev controlclient.Event) error {
+					if err := g.out.event(ev); err != nil {
+						return err
 					}
 					if n++; *count > 0 && n >= *count {
 						return controlclient.ErrStop
 					}
 					return nil
 				})
+				if err == nil || errors.Is(err, context.Canceled) {
+					return err
+				}
+				return g.out.failed(err)
 			}
 		}},
 }
@@ -336,7 +313,7 @@ func runCtl(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	g := &ctlGlobal{tenant: *tenant, json: *asJSON, timeout: *timeout, stdout: stdout}
+	g := &ctlGlobal{tenant: *tenant, timeout: *timeout, out: printer{w: stdout, json: *asJSON, verb: name}}
 	if *natsURL != "" {
 		subj := *subject
 		switch {
@@ -387,152 +364,24 @@ func runCtl(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return err
 }
 
-// queued reports a command the host's JetStream command stream took (the
-// host applies it; its result went to the stream): ctl says so and exits 0.
-func queued(w io.Writer, err error) bool {
-	var q *controlclient.QueuedError
-	if !errors.As(err, &q) {
-		return false
-	}
-	fmt.Fprintf(w, "accepted: stored in JetStream stream %s (seq %d); the host applies it from there\n  hint: pass --jetstream to wait for the command's result\n", q.Stream, q.Seq)
-	return true
-}
-
-// errRefused makes ctl exit 1 after printing a refusal.
-var errRefused = errors.New("refused by the host")
-
 func (g *ctlGlobal) sendTurn(ctx context.Context, t directive.Turn) error {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	r, err := g.client.Apply(ctx, t)
-	if queued(g.stdout, err) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return g.out.failed(err)
 	}
-	if g.json {
-		if err := json.NewEncoder(g.stdout).Encode(r); err != nil {
-			return err
-		}
-	} else {
-		describeTurn(g.stdout, r)
-	}
-	if !r.OK() {
-		return errRefused
-	}
-	return nil
+	return g.out.turn(r)
 }
 
 func (g *ctlGlobal) sendCC(ctx context.Context, c directive.CacheControl) error {
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
 	r, err := g.client.CacheControl(ctx, c, g.tenant)
-	if queued(g.stdout, err) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return g.out.failed(err)
 	}
-	if g.json {
-		if err := json.NewEncoder(g.stdout).Encode(r); err != nil {
-			return err
-		}
-	} else if r.Status == directive.StatusOK {
-		fmt.Fprintf(g.stdout, "ok: %s (%s %d)\n", r.Message, c.Action.CountField(), r.Count())
-	} else {
-		fmt.Fprintf(g.stdout, "error: %s\n", r.Message)
-	}
-	if r.Status != directive.StatusOK {
-		return errRefused
-	}
-	return nil
-}
-
-func describeTurn(w io.Writer, r directive.TurnReply) {
-	if r.OK() {
-		fmt.Fprintf(w, "ok")
-	} else {
-		fmt.Fprintf(w, "refused: %v", r.Error)
-		if r.Error != nil {
-			if ent := r.Error.Entry(); ent.Hint != "" {
-				fmt.Fprintf(w, "\n  hint: %s", ent.Hint)
-			}
-		}
-	}
-	fmt.Fprintln(w)
-	for _, res := range r.Results {
-		if res.OK() {
-			e := res.Effect
-			fmt.Fprintf(w, "  %d %s: %d blocks", res.Index, res.Verb, e.Blocks)
-			if e.Skipped > 0 {
-				fmt.Fprintf(w, ", %d skipped", e.Skipped)
-				if len(e.Skips) > 0 {
-					fmt.Fprintf(w, " (%s)", describeSkips(e.Skips))
-				}
-			}
-			if e.Missing > 0 {
-				fmt.Fprintf(w, ", %d missing", e.Missing)
-			}
-			if e.Tokens > 0 {
-				fmt.Fprintf(w, ", %d tokens", e.Tokens)
-			}
-			if e.LeaseID != "" {
-				fmt.Fprintf(w, ", lease %s", e.LeaseID)
-			}
-			if e.TTL > 0 {
-				fmt.Fprintf(w, ", ttl %v", e.TTL)
-			}
-			fmt.Fprintln(w)
-		} else if res.Error != nil && r.Error != nil && res.Error.Code != r.Error.Code {
-			fmt.Fprintf(w, "  %d %s: %s\n", res.Index, res.Verb, res.Error.Code)
-		}
-	}
-}
-
-// skipWords says each skip reason in an operator's words.
-var skipWords = map[directive.SkipReason]string{
-	directive.SkipLocked:       "locked by a running request",
-	directive.SkipPinned:       "pinned",
-	directive.SkipLeased:       "held by another lease",
-	directive.SkipShared:       "shared with another session",
-	directive.SkipAncestor:     "above a skipped block",
-	directive.SkipAlready:      "already there",
-	directive.SkipTransient:    "transient, never copied colder",
-	directive.SkipNotPinned:    "not pinned",
-	directive.SkipNotTransient: "not transient",
-	directive.SkipInterior:     "interior, left to a splice",
-}
-
-func describeSkips(skips []directive.Skip) string {
-	parts := make([]string, 0, len(skips))
-	for _, sk := range skips {
-		w := skipWords[sk.Reason]
-		if w == "" {
-			w = string(sk.Reason)
-		}
-		parts = append(parts, fmt.Sprintf("%d %s", sk.Blocks, w))
-	}
-	return strings.Join(parts, ", ")
-}
-
-func describeEvent(ev controlclient.Event) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "#%d worker %d %s %s", ev.Event.EventID, ev.WorkerID, ev.StorageTier, ev.Event.Data.Kind())
-	switch d := ev.Event.Data; {
-	case d.Stored != nil:
-		if d.Stored.ParentHash != nil {
-			fmt.Fprintf(&b, " parent %d", *d.Stored.ParentHash)
-		}
-		for _, bl := range d.Stored.Blocks {
-			fmt.Fprintf(&b, " %d", bl.BlockHash)
-		}
-	case d.Removed != nil:
-		for _, h := range d.Removed.BlockHashes {
-			fmt.Fprintf(&b, " %d", h)
-		}
-	}
-	return b.String()
+	return g.out.cacheControl(c, r)
 }
 
 func ctlPinBlocks(fs *flag.FlagSet) func([]string) (directive.Directive, error) {

@@ -47,7 +47,7 @@ func TestCtlOverNATSSaysWhatJetStreamDid(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	code, out = ctl(t, append(over, "--jetstream", "unpin", last)...)
-	if code != 0 || !strings.HasPrefix(out, "ok\n  0 Cache: 1 blocks") {
+	if code != 0 || !strings.HasPrefix(out, "ok: 1 directive applied\n  0 Cache: 1 blocks") {
 		t.Fatalf("--jetstream unpin: %d %q", code, out)
 	}
 

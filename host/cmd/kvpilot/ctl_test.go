@@ -43,16 +43,19 @@ func TestCtlOverSocketAndNATS(t *testing.T) {
 
 	for _, tr := range [][]string{sock, over} {
 		code, out := ctl(t, append(tr, "cache", "--ttl", "5m", last)...)
-		if code != 0 || !strings.HasPrefix(out, "ok\n  0 Cache: 1 blocks, ttl 5m0s") {
+		if code != 0 || !strings.HasPrefix(out, "ok: 1 directive applied\n  0 Cache: 1 blocks, ttl 5m0s") {
 			t.Fatalf("cache: %d %q", code, out)
 		}
 		code, out = ctl(t, append(tr, "--json", "unpin", last)...)
-		var r directive.TurnReply
-		if code != 0 || json.Unmarshal([]byte(out), &r) != nil || !r.OK() || r.Results[0].Effect.Blocks != 1 {
+		var r struct {
+			Verb, Status string
+			Reply        directive.TurnReply
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Verb != "unpin" || r.Status != "ok" || !r.Reply.OK() || r.Reply.Results[0].Effect.Blocks != 1 {
 			t.Fatalf("unpin --json: %d %q", code, out)
 		}
 		code, out = ctl(t, append(tr, "pin-blocks", last)...)
-		if code != 0 || !strings.Contains(out, "ok: Pinned 1/1 blocks (pinned_count 1)") {
+		if code != 0 || !strings.Contains(out, "ok: 1 directive applied\n  0 pin_blocks: Pinned 1/1 blocks (pinned_count 1)") {
 			t.Fatalf("pin-blocks: %d %q", code, out)
 		}
 		code, out = ctl(t, append(tr, "unpin-blocks", last)...)
@@ -76,14 +79,17 @@ func TestCtlOverSocketAndNATS(t *testing.T) {
 	}
 	// One tenant's stats count only its pages (the default tenant has 3).
 	code, out = ctl(t, append(sock, "--json", "stats", "--tenant", "nobody")...)
-	var st struct {
-		Tenant string `json:"tenant"`
-		Tiers  []struct {
-			Tier  string `json:"tier"`
-			Pages int64  `json:"pages"`
-		} `json:"tiers"`
+	var env struct {
+		Reply struct {
+			Tenant string `json:"tenant"`
+			Tiers  []struct {
+				Tier  string `json:"tier"`
+				Pages int64  `json:"pages"`
+			} `json:"tiers"`
+		} `json:"reply"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Tenant != "nobody" || len(st.Tiers) == 0 || st.Tiers[0].Pages != 0 {
+	st := &env.Reply
+	if code != 0 || json.Unmarshal([]byte(out), &env) != nil || st.Tenant != "nobody" || len(st.Tiers) == 0 || st.Tiers[0].Pages != 0 {
 		t.Fatalf("stats --tenant nobody: %d %q", code, out)
 	}
 	if code, out = ctl(t, append(sock, "stats", "--tenant", "nobody")...); code != 0 || !strings.Contains(out, `tenant "nobody": 0 pages`) {

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"syscall"
 	"unicode"
+
+	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
 // command is one subcommand of kvpilot.
@@ -72,8 +74,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
+	case errors.Is(err, errRefused):
+		return 1 // the reply said why, on stdout
 	default:
 		fmt.Fprintf(stderr, "kvpilot %s: %v\n", c.Name, err)
+		if e, ok := errcode.As(err); ok && e.Entry().Hint != "" {
+			fmt.Fprintf(stderr, "  hint: %s\n", e.Entry().Hint)
+		}
 		return 1
 	}
 }
