@@ -149,8 +149,8 @@ func withoutFlag(args []string, name string) ([]string, bool) {
 
 func benchUsage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: kvpilot bench <scenario> [--json] [--check] [scenario flags]\n\n")
-	fmt.Fprintf(w, "Each scenario measures a target from DESIGN.md §12 against a baseline\n")
-	fmt.Fprintf(w, "measured in the same run.\n\nScenarios:\n")
+	fmt.Fprintf(w, "Each scenario measures kvpilot against a baseline measured in the same\n")
+	fmt.Fprintf(w, "run, and says whether it met its targets.\n\nScenarios:\n")
 	names := make([]string, 0, len(benchScenarios))
 	for n := range benchScenarios {
 		names = append(names, n)

@@ -136,7 +136,7 @@ func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error
 			"cached block, applied by the executor and audited) over the Control socket's\n"+
 			"gRPC and over NATS request/reply, against a real in-process host. Baselines\n"+
 			"in the same run: an empty gRPC call on the same socket, and a NATS echo on the\n"+
-			"same server. Targets (DESIGN.md §12): socket p50 <= 50 us, p99 <= 250 us;\n"+
+			"same server. Targets: socket p50 <= 50 us, p99 <= 250 us;\n"+
 			"NATS p50 <= 150 us.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	iters := fs.Int("iters", 20000, "timed round trips per arm")

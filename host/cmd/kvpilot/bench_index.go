@@ -21,7 +21,7 @@ func init() {
 
 func runBenchIndex(_ context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("bench index", "[--json] [--pages N] [--page-size N] [--iters N]",
-		"Measures the cache index alone (DESIGN.md §12 targets: <= 50 us per match+commit\n"+
+		"Measures the cache index alone (targets: <= 50 us per match+commit\n"+
 			"of a 32K-token prompt, >= 2M block ops/s per core), against baselines in\n"+
 			"the same run: hashing the prompt alone, and lookups in a plain Go map.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")

@@ -13,7 +13,7 @@ import (
 func init() {
 	registerBench(benchScenario{
 		Name:    "pin-flood",
-		Summary: "a pinned VIP session survives a 5x eviction flood (seed PIN run); baseline vs cache_control ttl",
+		Summary: "a pinned VIP session survives a 5x eviction flood; baseline vs cache_control ttl",
 		Run:     runBenchPinFlood,
 	})
 }
@@ -24,7 +24,7 @@ func runBenchPinFlood(ctx context.Context, args []string, stdout io.Writer) erro
 			"--warmup turns, with cache_control ttl in the pinned arm; floods the host with\n"+
 			"unrelated multi-turn sessions whose unique tokens are --flood-factor times the\n"+
 			"device+host capacity, from --concurrency clients; then measures the VIP's next\n"+
-			"turn on the reference engine. Targets (DESIGN.md §12): pinned hit >= 99% of the\n"+
+			"turn on the reference engine. Targets: pinned hit >= 99% of the\n"+
 			"pinned full pages, baseline ~0, modelled TTFT speedup >= 5x.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	plot := fs.String("plot", "", "write an SVG bar chart of the arms to this file")

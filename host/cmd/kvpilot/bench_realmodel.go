@@ -24,7 +24,7 @@ func runBenchRealModel(ctx context.Context, args []string, stdout io.Writer) err
 			"transformers model with seeded random weights, on a prompt of about --tokens\n"+
 			"tokens built from the agent traces. Arms, wall clock in one run: full prefill;\n"+
 			"the prefix from kvpilot in a fresh engine; re-prefill after an early tool output\n"+
-			"is truncated; the same edit as a kvpilot splice. Targets (DESIGN.md §12): prefix\n"+
+			"is truncated; the same edit as a kvpilot splice. Targets: prefix\n"+
 			"TTFT <= 0.25x full prefill with logits within 1e-5; splice prefills <= 20% of\n"+
 			"the re-prefill; layer-0 keys exact after the splice.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")

@@ -23,7 +23,7 @@ func runBenchRotate(ctx context.Context, args []string, stdout io.Writer) error 
 	fs := newFlagSet("bench rotate", "[--json] [--device cpu|cuda|auto] [--model gqa|mla] [--dtype bf16|fp16|fp32] [--slots N] [--layers N] [--iters N]",
 		"Rotates the RoPE slice of every slot of a KV arena by Δ and reports GB/s of\n"+
 			"RoPE bytes rotated against a copy of the same bytes in the same run\n"+
-			"(DESIGN.md §12 targets: ratio >= 0.5 on CPU, >= 0.8 on GPU).", os.Stderr)
+			"(targets: ratio >= 0.5 on CPU, >= 0.8 on GPU).", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	device := fs.String("device", "cpu", "cpu, cuda, or auto (cuda when a GPU is present)")
 	model := fs.String("model", "gqa", "gqa (Llama-3-8B-like K/V rows) or mla (DeepSeek [kv_c 512 | k_pe 64])")

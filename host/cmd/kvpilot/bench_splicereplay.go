@@ -12,20 +12,20 @@ import (
 func init() {
 	registerBench(benchScenario{
 		Name:    "splice-replay",
-		Summary: "Leyline App. B: build, edit an early turn's topic word, replay; arms cache-off, radix, splice",
+		Summary: "build a conversation, edit an early turn's topic word, replay it: cache-off, radix, splice",
 		Run:     runBenchSpliceReplay,
 	})
 }
 
 func runBenchSpliceReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("bench splice-replay", "[--json] [--plot FILE.svg] [--trace FILE] [--turns N] [--edit-turn N] [--model gqa|mla]",
-		"Leyline's three-phase message-edit microbenchmark on the reference engine:\n"+
+		"A three-phase message-edit benchmark on the reference engine:\n"+
 			"build a session of --turns template user turns (answers from a real trace)\n"+
 			"behind a 4K-token system block, re-issue it up to --edit-turn with the topic\n"+
 			"word swapped, then replay the edited conversation. Arms: cache-off, radix\n"+
 			"(prefix cache), splice (index.auto_splice: session diff splices the edit).\n"+
 			"The reference engine checks the splice contract on every cached key.\n"+
-			"Target (DESIGN.md §12): splice >= 95% replay hit, radix lower.", os.Stderr)
+			"Target: splice >= 95% replay hit, radix lower.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	plot := fs.String("plot", "", "write an SVG bar chart of the arms to this file")
 	trace := fs.String("trace", bench.TraceDebugGym, "trace whose messages supply the answers")

@@ -20,11 +20,11 @@ func init() {
 
 func runBenchTruncation(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("bench truncation", "[--json] [--plot FILE.svg] [--trace FILE,...] [--older-than N] [--max-chars N]",
-		"Replays real agent sessions under the built-in truncation policy (Leyline's\n"+
-			"truncate_older_than) on the reference engine. Arms: reprefill (the truncated\n"+
+		"Replays real agent sessions under the built-in truncation policy (tool results\n"+
+			"older than --older-than turns cut to a head/tail stub) on the reference engine. Arms: reprefill (the truncated\n"+
 			"history meets a prefix cache) and splice (the policy's splices edit the cache\n"+
-			"first; replacements are prefilled as fill orders and counted). Target\n"+
-			"(DESIGN.md §12): splice saves >= 80% of the prefill reprefill spends after edits.", os.Stderr)
+			"first; replacements are prefilled as fill orders and counted). Target: splice\n"+
+			"saves >= 80% of the prefill reprefill spends after edits.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	plot := fs.String("plot", "", "write an SVG bar chart of the arms to this file")
 	traces := fs.String("trace", strings.Join([]string{bench.TraceDebugGym, bench.TraceSWEAgent, bench.TraceSWESmith}, ","), "comma-separated trace files")

@@ -22,7 +22,7 @@ func init() {
 func runHash(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("hash", "--block-size N [--lora NAME] [--namespace NS] TOKENS...",
 		"Prints {\"local\":[...],\"sequence\":[...]} for every full page of TOKENS, the\n"+
-			"same hashes Dynamo routers and kvpilot events use (DESIGN.md §4). TOKENS are\n"+
+			"same hashes Dynamo routers and kvpilot events use. TOKENS are\n"+
 			"integers or ranges a..b (a inclusive, b exclusive); a trailing partial page\n"+
 			"is not hashed.\n\nExample: kvpilot hash --block-size 4 0..8 42", stderr)
 	blockSize := fs.Int("block-size", 0, "tokens per page (required, > 0)")

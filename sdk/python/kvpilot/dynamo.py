@@ -24,7 +24,7 @@ worker's with ``client.direct(request, instance_id)``::
     handler = kvpilot.dynamo.cache_control_handler(control_socket, kv_block_size=16)
     await ctl_ep.serve_endpoint(handler)
 
-Requests and replies are kvpilot's cache_control JSON (DESIGN.md §8):
+Requests and replies are kvpilot's cache_control JSON:
 ``{"action", "block_hashes", "token_ids", "ttl_seconds", "worker_id"}`` in,
 ``{"status", "<pinned|unpinned|evicted>_count", "message", "worker_id"}``
 out. ai-dynamo 1.6.1 itself defines no cache_control request or reply (its

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kvpilot.errors import KvpilotError
 
-#: Engine modes (DESIGN.md §7).
+#: Engine modes (README: "Two engine modes").
 MODE_ARENA = "arena"
 MODE_CONNECTOR = "connector"
 

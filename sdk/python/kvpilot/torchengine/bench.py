@@ -1,4 +1,4 @@
-r"""The real-model benchmark's Python side (DESIGN.md §12, ``real-model``).
+r"""The Python side of ``kvpilot bench real-model``.
 
 Against an already running kvpilot host, one run measures wall-clock time
 to first token of a transformers model on this CPU, four ways, on a ~4K

@@ -2,7 +2,7 @@
 
 After an amortize splice replaces ``[i, j)`` of a session by τ, the cache
 must equal the original prefill with downstream positions re-indexed
-(DESIGN.md §6). At layer 0 that is exact and checkable: a layer-0 key is a
+(the splice contract). At layer 0 that is exact and checkable: a layer-0 key is a
 function of its token and position only, so every downstream layer-0 key
 must equal the model's own key for that token at its new position. Deeper
 layers mix in the (edited) context; amortize keeps their old values by
@@ -107,7 +107,7 @@ def rotate_exact(
     slice_: torch.Tensor, delta: int, inv_freq: torch.Tensor, pairing: str
 ) -> torch.Tensor:
     """``slice_`` (``[..., dim]``) rotated by ``delta`` positions in float64
-    with unscaled cos/sin (the rotation rule of DESIGN.md §6).
+    with unscaled cos/sin (the rotation rule kvpilot's splice applies).
     """
     x = slice_.double().clone()
     a, b = pair_index(x.shape[-1], pairing)

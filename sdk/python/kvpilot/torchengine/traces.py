@@ -13,7 +13,7 @@ README) as a chat prompt behind a fixed system block of its own, message by
 message until a token budget, each message ``<role> content <end>`` with its
 span recorded. ``truncate_tool_output`` is the edit a truncation policy
 makes: an early tool output replaced by its head and tail around a marker
-(Leyline's ``truncate_older_than`` stub).
+(the built-in truncation policy's stub).
 """
 
 from __future__ import annotations

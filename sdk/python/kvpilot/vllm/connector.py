@@ -31,7 +31,7 @@ settings apply to it.
 Limits: full-attention models with K and V (MHA, GQA, MQA), one worker per
 engine (no tensor or pipeline parallelism), kv_cache_dtype auto; vLLM's
 block size is kvpilot's page size. Pages that live only in vLLM's memory are
-beyond kvpilot's directives (DESIGN.md §7): a splice or pin acts on
+beyond kvpilot's directives (README: "Two engine modes"): a splice or pin acts on
 kvpilot's copies, which the next match finds.
 """
 
@@ -67,7 +67,7 @@ log = logging.getLogger(LOGGER_NAME)
 
 
 class KvpilotConnector(KVConnectorBase_V1):
-    """vLLM's KV connector on a kvpilot host (connector mode, DESIGN.md §7)."""
+    """vLLM's KV connector on a kvpilot host (connector mode)."""
 
     # Pages come from kvpilot's shared memory: its staging arena and host
     # tier (loaded back from disk or remote first when they were there).

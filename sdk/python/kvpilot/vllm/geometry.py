@@ -45,7 +45,7 @@ _INTERLEAVED_MODEL_TYPES = frozenset(
     }
 )
 
-# rope_type values kvpilot's splice can rotate with (DESIGN.md §6).
+# rope_type values kvpilot's splice can rotate with.
 _ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
