@@ -16,7 +16,8 @@ func TestRunSmallCPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Scenario != "rotate" || r.Device != "cpu" || !(r.GBps > 0) || !(r.BaselineGBps > 0) || r.Ratio != r.GBps/r.BaselineGBps {
+		if r.Scenario != "rotate" || r.Device != "cpu" || !(r.GBps > 0) || !(r.BaselineGBps > 0) || r.Ratio != r.GBps/r.BaselineGBps ||
+			r.Targets.RatioMin != RatioMinCPU || r.Targets.Met != (r.Ratio >= RatioMinCPU) {
 			t.Fatalf("%s: implausible result %+v", model, r)
 		}
 		var buf bytes.Buffer

@@ -42,6 +42,7 @@ func runBenchRotate(ctx context.Context, args []string, stdout io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("bench rotate: %w", err)
 	}
+	reportTargetsOf(ctx, r)
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(r)
 	}
