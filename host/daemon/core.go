@@ -103,7 +103,7 @@ func (d *Daemon) buildCore() error {
 		PinTTL:       d.cfg.TTLPolicy(),
 		PauseTier:    pauseTier,
 		WorkerID:     directive.WorkerID(strconv.FormatUint(d.cfg.WorkerID, 10)),
-		Audit:        savingAudit{AuditLog: c.audit, changed: d.metaChanged},
+		Audit:        savingAudit{AuditLog: c.audit, changed: d.metaChanged, durable: d.persistNow},
 		OnAuditError: func(err error) { d.log.Error("audit log write failed", "error", err) },
 		Limits:       directive.Limits{SinkTokens: int64(d.cfg.Index.SinkTokens)},
 		// Transitions, Free and the splicer are attached when pools open

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +12,8 @@ import (
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/meta"
+	"github.com/kvpilot/kvpilot/host/mover"
+	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 )
 
@@ -25,6 +29,9 @@ type metaState struct {
 	// then loses at most metaSaveDelay of pins and leases, not a sweep
 	// interval's.
 	dirty chan struct{}
+	// mover is the open pools' mover (nil while none are), which writes
+	// pinned pages through to the disk tier before a pin's reply.
+	mover atomic.Pointer[mover.Mover]
 }
 
 // metaSaveDelay gathers the directives of a burst into one save (each save
@@ -39,23 +46,83 @@ func (d *Daemon) metaChanged() {
 	}
 }
 
-// savingAudit is the executor's audit log that also asks for a metadata
-// save once a turn applied something: every pin, unpin and lease change
-// goes through the executor, and is audited there.
+// savingAudit is the executor's audit log that also saves the metadata
+// once a turn applied something: every pin, unpin and lease change goes
+// through the executor, and is audited there, before the turn's reply. A
+// turn that applied a pin or lease verb is made durable at once (durable
+// returns when it is on disk), so its ok reply is a promise a SIGKILL
+// cannot break; any other applied turn asks for a save soon (changed).
 type savingAudit struct {
 	executor.AuditLog
 	changed func()
+	durable func()
+}
+
+// durableVerbs are the verbs whose effect a restart must keep: pins and
+// leases (the audit record's verb: a directive's type or a cache_control
+// action).
+var durableVerbs = map[string]bool{
+	string(directive.VerbCache): true, string(directive.VerbPin): true,
+	string(directive.VerbPause): true, string(directive.VerbRenewLease): true,
+	string(directive.ActionPinBlocks): true, string(directive.ActionPinPrefix): true,
+	string(directive.ActionUnpinBlocks): true, string(directive.ActionUnpinPrefix): true,
 }
 
 func (a savingAudit) Append(recs []executor.Record) error {
 	err := a.AuditLog.Append(recs)
+	applied, durable := false, false
 	for _, r := range recs {
 		if r.Status == directive.StatusOK {
-			a.changed()
-			break
+			applied = true
+			durable = durable || durableVerbs[r.Verb]
 		}
 	}
+	switch {
+	case durable:
+		a.durable()
+	case applied:
+		a.changed()
+	}
 	return err
+}
+
+// persistWait bounds how long a pin's reply waits for its pages to reach
+// the disk tier; past it the pin is still saved, and its pages follow at
+// the next mover step.
+const persistWait = 5 * time.Second
+
+// persistNow makes the pins and leases applied so far durable: the mover
+// writes pinned pages through to the disk tier (a few steps at most, while
+// some pinned page has no disk copy and the steps copy something), then
+// the snapshot is saved in one fsynced transaction.
+func (d *Daemon) persistNow() {
+	if m := d.meta.mover.Load(); m != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), persistWait)
+		for i := 0; i < 8 && d.pinnedOffDisk() && ctx.Err() == nil; i++ {
+			r := m.Step(ctx)
+			if len(r.Errors) > 0 {
+				d.log.Warn("writing pinned pages to the disk tier before the pin's reply", "failed", r.Failed, "error", errors.Join(r.Errors...))
+			}
+			if r.Copied == 0 {
+				break
+			}
+		}
+		cancel()
+	}
+	d.persistMeta()
+}
+
+// pinnedOffDisk reports whether a pinned page has no disk copy yet (with a
+// disk tier configured).
+func (d *Daemon) pinnedOffDisk() bool {
+	if d.cfg.Tiers.Disk.CapacityPages <= 0 {
+		return false
+	}
+	c := &d.core
+	c.mu.Lock()
+	st := c.index.Stats()
+	c.mu.Unlock()
+	return st.Tiers[tier.Disk].Pinned < st.PinnedPages
 }
 
 func (d *Daemon) buildMeta() error {

@@ -103,6 +103,7 @@ func (d *Daemon) attachLocked(p *engine.Pools, sp *splice.Splicer, closeKernels 
 	}
 	oldClose := a.closeKernels
 	a.pools, a.splicer, a.closeKernels = p, sp, closeKernels
+	d.meta.mover.Store(p.Mover)
 	d.releaseKernels(oldClose)
 	return nil
 }
@@ -139,6 +140,7 @@ func (d *Daemon) detachPools(p *engine.Pools) {
 	// its mutex (see attachLocked).
 	d.releaseKernels(a.closeKernels)
 	a.pools, a.splicer, a.closeKernels = nil, nil, nil
+	d.meta.mover.Store(nil)
 }
 
 // closeAttachments waits for background fills and releases the kernels
