@@ -9,12 +9,14 @@ import (
 	"github.com/kvpilot/kvpilot/examples/refengine"
 )
 
-// The host stops and comes back while the engine keeps sending requests:
-// requests cut by it are run again (re-registering first), so the engine
-// never sees an error and never exits, and it ends on the new host.
+// The host is killed (SIGKILL: no goodbye, sockets reset mid-call) and
+// comes back while the engine keeps sending requests: requests cut by it
+// are run again (re-registering first), so the engine never sees an error
+// and never exits, and it ends on the new host. A graceful stop hid the
+// missing retry: its requests ended with "host restarted", retried once.
 func TestEngineRidesThroughHostRestart(t *testing.T) {
 	c := restartConfig(t.TempDir())
-	_, stop := runDaemon(t, c)
+	host := spawnDaemon(t, c)
 	e := newEngine(t, c.EngineSocket(), refengine.GQA(hostPage))
 	boot := e.Client().Registration().BootID
 
@@ -48,9 +50,9 @@ func TestEngineRidesThroughHostRestart(t *testing.T) {
 		}
 	}
 	waitTurns(5)
-	stop()
+	host.kill()
 	time.Sleep(150 * time.Millisecond) // requests meet a host that is gone
-	runDaemon(t, c)
+	spawnDaemon(t, c)
 	waitTurns(5)
 	cancel()
 	wg.Wait()
