@@ -1,5 +1,7 @@
-// Package readme holds a test that walks the README's tour as a newcomer
-// would, so a command there that stops working fails the suite.
+// Package readme holds a test that walks the README as a newcomer would:
+// every shell block's command is run as written (or named here with the
+// reason it cannot run in a test), so a command there that stops working
+// fails the suite.
 package readme
 
 import (
@@ -10,47 +12,103 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// tourCommands returns the shell lines of the tour's steps 1 and 2 (before
-// "**3. A policy.**"): the commands to run (comments cut), and the
-// transcript lines ("$ cmd" followed by its expected output).
-func tourCommands(t *testing.T, readme string) (cmds []string, transcript map[string][]string) {
+// shellLine is one command of a README shell block: its text (comments
+// cut, continuation lines joined), the heading and tour step it is under,
+// and for a "$ cmd" transcript the output lines shown after it.
+type shellLine struct {
+	section, step string
+	text          string
+	transcript    []string
+	shown         bool // a "$ cmd" transcript
+}
+
+// readmeCommands returns every command of every ```sh block, in order.
+func readmeCommands(t *testing.T, readme string) []shellLine {
 	t.Helper()
 	b, err := os.ReadFile(readme)
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(b)
-	start, end := strings.Index(text, "## A five-minute tour"), strings.Index(text, "**3. A policy.**")
-	if start < 0 || end < start {
-		t.Fatal("README has no tour steps 1 and 2")
-	}
-	transcript = map[string][]string{}
-	inBlock, current := false, ""
-	sc := bufio.NewScanner(strings.NewReader(text[start:end]))
+	var (
+		out           []shellLine
+		section, step string
+		inBlock       bool
+		current       *shellLine
+		pending       string // a command whose quotes are still open
+	)
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
 		case strings.HasPrefix(line, "```"):
-			inBlock, current = !inBlock && strings.HasPrefix(line, "```sh"), ""
+			inBlock, current = !inBlock && strings.HasPrefix(line, "```sh"), nil
+			continue
+		case !inBlock && strings.HasPrefix(line, "## "):
+			section, step = strings.TrimPrefix(line, "## "), ""
+			continue
+		case !inBlock && section == "A five-minute tour" && strings.HasPrefix(line, "**"):
+			// "**3. A policy.** ...": the step's number.
+			if n, _, ok := strings.Cut(line[2:], "."); ok {
+				step = n
+			}
+			continue
 		case !inBlock:
+			continue
+		}
+		switch {
+		case pending != "":
+			pending += " " + strings.TrimSpace(line)
+			if strings.Count(pending, "'")%2 == 0 {
+				out = append(out, shellLine{section: section, step: step, text: pending})
+				pending = ""
+			}
 		case strings.HasPrefix(line, "$ "):
-			current = strings.TrimPrefix(line, "$ ")
-		case current != "":
-			transcript[current] = append(transcript[current], line)
+			out = append(out, shellLine{section: section, step: step, text: strings.TrimPrefix(line, "$ "), shown: true})
+			current = &out[len(out)-1]
+		case current != nil:
+			current.transcript = append(current.transcript, line)
+		case strings.HasPrefix(strings.TrimSpace(line), "#"):
+			// A comment line: the edit step 3 asks for is read by editConfig.
 		default:
-			if i := strings.Index(line, " #"); i >= 0 {
-				line = line[:i]
+			text := line
+			if i := strings.Index(text, " #"); i >= 0 {
+				text = text[:i]
 			}
-			if line = strings.TrimSpace(line); line != "" {
-				cmds = append(cmds, line)
+			if text = strings.TrimSpace(text); text == "" {
+				continue
 			}
+			if strings.Count(text, "'")%2 == 1 {
+				pending = text
+				continue
+			}
+			out = append(out, shellLine{section: section, step: step, text: text})
 		}
 	}
-	return cmds, transcript
+	if pending != "" {
+		t.Fatalf("README: a command's quotes never close: %s", pending)
+	}
+	return out
+}
+
+// notRunHere are README commands this test does not run, and why.
+var notRunHere = map[string]string{
+	"make run":    "the test starts the host as `make run` does: bin/kvpilot serve on the built-in defaults",
+	"make test":   "it is the suite this test is part of",
+	"vllm serve ": "needs a vLLM server and a model; sdk/python/tests/test_vllm_connector.py runs the connector in real vLLM processes",
+}
+
+func notRun(text string) (string, bool) {
+	for prefix, why := range notRunHere {
+		if strings.HasPrefix(text, prefix) {
+			return why, true
+		}
+	}
+	return "", false
 }
 
 func freePort(t *testing.T) string {
@@ -63,77 +121,235 @@ func freePort(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// The README's tour, run as written against a host started as `make run`
-// starts it (the binary's embedded defaults, in a fresh directory): every
-// command succeeds, and a shown refusal is what the host answers.
+// tour is the newcomer's machine: the repository, a working directory
+// with the built binaries under bin/, and the host started in it.
+type tour struct {
+	t         *testing.T
+	repo, dir string
+	ports     []string // the host's HTTP and NATS addresses, free ones
+	host      *exec.Cmd
+	hostLog   *syncLog
+}
+
+// syncLog is a host's output, written by its process's copier and read by
+// the test.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (tr *tour) build(out, pkg string) {
+	cmd := exec.Command("go", "build", "-o", filepath.Join(tr.dir, out), pkg)
+	cmd.Dir, cmd.Env = tr.repo, append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		tr.t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+}
+
+// command builds line as a shell would run it from dir: leading VAR=value
+// assignments go to the environment, bin/ is the built binaries, and the
+// README's `go run` of the reference engine is its built binary.
+func (tr *tour) command(ctx context.Context, line, dir string) *exec.Cmd {
+	line = strings.Replace(line, "go run ./examples/refengine/cmd/refengine", filepath.Join(tr.dir, "refengine"), 1)
+	line = strings.ReplaceAll(line, "/tmp/kvpilot.yaml", filepath.Join(tr.dir, "kvpilot.yaml"))
+	f := strings.Fields(line)
+	env := append(os.Environ(), tr.ports...)
+	for len(f) > 1 && strings.Contains(f[0], "=") && !strings.HasPrefix(f[0], "-") {
+		env = append(env, f[0])
+		f = f[1:]
+	}
+	cmd := exec.CommandContext(ctx, f[0], f[1:]...)
+	if strings.HasPrefix(f[0], "bin/") {
+		cmd.Path = filepath.Join(tr.dir, f[0])
+	}
+	cmd.Dir, cmd.Env = dir, env
+	return cmd
+}
+
+func (tr *tour) run(line, dir string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := tr.command(ctx, line, dir).CombinedOutput()
+	return string(out), err
+}
+
+// serve starts a host command and waits until its Control socket is
+// bound; the previous host is stopped first, as Ctrl-C would.
+func (tr *tour) serve(line string) {
+	tr.stop()
+	log := &syncLog{}
+	cmd := tr.command(context.Background(), line, tr.dir)
+	cmd.Stdout, cmd.Stderr = log, log
+	sock := filepath.Join(tr.dir, "kvpilot-data", "run", "control.sock")
+	_ = os.Remove(sock)
+	if err := cmd.Start(); err != nil {
+		tr.t.Fatalf("%s: %v", line, err)
+	}
+	tr.host, tr.hostLog = cmd, log
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if _, err := os.Stat(sock); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tr.t.Fatalf("%s did not start:\n%s", line, log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (tr *tour) stop() {
+	if tr.host == nil {
+		return
+	}
+	_ = tr.host.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = tr.host.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = tr.host.Process.Kill()
+		<-done
+		tr.t.Errorf("the host did not stop within 20s of Ctrl-C:\n%s", tr.hostLog.String())
+	}
+	tr.host = nil
+}
+
+// The README, run as written against a host started as `make run` starts
+// it (the binary's embedded defaults, in a fresh directory): every command
+// succeeds, a shown transcript is what the command prints, step 3's config
+// edit starts the policies it names, and step 4's benchmarks all run.
 func TestReadmeTourRunsAsWritten(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds two binaries")
+		t.Skip("builds two binaries and runs every benchmark")
 	}
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmds, transcript := tourCommands(t, filepath.Join(repo, "README.md"))
-	if len(cmds) < 4 || len(transcript) == 0 {
-		t.Fatalf("found %d commands and %d transcripts in the tour", len(cmds), len(transcript))
-	}
-	dir := t.TempDir()
-	build := func(out, pkg string) {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg)
-		cmd.Dir, cmd.Env = repo, append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-		}
-	}
-	build("bin/kvpilot", "./host/cmd/kvpilot")
-	build("refengine", "./examples/refengine/cmd/refengine")
-
-	// The host on its defaults, but for ports another process may hold.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	host := exec.CommandContext(ctx, filepath.Join(dir, "bin/kvpilot"), "serve")
-	host.Dir = dir
-	host.Env = append(os.Environ(), "KVPILOT_HTTP__LISTEN="+freePort(t), "KVPILOT_NATS__LISTEN="+freePort(t))
-	var hostLog strings.Builder
-	host.Stderr = &hostLog
-	if err := host.Start(); err != nil {
+	lines := readmeCommands(t, filepath.Join(repo, "README.md"))
+	tr := &tour{t: t, repo: repo, dir: t.TempDir(),
+		ports: []string{"KVPILOT_HTTP__LISTEN=" + freePort(t), "KVPILOT_NATS__LISTEN=" + freePort(t)}}
+	defer tr.stop()
+	// The tour's paths are the repository's: its examples, and the
+	// benchmarks' traces next to it.
+	if err := os.Symlink(filepath.Join(repo, "examples"), filepath.Join(tr.dir, "examples")); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cancel(); _ = host.Wait() }()
-	sock := filepath.Join(dir, "kvpilot-data", "run", "control.sock")
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("host did not start:\n%s", hostLog.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	tr.build("bin/kvpilot", "./host/cmd/kvpilot")
+	tr.build("refengine", "./examples/refengine/cmd/refengine")
+	tr.serve("bin/kvpilot serve") // what `make run` runs
 
-	run := func(line string) (string, error) {
-		line = strings.Replace(line, "go run ./examples/refengine/cmd/refengine", filepath.Join(dir, "refengine"), 1)
-		f := strings.Fields(line)
-		cmd := exec.Command(f[0], f[1:]...)
-		if strings.HasPrefix(f[0], "bin/") {
-			cmd.Path = filepath.Join(dir, f[0])
+	steps := map[string]int{}
+	for _, l := range lines {
+		if why, skip := notRun(l.text); skip {
+			t.Logf("not run here: %s (%s)", l.text, why)
+			continue
 		}
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	for _, line := range cmds {
-		if out, err := run(line); err != nil {
-			t.Errorf("%s: %v\n%s", line, err, out)
-		}
-	}
-	for line, want := range transcript {
-		out, _ := run(line)
-		for _, w := range want {
-			if !strings.Contains(out, w) {
-				t.Errorf("%s: output lacks %q; it printed:\n%s", line, w, out)
+		steps[l.step]++
+		switch {
+		case l.shown:
+			out, _ := tr.run(l.text, tr.dir)
+			for _, w := range l.transcript {
+				if !strings.Contains(out, w) {
+					t.Errorf("%s: output lacks %q; it printed:\n%s", l.text, w, out)
+				}
+			}
+		case strings.HasPrefix(l.text, "bin/kvpilot serve"):
+			tr.serve(l.text)
+			checkPolicies(t, tr, l.text)
+		case strings.HasPrefix(l.text, "bin/kvpilot bench"):
+			tr.bench(l.text)
+		default:
+			if out, err := tr.run(l.text, tr.dir); err != nil {
+				t.Errorf("%s: %v\n%s", l.text, err, out)
+			}
+			if strings.HasPrefix(l.text, "cp ") && strings.HasSuffix(l.text, "/tmp/kvpilot.yaml") {
+				editConfig(t, tr, repo)
 			}
 		}
+	}
+	for _, step := range []string{"1", "2", "3", "4"} {
+		if steps[step] == 0 {
+			t.Errorf("the tour's step %s has no command this test ran", step)
+		}
+	}
+}
+
+// bench runs a benchmark as step 4 says: from the repository (the traces
+// are in ../shared/traces). real-model needs a Python with the kvpilot
+// package and PyTorch: without one (KVPILOT_PYTHON, .venv) it is skipped.
+func (tr *tour) bench(line string) {
+	if strings.Contains(line, "real-model") && os.Getenv("KVPILOT_PYTHON") == "" {
+		if _, err := os.Stat(filepath.Join(tr.repo, ".venv", "bin", "python")); err != nil {
+			tr.t.Logf("not run here: %s (no .venv or KVPILOT_PYTHON with PyTorch)", line)
+			return
+		}
+	}
+	start := time.Now()
+	out, err := tr.run(line, tr.repo)
+	if err != nil {
+		tr.t.Errorf("%s: %v\n%s", line, err, out)
+		return
+	}
+	tr.t.Logf("%s: ran in %v", line, time.Since(start).Round(time.Millisecond))
+}
+
+// editConfig makes the edit step 3 shows in comments on the copied
+// config: its policies: lines replace the example's empty list.
+func editConfig(t *testing.T, tr *tour, repo string) {
+	b, err := os.ReadFile(filepath.Join(repo, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	i := strings.Index(text, "# edit the policies: section")
+	if i < 0 {
+		t.Fatal("README step 3 no longer shows the policies edit")
+	}
+	var edit []string
+	for _, l := range strings.Split(text[i:], "\n")[1:] {
+		if !strings.HasPrefix(l, "#   ") {
+			break
+		}
+		edit = append(edit, strings.TrimPrefix(l, "#   "))
+	}
+	path := filepath.Join(tr.dir, "kvpilot.yaml")
+	cfg, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(edit) < 2 || !strings.Contains(string(cfg), "\npolicies: []\n") {
+		t.Fatalf("cannot make step 3's edit %q on the example config", edit)
+	}
+	cfg = []byte(strings.Replace(string(cfg), "\npolicies: []\n", "\n"+strings.Join(edit, "\n")+"\n", 1))
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkPolicies waits until the host started from the edited config runs
+// the policies step 3 names.
+func checkPolicies(t *testing.T, tr *tour, line string) {
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		log := tr.hostLog.String()
+		if strings.Contains(log, "policy set installed") && strings.Contains(log, "trunc") && strings.Contains(log, "pins") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the policies of step 3's edit did not start:\n%s", line, log)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
