@@ -1,6 +1,6 @@
 // Package kernels edits KV cache memory in bulk for kvpilot: it re-rotates
 // the RoPE slice of cached keys by a per-slot Δ (the splice directive's
-// position shift, DESIGN §6), copies whole rows between token slots while
+// position shift), copies whole rows between token slots while
 // rotating (fused gather→rotate→scatter), and copies rows between arenas for
 // tier transfers.
 //

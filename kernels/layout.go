@@ -24,7 +24,7 @@ type BufferSpec struct {
 	Rope     *RopeSlice
 }
 
-// LayoutSpec describes an arena: what the engine registers (DESIGN §7).
+// LayoutSpec describes an arena: what the engine registers.
 type LayoutSpec struct {
 	DType   DType
 	Slots   int

@@ -1,5 +1,5 @@
-// Package plugins is the host side of kvpilot's policy plugins (DESIGN.md
-// §10): it launches each configured policy as a separate process, delivers
+// Package plugins is the host side of kvpilot's policy plugins: it
+// launches each configured policy as a separate process, delivers
 // the observations it subscribed to, and hands the directives that come
 // back to the executor under the policy's name.
 //

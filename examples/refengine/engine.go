@@ -1,6 +1,6 @@
 // Package refengine is kvpilot's reference engine: a real client of the
 // engine protocol (sdk/engineclient) that stands in for an inference engine
-// in end-to-end tests and benchmarks (DESIGN.md §7). It imports only sdk/ and
+// in end-to-end tests and benchmarks. It imports only sdk/ and
 // kernels/rope.
 //
 // It writes deterministic K/V into the device arena it maps from the host:
@@ -9,7 +9,7 @@
 // a turn's time to first token is its prefilled tokens times a per-token cost
 // plus the bytes the host loaded back at a bandwidth.
 //
-// On every request it checks the splice contract (DESIGN.md §6) on every
+// On every request it checks the splice contract on every
 // cached key it is handed: the key must equal what the engine would have
 // written for that token at that position, exactly when nothing rotated it,
 // and within fp32 round-off (or one storage ulp) after a rotation; V and the
@@ -316,7 +316,7 @@ func (e *Engine) check(w *writer, dev *engineclient.Arena, session string, toks 
 }
 
 // tolerance for rotary element i: fp32 round-off of a few rotations of its
-// pair (the rotation is computed in fp32, DESIGN §6) plus one storage ulp.
+// pair (the rotation is computed in fp32) plus one storage ulp.
 func (e *Engine) tolerance(exact []float64, i int) float64 {
 	c := e.rot.Config()
 	var j int

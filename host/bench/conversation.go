@@ -87,8 +87,8 @@ const (
 )
 
 // SystemBlock is a fixed, deterministic system prompt of about tokens
-// tokens (the traces carry none; DESIGN.md and the traces' README ask
-// benchmarks to prepend their own). Different names give unrelated
+// tokens (the traces carry none; their README asks benchmarks to
+// prepend their own). Different names give unrelated
 // blocks, so two sessions share a prefix only when they share a name.
 func SystemBlock(name string, tokens int) string {
 	var seed uint64 = 1469598103934665603

@@ -15,8 +15,8 @@ import (
 	"github.com/kvpilot/kvpilot/sdk/enginewire"
 )
 
-// PinFloodParams shape the pin-flood scenario (DESIGN.md §12, the seed's
-// PIN benchmark): a VIP session warmed for WarmupTurns turns, a flood of
+// PinFloodParams shape the pin-flood scenario: a VIP session warmed for
+// WarmupTurns turns, a flood of
 // unrelated multi-turn sessions whose unique tokens add up to FloodFactor
 // times the device plus host capacity, sent by Concurrency clients, then
 // the VIP's next turn.
@@ -142,7 +142,7 @@ type PinFloodSizes struct {
 	SystemPrefix        string `json:"system_prefix"`
 }
 
-// PinFloodTargets are DESIGN.md §12's targets and whether they were met.
+// PinFloodTargets are the scenario's targets and whether they were met.
 type PinFloodTargets struct {
 	PinnedHitMin   float64 `json:"pinned_hit_min"`
 	BaselineHitMax float64 `json:"baseline_hit_max"`

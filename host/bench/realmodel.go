@@ -20,7 +20,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/daemon"
 )
 
-// The real-model scenario (DESIGN.md §12) measures a real transformer's
+// The real-model scenario measures a real transformer's
 // forward pass on this CPU. The model runs in Python (kvpilot.torchengine in
 // sdk/python, on Hugging Face transformers); this side starts a real host
 // in this process and runs the Python side as a child against its sockets,

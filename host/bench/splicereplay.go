@@ -12,7 +12,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/engine"
 )
 
-// SpliceReplayParams shape the splice-replay scenario, Leyline's App. B
+// SpliceReplayParams shape the splice-replay scenario, a published
 // three-phase message-edit microbenchmark: a session of Turns user turns
 // (topic words slotted into a fixed template family, four themes) behind a
 // long system block, each answered by AnswerChars characters of a real
@@ -54,8 +54,8 @@ func (p *SpliceReplayParams) defaults() {
 	}
 }
 
-// leylineThemes are App. B's four themes: a template and its topic word,
-// with the synonym the edit swaps in. Leyline swapped "risotto" for
+// leylineThemes are the benchmark's four themes: a template and its topic word,
+// with the synonym the edit swaps in. The original swapped "risotto" for
 // "paella"; here the swaps change the turn's length in tokens, so the
 // turns after the edit move (Δ ≠ 0) and their keys are rotated.
 var leylineThemes = []struct{ template, word, synonym string }{

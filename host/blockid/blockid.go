@@ -1,5 +1,5 @@
 // Package blockid computes the block identities that Dynamo routers and
-// kvpilot agree on (DESIGN.md §4).
+// kvpilot agree on.
 //
 // Only full pages are hashed. A page's local hash is xxh3-64 of its tokens as
 // little-endian u32 bytes with a salted seed; its sequence hash chains the

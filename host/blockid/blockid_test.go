@@ -10,7 +10,7 @@ import (
 )
 
 // golden.json was produced by an independent xxh3 implementation (Python's
-// xxhash package) following DESIGN.md §4 literally, so a mismatch here means
+// xxhash package) following blockid.go's rule literally, so a mismatch here means
 // kvpilot's hashes would disagree with a Dynamo router's.
 type goldenCase struct {
 	Tokens    []uint32 `json:"tokens"`

@@ -9,7 +9,7 @@ import (
 )
 
 // This file holds the index workloads shared by the Go benchmarks and
-// `kvpilot bench index` (DESIGN §12: ≤ 50 µs per 32K-token match+commit,
+// `kvpilot bench index` (targets: ≤ 50 µs per 32K-token match+commit,
 // ≥ 2M block ops/s per core). Timing uses the wall clock; the index under
 // test still runs on a ManualClock.
 

@@ -1,6 +1,6 @@
 // Package cache is kvpilot's cache index: the deterministic core of the host
 // that knows, for every cached KV page, where it lives, who may evict it and
-// what each directive does to it (DESIGN.md §4, §5).
+// what each directive does to it.
 //
 // The index is a radix tree of full pages. A page is keyed under its parent
 // by its local hash and identified by its sequence hash; each tenant has its
@@ -108,7 +108,7 @@ type Config struct {
 	// internal buffer that DrainEvents empties. It must not call the index.
 	OnEvent func(Event)
 	// Namespace maps a tenant to its cache namespace: the partition its
-	// pages live in and the salt of their hashes (DESIGN.md §4). Tenants
+	// pages live in and the salt of their hashes. Tenants
 	// mapped to one namespace share its pages, pins and quota. Nil: each
 	// tenant is its own namespace. It must be idempotent (a namespace maps
 	// to itself), because the index reports pages by namespace and callers

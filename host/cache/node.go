@@ -43,7 +43,7 @@ func (s TierSet) without(t tier.Tier) TierSet { return s &^ (1 << t) }
 // a page's identity (tenant, seq) maps to it through tenantState.bySeq, so a
 // child lookup is one map probe of Chain(parent.seq, local).
 //
-// Splice (DESIGN §6) will re-link a downstream subtree under new hashes:
+// Splice will re-link a downstream subtree under new hashes:
 // the subtree is detached with unlink, its seq keys re-chained and re-keyed
 // in bySeq, and it is linked under the new parent. Nothing else in a node
 // depends on its position, which is what keeps that possible.

@@ -1,8 +1,8 @@
 package cache
 
 // PruneDescendants evicts every descendant of each target page from every
-// tier, at once, but not the page itself (DESIGN §5 Prune, the router's
-// evict_descendants). It overrides pins, retention and leases; locked
+// tier, at once, but not the page itself (the Prune directive, the
+// router's evict_descendants). It overrides pins, retention and leases; locked
 // pages are skipped and counted, and their ancestors below the target are
 // kept (counted in Kept) so nothing is orphaned.
 func (ix *Index) PruneDescendants(t Target) (PurgeResult, error) {

@@ -7,7 +7,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/blockid"
 )
 
-// Splice (DESIGN.md §6) edits a session's cached branch: spans of its token
+// Splice edits a session's cached branch: spans of its token
 // sequence are replaced, downstream tokens move to new positions, and the
 // edited branch enters the index under the hashes of the edited sequence.
 // The index plans it and commits it; the bytes are moved in between by the

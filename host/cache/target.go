@@ -10,7 +10,7 @@ import (
 //
 //   - Tokens (when non-nil): the cached full-page prefix of these tokens,
 //     hashed with Salt;
-//   - Hashes: resolved per DESIGN §4. If the first hash is a known
+//   - Hashes: resolved by the block identity rule. If the first hash is a known
 //     sequence hash, every hash is looked up as a sequence hash; otherwise
 //     the list is walked as a path of local hashes from the tenant root,
 //     stopping at the first miss. Because a first page's sequence hash

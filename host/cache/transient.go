@@ -36,7 +36,7 @@ type PurgeResult struct {
 	Pinned int
 	Leased int
 	// Interior counts transient pages kept because they have children:
-	// removing them needs a splice (DESIGN §6).
+	// removing them needs a splice.
 	Interior int
 	// NotTransient counts targets that are not transient (purge only).
 	NotTransient int

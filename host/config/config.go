@@ -1,6 +1,5 @@
 // Package config loads the host's configuration: built-in defaults, then a
-// YAML file, then KVPILOT_* environment variables, each overriding the last
-// (DESIGN.md §11).
+// YAML file, then KVPILOT_* environment variables, each overriding the last.
 //
 // Loading is strict. An unknown key, a value of the wrong type or a value out
 // of range fails at start with an error that names the key, so a typo never
@@ -86,7 +85,7 @@ type HTTP struct {
 }
 
 // Index configures the cache index. Block hashes are salted with the
-// tenant's namespace (DESIGN.md §4): by default each tenant is its own
+// tenant's namespace: by default each tenant is its own
 // namespace, so tenants never share pages.
 type Index struct {
 	// PageSize is tokens per page until an engine registers its own layout.
@@ -100,13 +99,13 @@ type Index struct {
 	// swept (expiry is also applied lazily at every eviction scan).
 	SweepInterval time.Duration `koanf:"sweep_interval"`
 	// AutoSplice splices a session's cache when its next request edited
-	// the history (session diff, DESIGN.md §6) instead of re-prefilling
+	// the history (session diff) instead of re-prefilling
 	// everything after the edit. Off by default: it changes what a request
 	// attends to (the amortize contract) without a directive asking.
 	AutoSplice bool `koanf:"auto_splice"`
 	// SinkTokens is the protected attention-sink prefix: no splice, evict
-	// or auto-splice edits the first sink_tokens positions of a session
-	// (DESIGN.md §6), since models lean on them whatever follows.
+	// or auto-splice edits the first sink_tokens positions of a session,
+	// since models lean on them whatever follows.
 	SinkTokens int `koanf:"sink_tokens"`
 	// NamespaceSalt salts block hashes with the tenant's namespace. Off,
 	// every tenant hashes into one unsalted namespace: identical prefixes
@@ -245,7 +244,7 @@ type Control struct {
 	RateBurst int `koanf:"rate_burst"`
 }
 
-// Model describes a model's KV layout (DESIGN.md §7).
+// Model describes a model's KV layout.
 type Model struct {
 	// Name is the model's name; empty means no model configured.
 	Name string `koanf:"name"`
@@ -298,7 +297,7 @@ type Mover struct {
 
 // Pins configures TTLs and per-tenant quotas.
 type Pins struct {
-	// DefaultTTL applies when a pin names no TTL (DESIGN.md §5: 300 s).
+	// DefaultTTL applies when a pin names no TTL (300 s).
 	DefaultTTL time.Duration `koanf:"default_ttl"`
 	// MinTTL and MaxTTL clamp every requested TTL.
 	MinTTL time.Duration `koanf:"min_ttl"`

@@ -8,7 +8,7 @@ import (
 )
 
 // Engine is the gRPC kvpilot.v1.Engine service on a Unix socket, where the
-// inference engine registers its layout and runs its requests (DESIGN.md §7).
+// inference engine registers its layout and runs its requests.
 // Its socket is secured like Control's: a private directory, a 0600 socket
 // (0660 with a group) and a peer-uid allow-list.
 type Engine struct {

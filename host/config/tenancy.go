@@ -86,7 +86,7 @@ func (c Config) validateTenancy() []error {
 
 // NamespaceOf returns the cache namespace of tenant: the shared namespace
 // that index.share puts it in, "" for everyone with index.namespace_salt
-// off, and otherwise the tenant itself (DESIGN.md §4: the tenant is the
+// off, and otherwise the tenant itself (the tenant is the
 // namespace by default).
 func (c Index) NamespaceOf(tenant string) string {
 	if f := c.NamespaceFunc(); f != nil {

@@ -1,5 +1,5 @@
 // Package control is the host's control plane: the ways routers, harnesses
-// and operators deliver directives and watch the cache (DESIGN.md §3, §8).
+// and operators deliver directives and watch the cache.
 //
 //   - grpcserver serves kvpilot.v1.Control on the private Unix socket
 //     (host/uds enforces the directory and socket modes and the SO_PEERCRED

@@ -26,7 +26,7 @@ type engineHost struct {
 func (d *Daemon) engineHost() *engineHost { return d.engine }
 
 // buildEngine binds the engine socket and its descriptor side channel and
-// builds the Engine service (DESIGN.md §7). With a configured model the
+// builds the Engine service. With a configured model the
 // service serves the pools opened at start; without one it opens pools when
 // the first engine registers its layout.
 func (d *Daemon) buildEngine() error {

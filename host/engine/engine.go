@@ -1,5 +1,5 @@
 // Package engine serves kvpilot.v1.Engine, the protocol an inference engine
-// speaks with its host over a Unix socket (DESIGN.md §3, §7).
+// speaks with its host over a Unix socket.
 //
 // The engine registers its KV layout and RoPE config and receives the pools
 // the host allocated: memfd descriptors over the descriptor side channel
@@ -123,7 +123,7 @@ type Config struct {
 	OnPoolsClose func(*Pools)
 	// AutoSplice runs session diff before every Match (index.auto_splice):
 	// a request that edits its session's cached history gets the cache
-	// spliced to match (DESIGN.md §6). It needs an installed splicer.
+	// spliced to match. It needs an installed splicer.
 	AutoSplice bool
 	// Metrics receives engine call counts, token counts and load-back
 	// latency; nil: none.

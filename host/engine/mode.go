@@ -8,7 +8,7 @@ import (
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
 )
 
-// Mode says who owns the device KV memory of a registration (DESIGN.md §7).
+// Mode says who owns the device KV memory of a registration.
 //
 // In arena mode (the reference engine, an engine patched to allocate through
 // kvpilot) the host allocates every tier and the engine computes in the

@@ -10,7 +10,7 @@ import (
 )
 
 // Session is what the host remembers of a session: its latest cached token
-// sequence (what a splice's span indexes, DESIGN §6) and the chat messages
+// sequence (what a splice's span indexes) and the chat messages
 // of its latest request.
 type Session struct {
 	ID     string

@@ -2,7 +2,7 @@
 // JSON and delivers them, in the order the index applied them, to NATS and to
 // in-process watchers (the Control service's WatchEvents stream).
 //
-// The wire shape (DESIGN.md §8) is
+// The wire shape is
 //
 //	{"worker_id": W, "storage_tier": "device"|"host_pinned"|"disk"|"external",
 //	 "event": {"event_id": N, "dp_rank": R,

@@ -152,7 +152,7 @@ func (o *op) ttlOr0() time.Duration {
 }
 
 // interiorPurge returns the purge's transient pages that have children
-// outside the purge: DESIGN §5 executes their purge as a splice with an
+// outside the purge: their purge is executed as a splice with an
 // empty replacement (checkThinkSplice). Children inside the purge go first
 // (deepest first), so a transient tail is purged whole without a splice.
 func (e *Executor) interiorPurge(tenant string, o *op) []uint64 {

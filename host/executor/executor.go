@@ -1,11 +1,11 @@
 // Package executor applies directive turns to the cache index: it validates
 // them, applies each turn all or none, records every directive in the audit
-// log, and answers with one result per directive (DESIGN.md §3, §5).
+// log, and answers with one result per directive.
 //
 // A turn runs in three steps under the index lock:
 //
 //  1. Check: the sdk's static validation (directive.ValidateTurn), then a
-//     read-only pass over the index: hash lists are resolved (DESIGN §4),
+//     read-only pass over the index: hash lists are resolved,
 //     leases are looked up (following the turn's own Pauses and Revokes),
 //     tiers must be configured, and tenants must match. Span verbs resolve
 //     their session (read from the splicer's Sessions before the lock):

@@ -31,7 +31,7 @@ func TestPinAndUnpin(t *testing.T) {
 	if e.info("", h.Sequence[0]).PinCount != 0 {
 		t.Fatal("unpin did not release the ancestors")
 	}
-	// Local hashes walk as a path from the root (DESIGN §4); signed values
+	// Local hashes walk as a path from the root; signed values
 	// are bit-cast by the decoder before they get here.
 	r = e.apply("", directive.Cache{BlockHashes: hs(h.Local...), Pin: true, TTL: directive.TTLOf(time.Hour)})
 	mustOK(t, r)

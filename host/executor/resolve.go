@@ -6,7 +6,7 @@ import (
 )
 
 // resolve turns a hash list into the sequence hashes of cached pages, by the
-// rule of DESIGN.md §4 that host/cache also applies: sequence hashes first;
+// rule host/cache also applies (host/cache/target.go): sequence hashes first;
 // if the first is unknown, a path of local hashes from the tenant root; and
 // when the first names a first page but the list does not resolve fully as
 // sequence hashes, the reading that resolves more wins. The executor

@@ -13,7 +13,7 @@ import (
 
 // Span verbs (Splice, Evict, span Pin, Retain) address a session's cached
 // sequence by position, and a Think purge of an interior page is a splice
-// of every session whose path runs through it (DESIGN §5, §6). Sessions
+// of every session whose path runs through it. Sessions
 // are read from the splicer's Sessions before the index lock is taken
 // (the engine service locks its sessions, then the index: never the
 // reverse), planned with their fresh pages reserved after the reversible

@@ -2,7 +2,7 @@
 // that pools can size themselves, pages can be copied between tiers without
 // interpretation, and kernels know where the RoPE slice of a key sits.
 //
-// A Layout is registered per model by the engine (DESIGN.md §7). Its
+// A Layout is registered per model by the engine. Its
 // Fingerprint, a stable hash of the canonical descriptor, travels with every
 // page that leaves the process (disk headers, remote object names), so pages
 // of different models or shapes never mix.

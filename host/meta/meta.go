@@ -1,5 +1,5 @@
-// Package meta persists the cache metadata that must survive a host restart
-// (DESIGN.md §5): pins and pause leases. Pages themselves survive in the
+// Package meta persists the cache metadata that must survive a host restart:
+// pins and pause leases. Pages themselves survive in the
 // disk tier's page files; this store says which of them were pinned or
 // paused, until when, so a restarted host keeps its promises.
 //

@@ -1,5 +1,5 @@
 // Package mover carries out the cache index's transition plans on the real
-// pools (DESIGN.md §9): it copies page bytes between tiers and frees
+// pools: it copies page bytes between tiers and frees
 // copies, asynchronously, and reports each completion back to the index,
 // which only then changes residency and emits events. Every batch has a
 // completion fence: a Fence is done when every transition in it was

@@ -1,6 +1,6 @@
 // Package natsembed gives the host its NATS connection: by default an
-// in-process nats-server with JetStream on, storing under the data dir
-// (DESIGN.md §8); or, when a URL is configured, a client of an existing
+// in-process nats-server with JetStream on, storing under the data dir;
+// or, when a URL is configured, a client of an existing
 // cluster with creds, nkey or TLS options.
 //
 // Both the remote KV tier (a JetStream object store) and the control plane

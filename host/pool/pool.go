@@ -1,4 +1,4 @@
-// Package pool defines the KV page pools of the four tiers (DESIGN.md §9)
+// Package pool defines the KV page pools of the four tiers
 // and the types they share.
 //
 // Two kinds of pool exist because the tiers are addressed differently:
@@ -51,7 +51,7 @@ var (
 type Slot uint32
 
 // Key is a page's identity outside the process: the cache namespace
-// (tenant) and the page's sequence hash (DESIGN.md §4). The layout
+// (tenant) and the page's sequence hash. The layout
 // fingerprint is the pool's, so it is not repeated here.
 type Key struct {
 	Namespace string

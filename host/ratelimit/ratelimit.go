@@ -1,6 +1,6 @@
 // Package ratelimit limits directive commands per source (a NATS reply
 // inbox's client, a socket peer, a policy) with token buckets, so one noisy
-// router cannot starve the others (DESIGN.md §8).
+// router cannot starve the others.
 package ratelimit
 
 import (

@@ -14,7 +14,7 @@ type Span struct{ Start, End int }
 const maxDiffMessages = 1024
 
 // Diff derives the edits that turn a session's cached sequence old into a
-// prefix of its next request new (DESIGN.md §6, session diff): applying
+// prefix of its next request new (session diff): applying
 // them to old, left to right, gives new[:k] for some k. When both
 // sequences come with message spans, messages with equal tokens are
 // aligned (longest common subsequence) and each gap between aligned

@@ -21,7 +21,7 @@ import (
 
 // rig is a real device pool (memfd), an index and a splicer, with an
 // "engine" that writes K as RoPE(pos)·h(token) and V as f(token), the
-// reference engine's rule (DESIGN §7), so every check is against what a
+// reference engine's rule, so every check is against what a
 // prefill at that position would have written.
 type rig struct {
 	t        testing.TB

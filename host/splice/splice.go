@@ -1,5 +1,5 @@
-// Package splice executes kvpilot's splice directive (DESIGN.md §6, the
-// Leyline directive) on the device pool: it asks the cache index for a
+// Package splice executes kvpilot's splice directive
+// on the device pool: it asks the cache index for a
 // plan, moves the bytes with the kernels, commits the edited branch, and
 // hands the engine fill orders for the replacements.
 //
@@ -55,7 +55,7 @@ var (
 	ErrFill = errors.New("replacement fill failed")
 )
 
-// Mode is an edit's mode (DESIGN.md §6).
+// Mode is an edit's mode.
 type Mode uint8
 
 const (

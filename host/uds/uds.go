@@ -1,5 +1,5 @@
 // Package uds opens the host's Unix-domain sockets the way a helper that
-// shares a machine with other tenants must (DESIGN.md §8, modelled on
+// shares a machine with other tenants must (modelled on
 // containerd shims and the kubelet device-plugin API):
 //
 //   - the socket lives in a private directory, 0700 (0710 with a group, so

@@ -4,7 +4,7 @@
 // use, and a direct float64 RoPE (Apply) that serves as the test oracle and as
 // the reference engine's key writer.
 //
-// The rotation rule (DESIGN §6): moving a cached key from position p to p+Δ
+// The rotation rule: moving a cached key from position p to p+Δ
 // multiplies each pair by R(Δθ) with unscaled cos(Δθ) and sin(Δθ). Any
 // attention factor (YaRN's mscale) scales RoPE(k, p) once, at prefill; it is
 // never applied to Δ, or the key would grow at every shift.

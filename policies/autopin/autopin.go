@@ -1,5 +1,5 @@
-// Package autopin is the built-in auto-pin policy (DESIGN.md §5 "Pin",
-// §10): a prefix that many requests share — a system prompt, a tool
+// Package autopin is the built-in auto-pin policy: a prefix that many
+// requests share — a system prompt, a tool
 // schema, a long document — is pinned so unrelated traffic cannot evict
 // it, and unpinned once it cools.
 //

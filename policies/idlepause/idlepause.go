@@ -1,5 +1,5 @@
-// Package idlepause is the built-in idle-pause policy (DESIGN.md §5
-// "Pause", §10): a session idle longer than idle_after is paused to the
+// Package idlepause is the built-in idle-pause policy: a session idle
+// longer than idle_after is paused to the
 // host's pause tier (disk, or the shared remote tier) under a lease, which
 // frees its pages on the hotter tiers. The lease is renewed while the
 // session is still expected back, and the session is resumed (its pages

@@ -1,5 +1,5 @@
-// Package thinkevict is the built-in think-span eviction policy (DESIGN.md
-// §5 "Think", §10): reasoning from older turns is spliced out of a
+// Package thinkevict is the built-in think-span eviction policy:
+// reasoning from older turns is spliced out of a
 // session's cache, and reasoning just generated is marked transient so it is
 // never backed up to a colder tier.
 //

@@ -1,7 +1,7 @@
 // Package truncation is the built-in truncation policy: stale tool output
 // in a session's history is replaced by a short stub with a splice, so the
 // model attends to the turns that matter while the cache keeps everything
-// after the edit (DESIGN.md §6, §10).
+// after the edit.
 //
 // It combines two published rules.
 //

@@ -28,7 +28,7 @@ type Cache struct {
 
 // Think marks blocks transient (never backed up) when Transient is true, and
 // purges them at once when it is false. Purging an interior span is a splice
-// with an empty replacement (DESIGN.md §5).
+// with an empty replacement.
 type Think struct {
 	BlockHashes []Hash `json:"block_hashes"`
 	Transient   bool   `json:"transient"`

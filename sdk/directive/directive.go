@@ -1,5 +1,5 @@
 // Package directive is kvpilot's directive vocabulary: the Go types for every
-// verb a router, harness, operator or policy can send (DESIGN.md §5, §6, §8),
+// verb a router, harness, operator or policy can send,
 // their JSON wire format, and their validation.
 //
 // There are three families:
@@ -77,7 +77,7 @@ type Directive interface {
 	isDirective()
 }
 
-// Mode says how an edit is executed (DESIGN.md §6).
+// Mode says how an edit is executed.
 type Mode string
 
 const (

@@ -8,7 +8,7 @@ import (
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
-// Hash is a block hash (DESIGN.md §4): a sequence hash, or a local hash when
+// Hash is a block hash: a sequence hash, or a local hash when
 // a list is resolved as a path. On the wire it is a JSON integer, either
 // unsigned (Dynamo events, cache_control) or signed int64 (the seed's i64
 // fields, bit-cast), or a string holding either of those or 0x-hex. It is

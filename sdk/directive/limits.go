@@ -11,7 +11,7 @@ type Limits struct {
 	MaxTokens     int   // token ids in one request or replacement (default 1<<20)
 	MaxPosition   int64 // largest token position a span may name (default 1<<31)
 	// SinkTokens is the protected attention-sink prefix: no edit (Splice,
-	// Evict) may start before it (DESIGN.md §6). 0 protects nothing.
+	// Evict) may start before it. 0 protects nothing.
 	SinkTokens int64
 }
 

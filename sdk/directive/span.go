@@ -18,7 +18,7 @@ import (
 //	{"type":"Resume","lease_id":"session-abc"}
 //	{"type":"Share","session":"s1","end":2048,"scope":"tenant"}
 
-// Splice replaces [Start, End) with Replacement (DESIGN.md §6). Start ==
+// Splice replaces [Start, End) with Replacement. Start ==
 // End with a non-empty replacement inserts.
 type Splice struct {
 	Session     string      `json:"session"`

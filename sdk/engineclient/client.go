@@ -1,4 +1,4 @@
-// Package engineclient is the Go client of kvpilot.v1.Engine (DESIGN.md §7):
+// Package engineclient is the Go client of kvpilot.v1.Engine:
 // what an inference engine written in Go links to use a kvpilot host's KV
 // pools. It imports nothing from the host.
 //

@@ -1,4 +1,4 @@
-// Package enginewire holds the parts of the engine protocol (DESIGN.md §7)
+// Package enginewire holds the parts of the engine protocol
 // that both sides must compute identically and that gRPC does not carry:
 // the byte geometry of a registered KV layout (so an engine can find a row
 // in the arenas it maps), the descriptor side channel's message format, and

@@ -1,5 +1,5 @@
-// Package kvevent holds the KV event wire formats kvpilot publishes
-// (DESIGN.md §8): Dynamo's RouterEvent as MessagePack in Dynamo's
+// Package kvevent holds the KV event wire formats kvpilot publishes:
+// Dynamo's RouterEvent as MessagePack in Dynamo's
 // event-plane envelope (msgpack.go, envelope.go; events.format: dynamo) and
 // as plain JSON (events.format: json). The host encodes them and clients
 // decode them with these same types, so the two can never drift apart.

@@ -98,7 +98,7 @@ type RequestStarted struct {
 	PromptTokens int64
 	PageSize     uint32
 	// BlockHashes are the sequence hashes of the prompt's full pages, root
-	// first (DESIGN.md §4).
+	// first.
 	BlockHashes []uint64
 	Messages    []Message
 }
@@ -152,7 +152,7 @@ func (t KVEventType) String() string {
 	return fmt.Sprintf("kv_event_type(%d)", uint8(t))
 }
 
-// KVEvent mirrors a host KV event (DESIGN.md §8): blocks stored on or
+// KVEvent mirrors a host KV event: blocks stored on or
 // removed from a tier, or the tier cleared.
 type KVEvent struct {
 	Type KVEventType

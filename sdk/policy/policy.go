@@ -1,5 +1,5 @@
 // Package policy is the kvpilot Policy SDK: what a policy plugin author
-// writes against (DESIGN.md §10).
+// writes against.
 //
 // A policy is plain Go. It implements Policy, and its main function is one
 // line:

@@ -13,7 +13,7 @@ import (
 func Tokenize(s string) []uint32 { return chunktok.Tokenize(s) }
 
 // PageHashes chains full pages of tokens into sequence hashes, root first:
-// the harness's stand-in for the host's block identity (DESIGN.md §4),
+// the harness's stand-in for the host's block identity,
 // which sdk may not import. Equal prefixes give equal hashes, which is the
 // property policies rely on.
 func PageHashes(tokens []uint32, pageSize int) []uint64 {

@@ -76,7 +76,7 @@ type Policy struct {
 	Max     time.Duration
 }
 
-// DefaultPolicy is the built-in policy: 300 s by default (DESIGN.md §5),
+// DefaultPolicy is the built-in policy: 300 s by default,
 // clamped to [1 s, 24 h].
 var DefaultPolicy = Policy{Default: 300 * time.Second, Min: time.Second, Max: 24 * time.Hour}
 

@@ -1,4 +1,4 @@
-// Package natscmd is the host's NATS command plane (DESIGN.md §8): it
+// Package natscmd is the host's NATS command plane: it
 // subscribes to this worker's subject (kv-control-<worker_id>) and the
 // broadcast subject (kv-control-broadcast), and applies what arrives:
 //

@@ -1,7 +1,7 @@
 // Package tierbench measures the throughput of each tier pair the mover
 // uses (device<->host, host<->disk, host<->remote on the embedded NATS
 // server) against raw baselines in the same run: memcpy for memory, a plain
-// sequential file write and read for disk (DESIGN.md §12 style; target >=
+// sequential file write and read for disk (target >=
 // 70% of baseline for memory and disk). `kvpilot bench tiers` prints it.
 package tierbench
 

@@ -1,7 +1,7 @@
 // Package cuda is the device tier on a machine with a GPU: one device
 // allocation, made by the host through the CUDA driver API (package
 // kernels/cudadrv, purego, no cgo), holding every page, and exported to the
-// engine by a CUDA IPC handle (DESIGN.md §7, §9).
+// engine by a CUDA IPC handle.
 //
 // It has exactly the interface of the memfd device arena (pool.Memory):
 // the same slots, the same arrangement, the same canonical page bytes from

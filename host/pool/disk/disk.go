@@ -1,7 +1,7 @@
 // Package disk is the disk tier: pages in a page file under the data dir,
 // each with a checksummed header naming its layout fingerprint, namespace
 // and sequence hash, so the store's index is rebuilt by scanning the file
-// at start and pages survive a host restart (DESIGN.md §9).
+// at start and pages survive a host restart.
 //
 // One file per layout, <dir>/<fingerprint>.pages, holds Pages fixed-size
 // records (see record.go). A slot allocator places new pages; the file is

@@ -1,5 +1,5 @@
 // Package memfd is a memory pool in Linux memfd shared memory: the host
-// tier, and the device tier on machines without a GPU (DESIGN.md §9).
+// tier, and the device tier on machines without a GPU.
 //
 // The arena is one sealed memfd mapped shared into the host. Its file
 // descriptor is handed to the engine over the engine socket (SCM_RIGHTS,

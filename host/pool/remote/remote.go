@@ -1,5 +1,5 @@
 // Package remote is the remote tier: pages as objects in a NATS JetStream
-// object store (DESIGN.md §9). The bucket lives on the embedded server by
+// object store. The bucket lives on the embedded server by
 // default or on a cluster every host shares, so pinned and paused pages
 // become reachable from any worker.
 //

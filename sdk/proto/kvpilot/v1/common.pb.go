@@ -23,7 +23,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Tier is a storage tier, hot to cold (DESIGN.md §9).
+// Tier is a storage tier, hot to cold.
 type Tier int32
 
 const (

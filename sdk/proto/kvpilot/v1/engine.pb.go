@@ -1,4 +1,4 @@
-// kvpilot.v1.Engine: the engine worker's protocol (DESIGN.md §7). The engine
+// kvpilot.v1.Engine: the engine worker's protocol. The engine
 // registers its KV layout and receives the pools the host allocated; per
 // request it matches the prompt against the cache, allocates device slots
 // for the rest, commits what it prefilled, and releases or finishes.
@@ -89,7 +89,7 @@ func (EngineApiVersion) EnumDescriptor() ([]byte, []int) {
 	return file_kvpilot_v1_engine_proto_rawDescGZIP(), []int{0}
 }
 
-// EngineMode says who owns the device KV memory (DESIGN.md §7).
+// EngineMode says who owns the device KV memory.
 type EngineMode int32
 
 const (

@@ -1,4 +1,4 @@
-// kvpilot.v1.Engine: the engine worker's protocol (DESIGN.md §7). The engine
+// kvpilot.v1.Engine: the engine worker's protocol. The engine
 // registers its KV layout and receives the pools the host allocated; per
 // request it matches the prompt against the cache, allocates device slots
 // for the rest, commits what it prefilled, and releases or finishes.

@@ -1,5 +1,5 @@
 // The policy plugin protocol: what the kvpilot host and a policy plugin
-// process say to each other over go-plugin's gRPC transport (DESIGN.md §10).
+// process say to each other over go-plugin's gRPC transport.
 //
 // Plugin authors never see these messages: sdk/policy wraps them in plain Go
 // types. Directives travel as their JSON wire form (sdk/directive), which is
