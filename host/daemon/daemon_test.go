@@ -15,7 +15,7 @@ import (
 )
 
 // testConfig is a host on ephemeral ports with its own data dir.
-func testConfig(t *testing.T) config.Config {
+func testConfig(t testing.TB) config.Config {
 	c := config.Default()
 	c.DataDir = t.TempDir()
 	c.HTTP.Listen = "127.0.0.1:0"
@@ -23,7 +23,7 @@ func testConfig(t *testing.T) config.Config {
 	return c
 }
 
-func start(t *testing.T, c config.Config) (*Daemon, func()) {
+func start(t testing.TB, c config.Config) (*Daemon, func()) {
 	t.Helper()
 	d, err := New(c, hclog.NewNullLogger())
 	if err != nil {

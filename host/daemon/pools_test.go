@@ -16,7 +16,7 @@ import (
 )
 
 // modelConfig is a host with a tiny model, so the pools open at start.
-func modelConfig(t *testing.T) config.Config {
+func modelConfig(t testing.TB) config.Config {
 	c := testConfig(t)
 	c.Index.PageSize = 4
 	c.Model = config.Model{Name: "tiny", Attention: "mha", DType: "bf16", Layers: 2, KVHeads: 1, HeadDim: 8, RopeDim: 8, RopeStyle: "half_split"}
@@ -30,7 +30,7 @@ func modelConfig(t *testing.T) config.Config {
 
 // commitPages writes a recognizable page into device slots and commits the
 // token pages to the index, as an engine would after a prefill.
-func commitPages(t *testing.T, d *Daemon, tenant string, toks []uint32) (blockid.Hashes, [][]byte) {
+func commitPages(t testing.TB, d *Daemon, tenant string, toks []uint32) (blockid.Hashes, [][]byte) {
 	t.Helper()
 	dev := d.core.pools.Memory(tier.Device)
 	pageBytes := dev.Stats().PageBytes
