@@ -88,11 +88,10 @@ func (d *Daemon) openPools(ctx context.Context, l *layout.Layout, staging bool) 
 		RetryBackoff: d.cfg.Mover.RetryBackoff,
 		DropWait:     d.cfg.Mover.DropWait,
 		OnFailure: func(from, to tier.Tier) {
-			d.metrics.TransferFailures.WithLabelValues(from.String(), to.String()).Inc()
+			d.metrics.CountTransferFailure(from.String(), to.String())
 		},
 		OnCopy: func(from, to tier.Tier, bytes int64, took time.Duration) {
-			d.metrics.TransferBytes.WithLabelValues(from.String(), to.String()).Add(float64(bytes))
-			d.metrics.TransferLatency.WithLabelValues(from.String(), to.String()).Observe(took.Seconds())
+			d.metrics.ObserveCopy(from.String(), to.String(), bytes, took)
 		},
 		Logger: d.log.Named("mover"),
 	})

@@ -11,6 +11,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -149,4 +151,17 @@ func (m *Metrics) newPluginsAndEvents() {
 	m.EventWatchersOverflowed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "kvpilot_event_watchers_overflowed_total", Help: "WatchEvents watchers ended for falling a buffer behind.",
 	})
+}
+
+// ObserveCopy records one page copy between tiers (the mover's OnCopy):
+// its bytes and its time, by source and destination tier.
+func (m *Metrics) ObserveCopy(from, to string, bytes int64, took time.Duration) {
+	m.TransferBytes.WithLabelValues(from, to).Add(float64(bytes))
+	m.TransferLatency.WithLabelValues(from, to).Observe(took.Seconds())
+}
+
+// CountTransferFailure records one failed transfer (the mover's
+// OnFailure), by source and destination tier.
+func (m *Metrics) CountTransferFailure(from, to string) {
+	m.TransferFailures.WithLabelValues(from, to).Inc()
 }
