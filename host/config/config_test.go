@@ -65,6 +65,22 @@ tiers:
 	}
 }
 
+// The variables kvpilot's own tools read (KVPILOT_CPU_KERNELS,
+// KVPILOT_PYTHON, KVPILOT_TRACES, ...) are not keys: a shell that exports
+// one, as the README's benchmarks suggest, still starts the host. Any
+// other KVPILOT_ name is still refused.
+func TestToolVariablesAreNotConfiguration(t *testing.T) {
+	env := []string{"KVPILOT_CPU_KERNELS=generic", "KVPILOT_PYTHON=/usr/bin/python3", "KVPILOT_TRACES=/traces",
+		"KVPILOT_POLICY_LOG_LEVEL=debug", "KVPILOT_BIN=/bin/kvpilot", "KVPILOT_WORKER_ID=3"}
+	c, err := Load("", env)
+	if err != nil || c.WorkerID != 3 {
+		t.Fatalf("with the tools' variables set: %+v %v", c.WorkerID, err)
+	}
+	if _, err := Load("", append(env, "KVPILOT_TRACE=/typo")); err == nil || !strings.Contains(err.Error(), "trace") {
+		t.Fatalf("a misspelt variable was accepted: %v", err)
+	}
+}
+
 func TestInvalidNamesTheKey(t *testing.T) {
 	for _, c := range []struct {
 		name, file string

@@ -24,6 +24,25 @@ const EnvPrefix = "KVPILOT_"
 // EnvConfigFile names the config file when no --config flag is given.
 const EnvConfigFile = "KVPILOT_CONFIG"
 
+// toolEnv are the KVPILOT_ variables that are not configuration keys: the
+// config file's name, and what kvpilot's own tools read (the CPU kernels'
+// choice, bench's Python and traces, a policy plugin's log level and
+// handshake, the Python tests' host binary, the opt-in load test's knobs).
+// A shell that exports one still starts the host; any other KVPILOT_ name
+// must be a key, so a typo still fails at start.
+var toolEnv = map[string]bool{
+	EnvConfigFile:              true,
+	"KVPILOT_CPU_KERNELS":      true,
+	"KVPILOT_PYTHON":           true,
+	"KVPILOT_TRACES":           true,
+	"KVPILOT_POLICY_LOG_LEVEL": true,
+	"KVPILOT_POLICY_PLUGIN":    true,
+	"KVPILOT_BIN":              true,
+	"KVPILOT_LOAD_DURATION":    true,
+	"KVPILOT_LOAD_HEAPPROFILE": true,
+	"KVPILOT_EXHAUSTIVE":       true,
+}
+
 // ErrInvalid is wrapped by every configuration error.
 var ErrInvalid = errors.New("invalid configuration")
 
@@ -69,7 +88,7 @@ func envProvider(environ []string) koanf.Provider {
 		Prefix:      EnvPrefix,
 		EnvironFunc: func() []string { return environ },
 		TransformFunc: func(k, v string) (string, any) {
-			if k == EnvConfigFile {
+			if toolEnv[k] {
 				return "", nil
 			}
 			k = strings.ToLower(strings.TrimPrefix(k, EnvPrefix))
