@@ -262,8 +262,12 @@ func runCtl(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		"Sends a directive to a kvpilot host over its Control socket (the default) or\n"+
 			"over NATS (--nats), and prints the host's answer per directive. Hashes are\n"+
 			"sequence hashes (or local hashes walked from the root), as unsigned or signed\n"+
-			"decimal or 0x-hex. TTLs are 30s, 5m, 1h or bare seconds. Exits 1 when the host\n"+
-			"refuses the turn.\n\nVerbs:\n"+ctlVerbList(), stderr)
+			"decimal or 0x-hex. TTLs are 30s, 5m, 1h or bare seconds.\n\n"+
+			"Every reply starts with \"ok:\", \"refused: <code>: ...\" (the next line is the\n"+
+			"hint; exit status 1) or \"accepted:\" (a JetStream command stream stored it),\n"+
+			"with detail on indented lines. --json prints one object per reply (per event\n"+
+			"for watch): {\"verb\", \"status\", \"error\": {code, message, hint, ...}, \"reply\"}.\n\n"+
+			"Verbs:\n"+ctlVerbList(), stderr)
 	cfgPath := fs.String("config", os.Getenv(config.EnvConfigFile), "host config file, for the default socket and subject")
 	socket := fs.String("socket", "", "Control socket path (default: control.socket from the config)")
 	natsURL := fs.String("nats", "", "send over NATS at this URL instead of the socket")
