@@ -63,7 +63,7 @@ type savingAudit struct {
 // action).
 var durableVerbs = map[string]bool{
 	string(directive.VerbCache): true, string(directive.VerbPin): true,
-	string(directive.VerbPause): true, string(directive.VerbRenewLease): true,
+	string(directive.VerbPause): true, string(directive.VerbRenewLease): true, string(directive.VerbRevokeLease): true,
 	string(directive.ActionPinBlocks): true, string(directive.ActionPinPrefix): true,
 	string(directive.ActionUnpinBlocks): true, string(directive.ActionUnpinPrefix): true,
 }
