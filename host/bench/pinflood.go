@@ -28,13 +28,13 @@ type PinFloodParams struct {
 	DevicePages int `json:"device_pages"`
 	HostPages   int `json:"host_pages"`
 	WarmupTurns int `json:"warmup_turns"`
-	// SystemTokens is the VIP's fixed system block (the seed's VIP had a
-	// ~3.8K-token system prompt).
+	// SystemTokens is the VIP's fixed system block (the reference run's
+	// VIP had a ~3.8K-token system prompt).
 	SystemTokens int     `json:"system_tokens"`
 	FloodFactor  float64 `json:"flood_factor"`
 	Concurrency  int     `json:"concurrency"`
 	// FloodMessageChars cuts flood messages (about 4 characters a token)
-	// and FloodMaxRequests its sessions, to the seed's flood shape: turns
+	// and FloodMaxRequests its sessions, to the reference run's flood shape: turns
 	// of ~150 tokens, sessions of 19-31 turns.
 	FloodMessageChars int    `json:"flood_message_chars"`
 	FloodMaxRequests  int    `json:"flood_max_requests"`

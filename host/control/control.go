@@ -5,7 +5,7 @@
 //     (host/uds enforces the directory and socket modes and the SO_PEERCRED
 //     allow-list; the server records each caller's uid as its source);
 //   - natscmd subscribes to kv-control-<worker_id> and kv-control-broadcast
-//     and answers the seed AgenticCommand JSON and the router's
+//     and answers the AgenticCommand JSON and the router's
 //     cache_control JSON, optionally through a durable JetStream consumer;
 //   - publish turns the index's events into Dynamo RouterEvents, publishes
 //     them on NATS in order and fans them out to WatchEvents streams;

@@ -120,7 +120,7 @@ func (e *Executor) check(tenant string, ops []*op, st *turnState) []*errcode.Err
 			}
 			pauseClaim += need
 			if o.ttl == nil {
-				o.ttlD = e.cfg.LeaseTTL.Max // the seed's indefinite lease, within the operator's clamp
+				o.ttlD = e.cfg.LeaseTTL.Max // an indefinite lease, within the operator's clamp
 			} else {
 				o.ttlD = e.cfg.LeaseTTL.Resolve(o.ttlOr0())
 			}

@@ -66,7 +66,7 @@ type Config struct {
 	// Zero value: ttl.DefaultPolicy.
 	PinTTL ttl.Policy
 	// LeaseTTL resolves Pause and RenewLease TTLs; a Pause without a TTL
-	// (the seed's indefinite lease) gets LeaseTTL.Max. Zero value: 1 h
+	// (an indefinite lease) gets LeaseTTL.Max. Zero value: 1 h
 	// default, clamped to [1 s, 7 days].
 	LeaseTTL ttl.Policy
 	// PauseTier is where Pause keeps its copies: Disk by default (the zero

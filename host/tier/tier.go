@@ -52,7 +52,7 @@ func (t Tier) Valid() bool { return int(t) < Count }
 // Colder reports whether t is colder than u.
 func (t Tier) Colder(u Tier) bool { return t > u }
 
-// Parse accepts a config name or an event name, plus the seed command
+// Parse accepts a config name or an event name, plus the AgenticCommand
 // format's "GPU" and "CPU_TIER1" spellings used in Warm.target_tier.
 func Parse(s string) (Tier, error) {
 	for i := range names {

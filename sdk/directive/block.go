@@ -18,7 +18,7 @@ type Prune struct {
 }
 
 // Cache pins (Pin true) or unpins (Pin false) blocks. Pinning a block pins
-// its ancestors. TTL is a kvpilot extension of the seed format: absent or
+// its ancestors. TTL is a kvpilot extension of the AgenticCommand format: absent or
 // zero takes the host's default pin TTL.
 type Cache struct {
 	BlockHashes []Hash `json:"block_hashes"`
@@ -35,7 +35,7 @@ type Think struct {
 }
 
 // Pause copies blocks to the pause tier, frees their hotter copies and
-// records lease LeaseID. A nil TTL is an indefinite lease (the seed's None).
+// records lease LeaseID. A nil TTL is an indefinite lease (the command's null).
 type Pause struct {
 	BlockHashes []Hash `json:"block_hashes"`
 	TTL         *TTL   `json:"ttl_seconds"`
@@ -148,7 +148,7 @@ func checkLeaseID(verb, id string) error {
 type TierName string
 
 // ParseTierName accepts the config names, the KV event names (host_pinned,
-// external) and the seed's GPU and CPU_TIER1. It mirrors host/tier.Parse,
+// external) and the AgenticCommand's GPU and CPU_TIER1. It mirrors host/tier.Parse,
 // which sdk may not import; the executor's tests hold the two in step.
 func ParseTierName(s string) (TierName, error) {
 	switch s {

@@ -18,7 +18,7 @@ import (
 // the values. Note that encoding/json matches field names without regard to
 // case; the "type" and "action" tags themselves are matched exactly.
 
-// DecodeCommand decodes one seed-style command: {"type":"Cache",...}.
+// DecodeCommand decodes one AgenticCommand: {"type":"Cache",...}.
 func DecodeCommand(data []byte, l Limits) (Directive, error) {
 	if err := checkSize(data, l); err != nil {
 		return nil, err

@@ -10,8 +10,8 @@ import (
 
 // Hash is a block hash: a sequence hash, or a local hash when
 // a list is resolved as a path. On the wire it is a JSON integer, either
-// unsigned (Dynamo events, cache_control) or signed int64 (the seed's i64
-// fields, bit-cast), or a string holding either of those or 0x-hex. It is
+// unsigned (Dynamo events, cache_control) or signed int64 (the AgenticCommand's
+// i64 fields, bit-cast), or a string holding either of those or 0x-hex. It is
 // always written back as an unsigned integer.
 type Hash uint64
 
@@ -68,14 +68,14 @@ func (h Hash) MarshalJSON() ([]byte, error) {
 // String is the unsigned decimal form.
 func (h Hash) String() string { return strconv.FormatUint(uint64(h), 10) }
 
-// Int64 is the seed's signed view of the same bits.
+// Int64 is the AgenticCommand's signed view of the same bits.
 func (h Hash) Int64() int64 { return int64(h) }
 
-// BlockKey is one entry of Warm.block_keys. The seed calls these storage
-// keys ("abc123..."); in kvpilot the shared tier is keyed by sequence hash,
+// BlockKey is one entry of Warm.block_keys. The AgenticCommand calls these
+// storage keys ("abc123..."); in kvpilot the shared tier is keyed by sequence hash,
 // so a key that reads as a hash (ParseHash forms) names that block and any
 // other key is an opaque name that matches no block: Warm counts it as
-// missing rather than refusing the command, as the seed's partial warm does.
+// missing rather than refusing the command, as the format's partial warm does.
 type BlockKey string
 
 // MaxBlockKeyLen bounds one key; a SHA-256 hex digest is 64 characters.

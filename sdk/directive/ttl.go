@@ -10,7 +10,7 @@ import (
 )
 
 // TTL is a time-to-live. On the wire it is a JSON number of seconds (the
-// seed's ttl_seconds) or a string in sdk/ttl syntax ("30s", "5m", "1h",
+// AgenticCommand's ttl_seconds) or a string in sdk/ttl syntax ("30s", "5m", "1h",
 // "45"). Zero means "the host's default"; the host clamps every TTL to its
 // configured range. It is written back as a number of seconds.
 type TTL time.Duration
@@ -44,9 +44,10 @@ func (t *TTL) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// MarshalJSON writes whole seconds as an integer, which is what the seed's
-// u64 fields expect, and anything finer as a duration string ("1.5s"), which
-// reads back exactly where a float of seconds would not.
+// MarshalJSON writes whole seconds as an integer, which is what the
+// AgenticCommand's u64 fields expect, and anything finer as a duration
+// string ("1.5s"), which reads back exactly where a float of seconds would
+// not.
 func (t TTL) MarshalJSON() ([]byte, error) {
 	d := time.Duration(t)
 	if d%time.Second == 0 {

@@ -2,7 +2,7 @@
 // subscribes to this worker's subject (kv-control-<worker_id>) and the
 // broadcast subject (kv-control-broadcast), and applies what arrives:
 //
-//   - the seed AgenticCommand JSON, one command {"type":"Cache",...}, an
+//   - the AgenticCommand JSON, one command {"type":"Cache",...}, an
 //     array of them, or a turn envelope {"id","source","tenant","directives"}
 //     (directive.DecodeTurn), applied all or none;
 //   - the router's cache_control JSON {"action":"pin_blocks",...}.
