@@ -193,7 +193,7 @@ func TestWarm(t *testing.T) {
 		t.Fatalf("warm %+v, transitions %v", eff, e.trans)
 	}
 	mustRefuse(t, e.apply("", directive.Warm{BlockKeys: []directive.BlockKey{key}, TargetTier: "remote"}), 0, errcode.InvalidTier)
-	// The seed example verbatim: its placeholder keys name no block.
+	// The format's published example verbatim: its placeholder keys name no block.
 	d, err := directive.DecodeCommand([]byte(`{"type": "Warm", "block_keys": ["abc123...", "def456..."], "target_tier": "CPU_TIER1"}`), directive.Limits{})
 	if err != nil {
 		t.Fatal(err)

@@ -11,8 +11,8 @@ import (
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
-// The seed documents' examples, verbatim (000: AgenticCommand JSON wire
-// format; 002: cache_control request).
+// The formats' published examples, verbatim (the AgenticCommand JSON wire
+// format; a cache_control request).
 var seedCommands = []struct {
 	json string
 	want Directive

@@ -59,7 +59,7 @@ func errorCode(t *testing.T, ans map[string]any) errcode.Code {
 	return errcode.Code(code)
 }
 
-// The seed documents' JSON, byte for byte, decodes: what stops them is only
+// The formats' published examples, byte for byte, decode: what stops them is only
 // that their example hashes name no cached block.
 func TestSeedJSONAcceptedVerbatim(t *testing.T) {
 	e := newEnv(t)
@@ -87,7 +87,7 @@ func TestSeedJSONAcceptedVerbatim(t *testing.T) {
 		}
 	}
 	// The same formats with hashes the host has (signed int64, as the
-	// seed's i64 fields carry them) are applied.
+	// AgenticCommand's i64 fields carry them) are applied.
 	h := e.commit("", toks(0, 8)).Sequence
 	signed := func(u uint64) string { return fmt.Sprint(int64(u)) }
 	for _, s := range []string{
