@@ -136,10 +136,15 @@ func TestDashboardQueriesOnlyMetricsTheHostExports(t *testing.T) {
 	d := load(t)
 	known := hostMetricNames(t)
 	queries := 0
+	ids := map[int]bool{}
 	for _, p := range d.Panels {
 		if p.GridPos == nil || p.Type == "" || p.Title == "" {
 			t.Errorf("panel %d %q lacks type, title or gridPos", p.ID, p.Title)
 		}
+		if ids[p.ID] || p.ID == 0 {
+			t.Errorf("panel %q: id %d is missing or not unique (Grafana keys panels by id)", p.Title, p.ID)
+		}
+		ids[p.ID] = true
 		if p.Type == "row" {
 			continue
 		}
