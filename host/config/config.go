@@ -35,6 +35,7 @@ type Config struct {
 	NATS    NATS      `koanf:"nats"`
 	Control Control   `koanf:"control"`
 	Engine  Engine    `koanf:"engine"`
+	Gateway Gateway   `koanf:"gateway"`
 	// Model, when set, opens the pools at start with this layout; without
 	// it the pools open when an engine registers its layout.
 	Model         Model         `koanf:"model"`
@@ -340,6 +341,7 @@ func Default() Config {
 			RateBurst:        200,
 		},
 		Control:       Control{RateBurst: 1000},
+		Gateway:       DefaultGateway(),
 		Engine:        Engine{LoadBackDeadline: 2 * time.Second, RequestTTL: 10 * time.Minute, MaxSessions: 65536},
 		Model:         Model{Attention: "mha", DType: "bf16", RopeStyle: ""},
 		Pools:         Pools{DeviceBackend: "auto", DiskFsync: "batch", RemoteBucket: "kvpilot-pages", RemoteReplicas: 1},

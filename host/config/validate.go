@@ -70,6 +70,7 @@ func (c Config) Validate() error {
 			bad(key+".pin_budget", "%v is not a fraction in [0, 1]", t.t.PinBudget)
 		}
 	}
+	c.validateGateway(bad)
 	if c.Tiers.Device.CapacityPages == 0 {
 		bad("tiers.device.capacity_pages", "the device tier cannot be disabled")
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/control/plane"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/gateway"
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/natsembed"
 	"github.com/kvpilot/kvpilot/plugins"
@@ -82,6 +83,10 @@ type Daemon struct {
 
 	httpLn  net.Listener
 	closers []func() error
+
+	// gateway is the front door (gateway.listen), nil when off.
+	gateway   *gateway.Server
+	gatewayLn net.Listener
 }
 
 // New builds a host from cfg. It binds its listeners but serves nothing until
@@ -113,6 +118,9 @@ func (d *Daemon) build() error {
 		d.httpLn = ln
 		d.closers = append(d.closers, func() error { return ignoreClosed(ln.Close()) })
 	}
+	if err := d.bindGateway(); err != nil {
+		return err
+	}
 	if err := d.buildMeta(); err != nil {
 		return err
 	}
@@ -128,7 +136,7 @@ func (d *Daemon) build() error {
 	if err := d.buildControl(); err != nil {
 		return err
 	}
-	return nil
+	return d.buildGateway()
 }
 
 // Index returns the cache index and the lock that must be held while
@@ -191,6 +199,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.runPolicies(ctx, &wg)
 	d.runControl(ctx, &wg)
 	d.feedKVEvents(ctx, &wg)
+	d.runGateway(ctx, &wg)
 	d.log.Info("host started", "worker_id", d.cfg.WorkerID, "data_dir", d.cfg.DataDir,
 		"page_size", d.cfg.Index.PageSize, "device_pages", d.cfg.Tiers.Device.CapacityPages)
 	select {

@@ -5,6 +5,13 @@
 // prints the totals and the cost model as JSON.
 //
 //	refengine --socket kvpilot-data/run/engine.sock --model gqa --sessions 4 --turns 5
+//
+// With --listen it serves an OpenAI-compatible HTTP API instead
+// (POST /v1/chat/completions, GET /v1/models; see refengine.Server) and the
+// host's fill orders, until interrupted; it prints the address it listens
+// on as its first line of output, then the totals when it stops.
+//
+//	refengine --socket kvpilot-data/run/engine.sock --listen 127.0.0.1:8000
 package main
 
 import (
@@ -14,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
@@ -35,6 +43,9 @@ func run() error {
 	userTokens := flag.Int("user-tokens", 200, "tokens of each new user message")
 	answerTokens := flag.Int("answer-tokens", 100, "tokens of each answer")
 	ttl := flag.String("cache-ttl", "", "send cache_control {type: ephemeral, ttl} on every request (e.g. 5m)")
+	listen := flag.String("listen", "", "serve the OpenAI-compatible HTTP API on this address instead of replaying")
+	modelName := flag.String("model-name", "", "the model name the HTTP API serves (default: the layout's, ref-gqa or ref-mla)")
+	timeScale := flag.Float64("time-scale", 0, "HTTP: wait the modelled TTFT times this before answering (0: at once)")
 	flag.Parse()
 
 	cfg := refengine.Config{Socket: *socket, Cost: refengine.DefaultCost}
@@ -46,7 +57,7 @@ func run() error {
 	default:
 		return fmt.Errorf("--model %q: want gqa or mla", *model)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	e, err := refengine.New(rctx, cfg)
@@ -55,6 +66,9 @@ func run() error {
 		return err
 	}
 	defer e.Close()
+	if *listen != "" {
+		return serveHTTP(ctx, e, *listen, refengine.ServerOptions{ModelName: *modelName, TimeScale: *timeScale})
+	}
 	cc := ""
 	if *ttl != "" {
 		cc = fmt.Sprintf(`{"cache_control":{"type":"ephemeral","ttl":%q}}`, *ttl)

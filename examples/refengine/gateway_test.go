@@ -1,0 +1,204 @@
+package refengine_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kvpilot/kvpilot/examples/refengine"
+	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/daemon"
+	"github.com/kvpilot/kvpilot/sdk/chatwire"
+	"github.com/kvpilot/kvpilot/sdk/chunktok"
+)
+
+// These tests drive kvpilot's front door (host/gateway, in a host built by
+// daemon.New) over HTTP, through to the reference engine's HTTP server,
+// which registers with the same host: the edits reach the engine as edited
+// messages, the host's session diff splices the cache, and the engine's
+// contract check runs on every cached row of every request.
+
+// recorder keeps the bodies the upstream received.
+type recorder struct {
+	h      http.Handler
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	b, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	r.bodies = append(r.bodies, b)
+	r.mu.Unlock()
+	req.Body = io.NopCloser(bytes.NewReader(b))
+	r.h.ServeHTTP(w, req)
+}
+
+func (r *recorder) last(t *testing.T) chatwire.Request {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var req chatwire.Request
+	if err := json.Unmarshal(r.bodies[len(r.bodies)-1], &req); err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+type frontDoor struct {
+	d     *daemon.Daemon
+	url   string
+	up    *recorder
+	fills *refengine.FillServer
+}
+
+// startFrontDoor runs a host with auto_splice and the front door on, and
+// the reference engine's HTTP server as its upstream.
+func startFrontDoor(t *testing.T, mod func(*config.Config), opts ...daemon.Option) *frontDoor {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, c := startDaemon(t, func(c *config.Config) {
+		c.Index.AutoSplice = true
+		c.Gateway.Listen = "127.0.0.1:0"
+		c.Gateway.Upstream = "http://" + ln.Addr().String() + "/v1"
+		if mod != nil {
+			mod(c)
+		}
+	}, opts...)
+	e, fills := engineWithFills(t, c.EngineSocket(), refengine.GQA(hostPage))
+	rec := &recorder{h: refengine.NewServer(e, refengine.ServerOptions{}).Handler()}
+	srv := &http.Server{Handler: rec}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return &frontDoor{d: d, url: "http://" + d.GatewayAddr(), up: rec, fills: fills}
+}
+
+// post sends a JSON body and decodes the answer into out.
+func (f *frontDoor) post(t *testing.T, path string, hdr map[string]string, body any, out any) int {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, f.url+path, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(rb, out); err != nil {
+			t.Fatalf("%s answered %d: %s: %v", path, resp.StatusCode, rb, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+type completion struct {
+	chatwire.Response
+	ContextManagement struct {
+		AppliedEdits []struct {
+			Type               string `json:"type"`
+			ClearedToolUses    int    `json:"cleared_tool_uses"`
+			ClearedInputTokens int    `json:"cleared_input_tokens"`
+		} `json:"applied_edits"`
+	} `json:"context_management"`
+	Stats refengine.Stats `json:"-"`
+}
+
+// toolOutput is a long, distinct tool result.
+func toolOutput(i int) string {
+	return strings.Repeat(fmt.Sprintf("line %d of the output of call %d: drwxr-xr-x root some-directory\n", i, i), 12)
+}
+
+// A harness resends its whole history through the front door; the
+// request's clear_tool_uses edit clears old tool results once the context
+// passes the trigger. The upstream receives the placeholder, every later
+// turn carries the same placeholder (sticky), and the turn after each new
+// edit prefills only its new messages: the host spliced the cache.
+func TestGatewayEditsAreStickyAndSpliced(t *testing.T) {
+	f := startFrontDoor(t, nil)
+	msgs := []chatwire.Message{
+		{Role: "system", Content: "You are a coding agent with a bash tool. Keep answers short."},
+		{Role: "user", Content: "Look around the repository, one command at a time."},
+	}
+	tools := json.RawMessage(`[{"type":"function","function":{"name":"bash","parameters":{"type":"object"}}}]`)
+	cm := map[string]any{"edits": []map[string]any{{"type": "clear_tool_uses_20250919",
+		"trigger": map[string]any{"type": "input_tokens", "value": 900}, "keep": map[string]any{"type": "tool_uses", "value": 1}}}}
+	hdr := map[string]string{"x-kvpilot-session": "agent-1", "x-kvpilot-tenant": "acme"}
+	var prevCleared, edits int
+	for turn := 0; turn < 8; turn++ {
+		var c completion
+		var ext refengine.Stats
+		body := map[string]any{"model": "ref-gqa", "messages": msgs, "tools": tools, "tool_choice": "required", "context_management": cm}
+		if code := f.post(t, "/v1/chat/completions", hdr, body, &c); code != http.StatusOK {
+			t.Fatalf("turn %d: status %d", turn, code)
+		}
+		if err := json.Unmarshal(c.KVPilot, &ext); err != nil {
+			t.Fatal(err)
+		}
+		cleared := 0
+		for _, a := range c.ContextManagement.AppliedEdits {
+			cleared += a.ClearedToolUses
+		}
+		up := f.up.last(t)
+		if len(up.Messages) != len(msgs) {
+			t.Fatalf("turn %d: upstream got %d messages, sent %d", turn, len(up.Messages), len(msgs))
+		}
+		placeholders := 0
+		for _, m := range up.Messages {
+			if m.Role == "tool" && string(m.Content) == "[tool result cleared by context management]" {
+				placeholders++
+			}
+		}
+		if placeholders != cleared || cleared < prevCleared {
+			t.Fatalf("turn %d: upstream holds %d placeholders, applied_edits reports %d cleared (previous turn %d): edits must be sticky",
+				turn, placeholders, cleared, prevCleared)
+		}
+		kv, _ := chatwire.ReadKVParams(up.KVTransferParams)
+		if kv.Session != "agent-1" || kv.Tenant != "acme" {
+			t.Fatalf("turn %d: kv_transfer_params %+v", turn, kv)
+		}
+		if turn > 0 {
+			// Everything but the newest messages (and the page the
+			// previous answer ended in) is cached, after an edit too.
+			newTokens := 0
+			for _, m := range msgs[len(msgs)-2:] {
+				newTokens += len(chatwire.RenderOne(m, tokenizeChunk4))
+			}
+			if ext.PrefilledTokens > newTokens+2*hostPage {
+				t.Fatalf("turn %d (cleared %d, was %d): prefilled %d of %d, want at most the new %d tokens and a page or two",
+					turn, cleared, prevCleared, ext.PrefilledTokens, ext.PromptTokens, newTokens)
+			}
+		}
+		t.Logf("turn %d: prompt %d cached %d prefilled %d, cleared %d", turn, ext.PromptTokens, ext.CachedTokens, ext.PrefilledTokens, cleared)
+		if cleared > prevCleared {
+			edits++
+		}
+		prevCleared = cleared
+		ans := c.Choices[0].Message
+		if len(ans.ToolCalls) == 0 {
+			t.Fatalf("turn %d: no tool call in %+v", turn, ans)
+		}
+		msgs = append(msgs, *ans, chatwire.Message{Role: "tool", ToolCallID: ans.ToolCalls[0].ID, Content: chatwire.Content(toolOutput(turn))})
+	}
+	if edits < 2 || f.fills.Tokens.Load() == 0 {
+		t.Fatalf("%d turns made new edits and the engine filled %d replacement tokens; want at least 2 edits spliced with fills", edits, f.fills.Tokens.Load())
+	}
+	if got := f.d.Engine().Stats().AutoSplices; got < uint64(edits) {
+		t.Fatalf("the host spliced %d times for %d edits", got, edits)
+	}
+}
+
+func tokenizeChunk4(s string) []uint32 { return chunktok.Tokenize(s) }

@@ -1,0 +1,80 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+)
+
+// Gateway is the front door (DESIGN.md §13): an OpenAI- and
+// Anthropic-compatible HTTP API that applies edits to the messages and
+// forwards them to the engine's OpenAI-compatible server. Off by default.
+type Gateway struct {
+	// Listen is host:port of the front door; "" (the default) keeps it off.
+	Listen string `koanf:"listen"`
+	// Upstream is the engine's OpenAI-compatible base URL, the part before
+	// /chat/completions, e.g. http://127.0.0.1:8000/v1. Required when
+	// Listen is set.
+	Upstream string `koanf:"upstream"`
+	// UpstreamAPIKey, when set, is sent upstream as a bearer token; the
+	// clients' own keys are never forwarded.
+	UpstreamAPIKey string `koanf:"upstream_api_key"`
+	// Timeout bounds the wait for the upstream's response headers (a slow
+	// upstream is answered 504); a stream may then run as long as it flows.
+	Timeout time.Duration `koanf:"timeout"`
+	// TenantHeader names the request header that carries the tenant.
+	TenantHeader string `koanf:"tenant_header"`
+	// Tenants binds API keys (sent as "Authorization: Bearer KEY" or
+	// "x-api-key: KEY") to the tenants they may act for, as control.tenants
+	// binds uids; "*" is every tenant. Empty: unbound, the tenant header is
+	// taken as given.
+	Tenants map[string][]string `koanf:"tenants"`
+	// MaxSessions bounds the sessions whose edits the front door remembers;
+	// the least recently used is forgotten first.
+	MaxSessions int `koanf:"max_sessions"`
+	// PolicyEdits makes the configured truncation and think-evict policies
+	// decide the edits of requests that carry no context_management.
+	PolicyEdits bool `koanf:"policy_edits"`
+}
+
+// DefaultGateway is the gateway's built-in configuration (off).
+func DefaultGateway() Gateway {
+	return Gateway{Timeout: 120 * time.Second, TenantHeader: "x-kvpilot-tenant", MaxSessions: 10000, PolicyEdits: true}
+}
+
+// validateGateway checks the gateway section when it is on.
+func (c Config) validateGateway(bad func(key, format string, args ...any)) {
+	g := c.Gateway
+	if g.Listen == "" {
+		return
+	}
+	if _, _, err := net.SplitHostPort(g.Listen); err != nil {
+		bad("gateway.listen", "%q is not host:port: %v", g.Listen, err)
+	}
+	u, err := url.Parse(g.Upstream)
+	switch {
+	case g.Upstream == "":
+		bad("gateway.upstream", "must be set when gateway.listen is: the engine's OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+	case err != nil:
+		bad("gateway.upstream", "%q: %v", g.Upstream, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		bad("gateway.upstream", "%q: want an http or https URL", g.Upstream)
+	case u.Host == "":
+		bad("gateway.upstream", "%q names no host", g.Upstream)
+	}
+	if g.Timeout <= 0 {
+		bad("gateway.timeout", "must be positive, got %v", g.Timeout)
+	}
+	if g.TenantHeader == "" {
+		bad("gateway.tenant_header", "must not be empty")
+	}
+	if g.MaxSessions <= 0 {
+		bad("gateway.max_sessions", "must be positive, got %d", g.MaxSessions)
+	}
+	for key, ts := range g.Tenants {
+		if key == "" || len(ts) == 0 {
+			bad("gateway.tenants", "an API key %s binds no tenants", fmt.Sprintf("of %d characters", len(key)))
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/gateway"
+)
+
+// bindGateway binds the front door's port (gateway.listen; off when
+// empty) before anything starts, as the HTTP port is.
+func (d *Daemon) bindGateway() error {
+	g := d.cfg.Gateway
+	if g.Listen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", g.Listen)
+	if err != nil {
+		return fmt.Errorf("gateway.listen %s: %w (pick a free address, or set it to \"\" to disable)", g.Listen, err)
+	}
+	d.gatewayLn = ln
+	d.closers = append(d.closers, func() error { return ignoreClosed(ln.Close()) })
+	return nil
+}
+
+// buildGateway builds the front door over the executor. Its edits for requests without
+// context_management come from the configured policies as they are at
+// start (a policy edit in a watched config reaches the front door at the
+// next restart).
+func (d *Daemon) buildGateway() error {
+	g := d.cfg.Gateway
+	if d.gatewayLn == nil {
+		return nil
+	}
+	var rules gateway.Rules
+	if g.PolicyEdits {
+		var err error
+		if rules, err = gateway.PolicyRules(d.cfg.Policies); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+	}
+	if !d.cfg.Index.AutoSplice {
+		d.log.Warn("gateway on with index.auto_splice off: edits reach the model, but the cache re-prefills after each one")
+	}
+	cfg := gateway.Config{Upstream: g.Upstream, UpstreamAPIKey: g.UpstreamAPIKey, Timeout: g.Timeout, TenantHeader: g.TenantHeader,
+		Tenants: g.Tenants, MaxSessions: g.MaxSessions, Policy: rules, Log: d.log.Named("gateway")}
+	if tok := d.tokenize; tok != nil {
+		cfg.Tokenize = func(s string) []uint32 { t, _ := tok(s); return t }
+	}
+	d.gateway = gateway.New(cfg, gateway.ExecutorDirectives{Exec: d.core.exec})
+	return nil
+}
+
+// GatewayAddr is the front door's address, or "" when it is off.
+func (d *Daemon) GatewayAddr() string {
+	if d.gatewayLn == nil {
+		return ""
+	}
+	return d.gatewayLn.Addr().String()
+}
+
+// runGateway serves the front door until ctx ends.
+func (d *Daemon) runGateway(ctx context.Context, wg *sync.WaitGroup) {
+	if d.gatewayLn == nil {
+		return
+	}
+	srv := &http.Server{Handler: d.gateway.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(d.gatewayLn); err != nil && !errors.Is(err, http.ErrServerClosed) && ctx.Err() == nil {
+			d.log.Error("gateway stopped", "error", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	d.log.Info("serving the front door", "addr", d.GatewayAddr(), "upstream", d.cfg.Gateway.Upstream)
+}

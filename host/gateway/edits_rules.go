@@ -1,0 +1,127 @@
+package gateway
+
+import "strings"
+
+// clearTools decides the rule's new clears of tool results, oldest first
+// among those eligible, all or none (clear_at_least).
+func (e *editor) clearTools(r *ToolRule) {
+	if !e.triggered(r) {
+		return
+	}
+	age := turnAges(e.out)
+	type cand struct {
+		msg   int
+		repl  string
+		saved int
+	}
+	var cands []cand
+	var saved int64
+	nth := 0 // 1 = the newest tool result
+	for i := len(e.in) - 1; i >= 0; i-- {
+		m := e.in[i]
+		if m.Role != "tool" {
+			continue
+		}
+		nth++
+		name := strings.ToLower(e.callName[m.ToolCallID])
+		if name == "" {
+			name = strings.ToLower(m.Name)
+		}
+		switch {
+		case nth <= r.Keep, r.OlderThan >= 0 && age[i] <= r.OlderThan, r.Exclude[name], r.Only != nil && !r.Only[name]:
+			continue
+		}
+		if _, done := e.next[keyOf('r', m.ToolCallID, string(m.Content))]; done {
+			continue
+		}
+		repl := r.Replace(string(m.Content))
+		if repl == "" {
+			continue
+		}
+		s := tokens(string(m.Content)) - tokens(repl)
+		cands = append(cands, cand{i, repl, s})
+		saved += int64(s)
+	}
+	if len(cands) == 0 || saved < r.ClearAtLeast {
+		return
+	}
+	for k := len(cands) - 1; k >= 0; k-- { // oldest first
+		c := cands[k]
+		e.clearResult(c.msg, c.repl)
+		e.newN++
+		if r.ClearInputs {
+			e.clearInputsOf(e.in[c.msg].ToolCallID, r)
+		}
+	}
+}
+
+// triggered reports whether the context, with the sticky clears applied,
+// reaches the rule's trigger.
+func (e *editor) triggered(r *ToolRule) bool {
+	switch r.TriggerType {
+	case "":
+		return true
+	case "tool_uses":
+		n := 0
+		for _, m := range e.out {
+			n += len(m.ToolCalls)
+		}
+		return int64(n) >= r.TriggerValue
+	}
+	return inputTokens(e.out) >= r.TriggerValue
+}
+
+// clearInputsOf clears the arguments of the call whose result was cleared.
+func (e *editor) clearInputsOf(callID string, r *ToolRule) {
+	if callID == "" {
+		return
+	}
+	for i, m := range e.in {
+		for j, c := range m.ToolCalls {
+			if c.ID != callID || (r.InputsOf != nil && !r.InputsOf[strings.ToLower(c.Function.Name)]) {
+				continue
+			}
+			if c.Function.Arguments != clearedInput {
+				e.clearInput(i, j, clearedInput)
+			}
+		}
+	}
+}
+
+// clearedInput is what a cleared tool call's arguments become.
+const clearedInput = "{}"
+
+// clearThinking clears the reasoning of every assistant turn but the
+// newest r.Keep (consecutive assistant messages are one turn).
+func (e *editor) clearThinking(r *ThinkRule) {
+	if r.Keep < 0 {
+		return
+	}
+	age := turnAges(e.out)
+	for i, m := range e.in {
+		// age counts the assistant turns after a message; an assistant
+		// message of the newest turn has age 0.
+		if m.Role != "assistant" || m.ReasoningContent == "" || age[i] < r.Keep {
+			continue
+		}
+		if _, done := e.next[keyOf('t', "", m.ReasoningContent)]; done {
+			continue
+		}
+		e.clearThink(i, r.Placeholder)
+		e.newN++
+	}
+}
+
+// turnAges returns, for every message, how many assistant turns start
+// after it (the truncation policy's count).
+func turnAges(ms []chatMessage) []int {
+	age := make([]int, len(ms))
+	n := 0
+	for i := len(ms) - 1; i >= 0; i-- {
+		age[i] = n
+		if ms[i].Role == "assistant" && (i == 0 || ms[i-1].Role != "assistant") {
+			n++
+		}
+	}
+	return age
+}

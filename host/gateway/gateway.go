@@ -1,0 +1,228 @@
+// Package gateway is kvpilot's front door (DESIGN.md §13): an HTTP server
+// that speaks OpenAI's Chat Completions (POST /v1/chat/completions) and
+// Anthropic's Messages (POST /v1/messages) APIs, streaming and not, and
+// forwards to the engine's OpenAI-compatible server (GET /v1/models is
+// passed through).
+//
+// Harnesses resend their whole history every turn, so an edit a policy
+// makes only in the cache is undone by the next request. The front door
+// makes edits real: it applies them to the messages before forwarding
+// (the request's own context_management edits, or else the host's
+// policies' rules), remembers them per session so every later turn
+// carries the same placeholder (the prefix stays stable and an edit is
+// paid for once), and names the session, tenant and cache_control in
+// kv_transfer_params so the engine files the KV under the session. The
+// host's session diff (index.auto_splice) then splices the cache at each
+// new edit, and only the replacement is prefilled.
+//
+// Files: openai.go and anthropic*.go are the two APIs; session.go names
+// sessions and keeps their state; edits*.go and policyedits.go decide the
+// edits; upstream.go, stream.go and errors.go talk to the engine and
+// answer failures in each API's own shape; directives.go is the one door
+// to the host's directive path (cache_control pins).
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvpilot/kvpilot/sdk/chatwire"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Upstream is the engine's OpenAI-compatible base URL (…/v1).
+	Upstream       string
+	UpstreamAPIKey string
+	// Timeout bounds the wait for the upstream's response headers.
+	Timeout time.Duration
+	// TenantHeader and Tenants bind a request's tenant (tenants.go).
+	TenantHeader string
+	Tenants      map[string][]string
+	MaxSessions  int
+	// Policy is the edits of requests without context_management.
+	Policy Rules
+	// Tokenize, when set, is the engine's tokenizer under the reference
+	// template: cache_control breakpoints then become pins that end
+	// exactly at their block. Without it the last breakpoint's
+	// cache_control goes to the engine in kv_transfer_params, which pins
+	// the whole prompt at finish.
+	Tokenize chatwire.Tokenizer
+	// MaxBodyBytes bounds a request body (default 32 MiB).
+	MaxBodyBytes int64
+	Log          hclog.Logger
+}
+
+// Server is the front door.
+type Server struct {
+	cfg      Config
+	up       *upstream
+	sessions *store
+	bind     binding
+	dirs     Directives
+}
+
+// New returns a front door that forwards to cfg.Upstream and sends its
+// directives to dirs (nil: cache_control breakpoints only reach the engine).
+func New(cfg Config, dirs Directives) *Server {
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 32 << 20
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = 10000
+	}
+	if cfg.TenantHeader == "" {
+		cfg.TenantHeader = "x-kvpilot-tenant"
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Minute
+	}
+	if cfg.Log == nil {
+		cfg.Log = hclog.NewNullLogger()
+	}
+	return &Server{cfg: cfg, up: newUpstream(cfg.Upstream, cfg.UpstreamAPIKey, cfg.Timeout),
+		sessions: newStore(cfg.MaxSessions), bind: binding{header: cfg.TenantHeader, keys: cfg.Tenants}, dirs: dirs}
+}
+
+// Handler routes the front door's endpoints.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.openAI)
+	mux.HandleFunc("POST /v1/messages", s.anthropic)
+	mux.HandleFunc("GET /v1/models", s.models)
+	return mux
+}
+
+// Sessions is how many sessions the front door remembers.
+func (s *Server) Sessions() int { return s.sessions.Len() }
+
+// models passes GET /v1/models through.
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	resp, e := s.up.do(r.Context(), http.MethodGet, "/models", nil)
+	if e != nil {
+		writeOpenAI(w, e)
+		return
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// breakpoint is a cache_control breakpoint: the prefix through message
+// Msg is to be pinned for TTL.
+type breakpoint struct {
+	Msg int
+	TTL time.Duration
+	Raw json.RawMessage
+}
+
+// turn is one request on its way through the front door.
+type turn struct {
+	tenant string
+	sess   session
+	out    Outcome
+	breaks []breakpoint
+}
+
+// prepare binds the tenant, resolves the session and applies the edits.
+func (s *Server) prepare(r *http.Request, msgs []chatwire.Message, own *Rules, breaks []breakpoint) (*turn, *apiError) {
+	tenant, err := s.bind.tenant(r)
+	if err != nil {
+		status := http.StatusForbidden
+		return nil, &apiError{status: status, err: err}
+	}
+	if len(msgs) == 0 {
+		return nil, &apiError{status: http.StatusBadRequest, err: errcode.New(errcode.MissingField, "messages: the request holds none")}
+	}
+	sess := s.sessions.resolve(tenant, r.Header.Get(SessionHeader), msgs)
+	rules := s.cfg.Policy
+	if own != nil {
+		rules = *own
+	}
+	out := Apply(msgs, rules, sess.sticky)
+	return &turn{tenant: tenant, sess: sess, out: out, breaks: breaks}, nil
+}
+
+// forwardBody is the request body sent upstream: the client's fields, the
+// edited messages, and kvpilot's kv_transfer_params.
+func (s *Server) forwardBody(raw map[string]json.RawMessage, t *turn) ([]byte, *apiError) {
+	msgs, err := json.Marshal(t.out.Messages)
+	if err != nil {
+		return nil, &apiError{status: http.StatusInternalServerError, err: errcode.Wrap(errcode.Internal, err, "encode messages")}
+	}
+	raw["messages"] = msgs
+	delete(raw, "context_management")
+	kvt := map[string]json.RawMessage{}
+	if prev, ok := raw["kv_transfer_params"]; ok {
+		_ = json.Unmarshal(prev, &kvt) // a non-object is replaced
+	}
+	params := chatwire.KVParams{Session: t.sess.id, Tenant: t.tenant}
+	if s.cfg.Tokenize == nil && len(t.breaks) > 0 {
+		params.CacheControl = longest(t.breaks).Raw
+	}
+	kvt["kvpilot"], _ = json.Marshal(params)
+	raw["kv_transfer_params"], _ = json.Marshal(kvt)
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return nil, &apiError{status: http.StatusInternalServerError, err: errcode.Wrap(errcode.Internal, err, "encode request")}
+	}
+	return b, nil
+}
+
+func longest(bs []breakpoint) breakpoint {
+	best := bs[len(bs)-1]
+	for _, b := range bs {
+		if b.TTL > best.TTL {
+			best = b
+		}
+	}
+	return best
+}
+
+// accepted records the turn once the upstream accepted it: the engine has
+// seen the edited messages, so the session's clears must stay. Then the
+// breakpoints are pinned.
+func (s *Server) accepted(t *turn) {
+	t.sess.sticky = t.out.Next
+	s.sessions.save(t.sess)
+}
+
+// pin turns the breakpoints into pins of the session's prefix, once the
+// engine has committed the request's pages.
+func (s *Server) pin(ctx context.Context, t *turn) {
+	if s.dirs == nil || s.cfg.Tokenize == nil || len(t.breaks) == 0 {
+		return
+	}
+	ds := make([]directive.Directive, 0, len(t.breaks))
+	for _, b := range t.breaks {
+		toks, _ := chatwire.Render(t.out.Messages[:b.Msg+1], s.cfg.Tokenize)
+		ttl := directive.TTL(b.TTL)
+		ds = append(ds, directive.Pin{Session: t.sess.id, End: int64(len(toks)), TTL: &ttl})
+	}
+	if reply := s.dirs.Submit(ctx, t.tenant, ds); reply.Status != directive.StatusOK {
+		s.cfg.Log.Warn("cache_control breakpoints not pinned", "session", t.sess.id, "tenant", t.tenant, "error", reply.Error)
+	}
+}
+
+// extension is the front door's report in an OpenAI response (an
+// extension field; Anthropic responses carry the same in their own
+// context_management).
+type extension struct {
+	AppliedEdits []Applied `json:"applied_edits"`
+}
+
+func (t *turn) report() extension {
+	applied := t.out.Applied
+	if applied == nil {
+		applied = []Applied{}
+	}
+	return extension{AppliedEdits: applied}
+}
