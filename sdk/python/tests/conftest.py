@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gateway_support import front_door, front_door_factory, refengine_binary  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,0 +1,150 @@
+"""The front door driven by the official ``openai`` SDK, through to the
+reference engine: chat completions streaming and not, tools and tool
+results, cached tokens in the usage, context_management edits (kvpilot's
+extension field in the request and the response) and OpenAI-shaped errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from gateway_support import MODEL, FrontDoor, tool_output
+
+SESSION = {"x-kvpilot-session": "oa-1", "x-kvpilot-tenant": "acme"}
+TOOLS: list[Any] = [
+    {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+]
+
+
+def client(fd: FrontDoor) -> openai.OpenAI:
+    return openai.OpenAI(base_url=fd.openai_base, api_key="unused", max_retries=0, timeout=30)
+
+
+def test_models_pass_through(front_door: FrontDoor) -> None:
+    models = client(front_door).models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+
+def test_second_turn_hits_the_cache(front_door: FrontDoor) -> None:
+    c = client(front_door)
+    msgs: list[Any] = [
+        {"role": "system", "content": "You are terse. " * 20},
+        {"role": "user", "content": "Say something about caches."},
+    ]
+    first = c.chat.completions.create(model=MODEL, messages=msgs, extra_headers=SESSION)
+    assert first.choices[0].message.content
+    assert first.usage is not None and first.usage.prompt_tokens > 0
+    msgs += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "More."},
+    ]
+    second = c.chat.completions.create(model=MODEL, messages=msgs, extra_headers=SESSION)
+    assert second.usage is not None and second.usage.prompt_tokens_details is not None
+    cached = second.usage.prompt_tokens_details.cached_tokens or 0
+    # Everything before the new user message, to the last full page.
+    assert cached >= first.usage.prompt_tokens - 16, (cached, first.usage.prompt_tokens)
+    assert (second.model_extra or {}).get("context_management") == {"applied_edits": []}
+
+
+def test_stream_with_usage(front_door: FrontDoor) -> None:
+    c = client(front_door)
+    msgs: list[Any] = [{"role": "user", "content": "Stream a short answer please."}]
+    text, usage = "", None
+    for chunk in c.chat.completions.create(
+        model=MODEL,
+        messages=msgs,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_headers=SESSION,
+    ):
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+        if chunk.usage is not None:
+            usage = chunk.usage
+    assert text.startswith("Reference answer")
+    assert usage is not None and usage.prompt_tokens > 0
+
+
+def test_tool_calls_edits_and_stickiness(front_door: FrontDoor) -> None:
+    """clear_tool_uses in kvpilot's context_management extension: once the
+    context passes the trigger, old tool results are cleared, reported in
+    the response, and stay cleared on every later turn; the turn after an
+    edit still hits the cache past it (the host spliced)."""
+    c = client(front_door)
+    edits = {
+        "edits": [
+            {
+                "type": "clear_tool_uses_20250919",
+                "trigger": {"type": "input_tokens", "value": 900},
+                "keep": {"type": "tool_uses", "value": 1},
+            }
+        ]
+    }
+    msgs: list[Any] = [
+        {"role": "system", "content": "You are a coding agent with a bash tool."},
+        {"role": "user", "content": "Look around, one command at a time."},
+    ]
+    cleared_before = 0
+    saw_edit = False
+    for turn in range(7):
+        r = c.chat.completions.create(
+            model=MODEL,
+            messages=msgs,
+            tools=TOOLS,
+            tool_choice="required",
+            extra_headers=SESSION,
+            extra_body={"context_management": edits},
+        )
+        applied = (r.model_extra or {})["context_management"]["applied_edits"]
+        cleared = sum(a.get("cleared_tool_uses", 0) for a in applied)
+        assert cleared >= cleared_before, "a cleared tool result came back"
+        if cleared > cleared_before:
+            saw_edit = True
+            assert applied[0]["cleared_input_tokens"] > 0
+        if turn > 0:
+            assert r.usage is not None and r.usage.prompt_tokens_details is not None
+            new = r.usage.prompt_tokens - (r.usage.prompt_tokens_details.cached_tokens or 0)
+            assert new < 300, (
+                f"turn {turn}: {new} tokens prefilled; the cache should hold all but the new turn"
+            )
+        cleared_before = cleared
+        call = r.choices[0].message.tool_calls
+        assert call, "tool_choice=required gets a tool call"
+        msgs.append(r.choices[0].message.model_dump(exclude_none=True))
+        msgs.append({"role": "tool", "tool_call_id": call[0].id, "content": tool_output(turn)})
+    assert saw_edit
+
+
+def test_unknown_model_is_404(front_door: FrontDoor) -> None:
+    with pytest.raises(openai.NotFoundError) as e:
+        client(front_door).chat.completions.create(
+            model="nope", messages=[{"role": "user", "content": "hi"}]
+        )
+    assert e.value.code == "model_not_found"
+
+
+def test_malformed_json_is_400(front_door: FrontDoor) -> None:
+    r = httpx.post(
+        front_door.openai_base + "/chat/completions",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+    )
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["code"] == "bad_request" and err["hint"]
+
+
+def test_upstream_down_is_502_and_keeps_the_session(front_door_factory: Any) -> None:
+    fd: FrontDoor = front_door_factory()
+    c = client(fd)
+    msgs: list[Any] = [{"role": "user", "content": "Hello there, engine."}]
+    c.chat.completions.create(model=MODEL, messages=msgs, extra_headers=SESSION)
+    fd.engine.stop()
+    with pytest.raises(openai.InternalServerError) as e:
+        c.chat.completions.create(model=MODEL, messages=msgs, extra_headers=SESSION)
+    assert e.value.status_code == 502
+    body: Any = e.value.body
+    assert body["code"] == "unavailable"
