@@ -255,3 +255,38 @@ func TestDynamoIdentityFromEnvironment(t *testing.T) {
 		t.Fatalf("json subject %q", got)
 	}
 }
+
+// The front door is checked at load when it is on, each error naming its key.
+func TestGatewayValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Gateway)
+		key  string
+	}{
+		{"no upstream", func(g *Gateway) { g.Upstream = "" }, "gateway.upstream"},
+		{"not http", func(g *Gateway) { g.Upstream = "unix:///tmp/x" }, "gateway.upstream"},
+		{"no host", func(g *Gateway) { g.Upstream = "http:///v1" }, "gateway.upstream"},
+		{"bad listen", func(g *Gateway) { g.Listen = "8080" }, "gateway.listen"},
+		{"zero timeout", func(g *Gateway) { g.Timeout = 0 }, "gateway.timeout"},
+		{"no sessions", func(g *Gateway) { g.MaxSessions = 0 }, "gateway.max_sessions"},
+		{"empty binding", func(g *Gateway) { g.Tenants = map[string][]string{"k": nil} }, "gateway.tenants"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.Gateway.Listen, c.Gateway.Upstream = "127.0.0.1:8080", "http://127.0.0.1:8000/v1"
+			if err := c.Validate(); err != nil {
+				t.Fatalf("a valid gateway: %v", err)
+			}
+			tc.mod(&c.Gateway)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.key) {
+				t.Fatalf("got %v, want an error naming %s", err, tc.key)
+			}
+		})
+	}
+	c := Default()
+	c.Gateway.Upstream = ""
+	if err := c.Validate(); err != nil {
+		t.Fatalf("the gateway is off by default and then not checked: %v", err)
+	}
+}

@@ -1,0 +1,273 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvpilot/kvpilot/sdk/chatwire"
+)
+
+// These tests put a fault-injecting upstream behind the front door: one
+// that answers in OpenAI's format, or stalls, refuses, or cuts its stream
+// midway, which a healthy engine never does on demand. The front door
+// against the real reference engine is tested in examples/refengine and
+// sdk/python/tests/test_gateway_*.py.
+
+type fakeUpstream struct {
+	mu       sync.Mutex
+	mode     string // "ok", "slow", "503", "cut", "404"
+	received []chatwire.Request
+}
+
+func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req chatwire.Request
+	_ = json.NewDecoder(r.Body).Decode(&req)
+	f.mu.Lock()
+	mode := f.mode
+	f.received = append(f.received, req)
+	f.mu.Unlock()
+	switch mode {
+	case "slow":
+		time.Sleep(2 * time.Second)
+	case "503":
+		http.Error(w, `{"error":{"message":"busy"}}`, http.StatusServiceUnavailable)
+		return
+	case "404":
+		http.Error(w, `{"error":{"message":"The model does not exist"}}`, http.StatusNotFound)
+		return
+	}
+	stop := "stop"
+	text := "hello"
+	if !req.Stream {
+		writeJSON(w, 200, chatwire.Response{ID: "x", Object: "chat.completion", Choices: []chatwire.Choice{{Message: &chatwire.Message{Role: "assistant", Content: "hello"}, FinishReason: &stop}},
+			Usage: &chatwire.Usage{PromptTokens: 10, CompletionTokens: 2, PromptTokensDetails: &chatwire.PromptTokensDetails{CachedTokens: 4}}})
+		return
+	}
+	sw := startSSE(w)
+	b, _ := json.Marshal(chatwire.Response{ID: "x", Object: "chat.completion.chunk", Choices: []chatwire.Choice{{Delta: &chatwire.Delta{Content: &text}}}})
+	sw.send("", b)
+	if mode == "cut" {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+		return
+	}
+	b, _ = json.Marshal(chatwire.Response{ID: "x", Object: "chat.completion.chunk", Choices: []chatwire.Choice{{Delta: &chatwire.Delta{}, FinishReason: &stop}}})
+	sw.send("", b)
+	sw.send("", []byte("[DONE]"))
+}
+
+func (f *fakeUpstream) set(mode string) { f.mu.Lock(); f.mode = mode; f.mu.Unlock() }
+
+func startGateway(t *testing.T, up http.Handler, rules Rules) (*Server, string) {
+	t.Helper()
+	base := "http://127.0.0.1:1" // nothing listens on port 1: a dead upstream
+	if up != nil {
+		us := httptest.NewServer(up)
+		t.Cleanup(us.Close)
+		base = us.URL
+	}
+	g := New(Config{Upstream: base + "/v1", Timeout: 300 * time.Millisecond, Policy: rules}, nil)
+	gs := httptest.NewServer(g.Handler())
+	t.Cleanup(gs.Close)
+	return g, gs.URL
+}
+
+func post(t *testing.T, url, body string, hdr ...string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+const (
+	oaBody = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	anBody = `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
+)
+
+// Each failure answers in the API's own error shape and status.
+func TestErrorShapes(t *testing.T) {
+	up := &fakeUpstream{}
+	_, url := startGateway(t, up, Rules{})
+	_, deadURL := startGateway(t, nil, Rules{})
+	for _, tc := range []struct {
+		name, mode, url, path, body string
+		status                      int
+		kind                        string // OpenAI error.type, or Anthropic error.type
+	}{
+		{"openai malformed", "ok", url, "/v1/chat/completions", `{"model":`, 400, "invalid_request_error"},
+		{"anthropic malformed", "ok", url, "/v1/messages", `{"model":`, 400, "invalid_request_error"},
+		{"anthropic no max_tokens", "ok", url, "/v1/messages", `{"model":"m","messages":[{"role":"user","content":"x"}]}`, 400, "invalid_request_error"},
+		{"openai bad role", "ok", url, "/v1/chat/completions", `{"model":"m","messages":[{"role":"robot","content":"x"}]}`, 400, "invalid_request_error"},
+		{"openai unknown model", "404", url, "/v1/chat/completions", oaBody, 404, "invalid_request_error"},
+		{"anthropic unknown model", "404", url, "/v1/messages", anBody, 404, "not_found_error"},
+		{"openai upstream down", "ok", deadURL, "/v1/chat/completions", oaBody, 502, "server_error"},
+		{"anthropic upstream down", "ok", deadURL, "/v1/messages", anBody, 502, "api_error"},
+		{"openai upstream overloaded", "503", url, "/v1/chat/completions", oaBody, 503, "server_error"},
+		{"anthropic upstream overloaded", "503", url, "/v1/messages", anBody, 529, "overloaded_error"},
+		{"openai upstream slow", "slow", url, "/v1/chat/completions", oaBody, 504, "server_error"},
+		{"anthropic upstream slow", "slow", url, "/v1/messages", anBody, 504, "timeout_error"},
+		{"anthropic image block", "ok", url, "/v1/messages", `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, 400, "invalid_request_error"},
+		{"anthropic unknown edit", "ok", url, "/v1/messages", `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"x"}],"context_management":{"edits":[{"type":"compact_20260112"}]}}`, 400, "invalid_request_error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up.set(tc.mode)
+			status, b := post(t, tc.url+tc.path, tc.body)
+			var e struct {
+				Type  string `json:"type"`
+				Error struct {
+					Type, Message, Code, Hint string
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(b, &e); err != nil {
+				t.Fatalf("%d %s: %v", status, b, err)
+			}
+			if status != tc.status || e.Error.Type != tc.kind || e.Error.Message == "" || e.Error.Hint == "" || e.Error.Code == "" {
+				t.Fatalf("got %d %s", status, b)
+			}
+			if strings.HasPrefix(tc.path, "/v1/messages") && e.Type != "error" {
+				t.Fatalf("Anthropic errors are {type: error, error: {...}}; got %s", b)
+			}
+		})
+	}
+}
+
+// A stream cut midway ends with an error event in the API's own format.
+func TestStreamCutMidway(t *testing.T) {
+	up := &fakeUpstream{mode: "cut"}
+	_, url := startGateway(t, up, Rules{})
+	_, b := post(t, url+"/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if !bytes.Contains(b, []byte(`"content":"hello"`)) || !bytes.Contains(b, []byte(`data: {"error":`)) || bytes.Contains(b, []byte("data: [DONE]")) {
+		t.Fatalf("OpenAI stream:\n%s", b)
+	}
+	_, b = post(t, url+"/v1/messages", `{"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if !bytes.Contains(b, []byte("event: message_start")) || !bytes.Contains(b, []byte("event: error\ndata: {\"type\":\"error\"")) ||
+		bytes.Contains(b, []byte("message_stop")) {
+		t.Fatalf("Anthropic stream:\n%s", b)
+	}
+}
+
+// A dead upstream never loses a session's state: the clears decided before
+// stay, and once the upstream is back the request carries them.
+func TestDeadUpstreamKeepsTheSession(t *testing.T) {
+	up := &fakeUpstream{mode: "ok"}
+	g, url := startGateway(t, up, Rules{Tools: toolRule(10, 1)})
+	body, _ := json.Marshal(map[string]any{"model": "m", "messages": conversation(3)})
+	if status, b := post(t, url+"/v1/chat/completions", string(body), SessionHeader, "s"); status != 200 {
+		t.Fatalf("%d %s", status, b)
+	}
+	before := g.sessions.snapshot("", "s")
+	if len(before.sticky) != 2 {
+		t.Fatalf("%d clears", len(before.sticky))
+	}
+	up.set("503")
+	longer, _ := json.Marshal(map[string]any{"model": "m", "messages": conversation(4)})
+	if status, _ := post(t, url+"/v1/chat/completions", string(longer), SessionHeader, "s"); status != 503 {
+		t.Fatalf("status %d", status)
+	}
+	if after := g.sessions.snapshot("", "s"); len(after.sticky) != 2 || len(after.history) != len(before.history) {
+		t.Fatalf("a failed request changed the session: %d clears, %d messages", len(after.sticky), len(after.history))
+	}
+	up.set("ok")
+	if status, _ := post(t, url+"/v1/chat/completions", string(longer), SessionHeader, "s"); status != 200 {
+		t.Fatalf("status %d", status)
+	}
+	got := up.received[len(up.received)-1]
+	if p := placeholders(got.Messages); len(p) != 3 || p[0] != 3 {
+		t.Fatalf("upstream got placeholders at %v", p)
+	}
+}
+
+// Without a session header, conversations are named by their opening; one
+// that diverges from the stored history moves to a child session, so two
+// conversations with the same opening keep their own state.
+func TestSessionsByOpeningAndForks(t *testing.T) {
+	s := newStore(100)
+	a := conversation(3)
+	sa := s.resolve("t", "", a)
+	s.save(sa)
+	if again := s.resolve("t", "", conversation(4)); again.id != sa.id {
+		t.Fatalf("an extension moved to %s from %s", again.id, sa.id)
+	}
+	b := append(append([]chatwire.Message(nil), a[:3]...), chatwire.Message{Role: "tool", ToolCallID: "call_a", Content: "other"})
+	sb := s.resolve("t", "", b)
+	if sb.id == sa.id || !strings.HasPrefix(sb.id, sa.id+".") {
+		t.Fatalf("a fork got %s (parent %s)", sb.id, sa.id)
+	}
+	s.save(sb)
+	if s.resolve("t", "", a).id != sa.id || s.resolve("t", "", b).id != sb.id {
+		t.Fatal("the two branches do not keep their sessions")
+	}
+	if s.resolve("u", "", a).id == sa.id {
+		t.Fatal("another tenant shares the session")
+	}
+	if r := s.resolve("t", "", a[:2]); r.id == sa.id {
+		t.Fatal("a rewind reuses the longer history's session")
+	}
+	if named := s.resolve("t", "mine", b); named.id != "mine" {
+		t.Fatalf("a named session resolved to %s", named.id)
+	}
+	small := newStore(2)
+	for i := 0; i < 5; i++ {
+		small.save(session{key: fmt.Sprint(i)})
+	}
+	if small.Len() != 2 {
+		t.Fatalf("%d sessions kept, bound 2", small.Len())
+	}
+}
+
+func TestTenantBinding(t *testing.T) {
+	b := binding{header: "x-kvpilot-tenant", keys: map[string][]string{"k1": {"acme"}, "k2": {"a", "b"}, "root": {"*"}}}
+	for _, tc := range []struct {
+		key, tenant string
+		named       bool
+		want        string
+		ok          bool
+	}{
+		{"k1", "", false, "acme", true},
+		{"k1", "acme", true, "acme", true},
+		{"k1", "other", true, "", false},
+		{"k2", "", false, "", false},
+		{"k2", "b", true, "b", true},
+		{"root", "any", true, "any", true},
+		{"nope", "acme", true, "", false},
+		{"", "acme", true, "", false},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		if tc.key != "" {
+			r.Header.Set("Authorization", "Bearer "+tc.key)
+		}
+		if tc.named {
+			r.Header.Set("x-kvpilot-tenant", tc.tenant)
+		}
+		got, err := b.tenant(r)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("key %q tenant %q: got %q, %v", tc.key, tc.tenant, got, err)
+		}
+	}
+	open := binding{header: "x-kvpilot-tenant"}
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	r.Header.Set("x-kvpilot-tenant", "t1")
+	if got, err := open.tenant(r); err != nil || got != "t1" {
+		t.Fatalf("unbound: %q %v", got, err)
+	}
+}
+
