@@ -53,7 +53,7 @@ func TestClearToolUsesRules(t *testing.T) {
 		want  []int
 		saved bool
 	}{
-		{"below the trigger", func() *ToolRule { return toolRule(1 << 20, 1) }, nil, false},
+		{"below the trigger", func() *ToolRule { return toolRule(1<<20, 1) }, nil, false},
 		{"keep the newest two", func() *ToolRule { return toolRule(10, 2) }, []int{3, 5, 7, 9}, true},
 		{"exclude memory", func() *ToolRule { r := toolRule(10, 2); r.Exclude = lowerSet([]string{"Memory"}); return r }, []int{3, 5, 9}, true},
 		{"clear_at_least unmet", func() *ToolRule { r := toolRule(10, 2); r.ClearAtLeast = 1 << 20; return r }, nil, false},

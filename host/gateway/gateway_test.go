@@ -270,4 +270,3 @@ func TestTenantBinding(t *testing.T) {
 		t.Fatalf("unbound: %q %v", got, err)
 	}
 }
-
