@@ -230,3 +230,27 @@ func TestFindTraceMissing(t *testing.T) {
 		t.Fatalf("missing trace: %v", err)
 	}
 }
+
+// The gateway scenario: the three arms through the front door over HTTP,
+// with the engine's contract check on every cached row.
+func TestGatewayTiny(t *testing.T) {
+	log := captureHostLog(t)
+	rep, err := RunGateway(ctxFor(t, 120*time.Second), GatewayParams{Traces: []Trace{synthTrace("gw", 8, 1200, true)}, SystemTokens: 200,
+		TimeScale: 0.01}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonFields(t, rep, "arms.prefix-cache.prefill_tokens", "arms.edits-reprefill.ttft_ms.p50", "arms.edits-splice.fill_tokens", "saved", "targets.met")
+	for _, arm := range gatewayArms {
+		if a := rep.Arms[arm]; !a.ContractOK || a.Requests != 9 {
+			t.Fatalf("%s: %+v", arm, a)
+		}
+	}
+	if rep.Arms[ArmEditsSplice].EditedRequests == 0 || rep.EditCost[ArmEditsReprefill] <= 0 {
+		t.Fatalf("no edits to pay for: %+v", rep.Arms)
+	}
+	if !rep.Targets.Met {
+		skipWithoutFills(t, log)
+		t.Fatalf("saved %.2f: %+v", rep.Saved, rep.Arms)
+	}
+}

@@ -43,6 +43,8 @@ type RigOptions struct {
 	Adjust func(*config.Config)
 	// Log receives the host's warnings (nil: discarded).
 	Log hclog.Logger
+	// Options are passed to daemon.New.
+	Options []daemon.Option
 }
 
 // defaultRigLog is the host logger of rigs whose options name none (tests
@@ -107,7 +109,7 @@ func StartRig(ctx context.Context, o RigOptions) (*Rig, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	d, err := daemon.New(c, log)
+	d, err := daemon.New(c, log, o.Options...)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("bench rig: start host: %w", err)

@@ -52,6 +52,14 @@ func WithTokenizer(tokenize func(text string) ([]uint32, error)) Option {
 	return func(d *Daemon) { d.tokenize = tokenize }
 }
 
+// WithGatewayRules sets the edits the front door applies to requests
+// without context_management, instead of those it derives from the
+// configured policies (benchmarks compare edit strategies with no policy
+// plugin acting on the cache).
+func WithGatewayRules(r gateway.Rules) Option {
+	return func(d *Daemon) { d.gatewayRules = &r }
+}
+
 // Daemon is one running host.
 type Daemon struct {
 	cfg     config.Config
@@ -85,8 +93,9 @@ type Daemon struct {
 	closers []func() error
 
 	// gateway is the front door (gateway.listen), nil when off.
-	gateway   *gateway.Server
-	gatewayLn net.Listener
+	gateway      *gateway.Server
+	gatewayLn    net.Listener
+	gatewayRules *gateway.Rules
 }
 
 // New builds a host from cfg. It binds its listeners but serves nothing until

@@ -38,7 +38,10 @@ func (d *Daemon) buildGateway() error {
 		return nil
 	}
 	var rules gateway.Rules
-	if g.PolicyEdits {
+	switch {
+	case d.gatewayRules != nil:
+		rules = *d.gatewayRules
+	case g.PolicyEdits:
 		var err error
 		if rules, err = gateway.PolicyRules(d.cfg.Policies); err != nil {
 			return fmt.Errorf("gateway: %w", err)
