@@ -192,7 +192,7 @@ func gatewayArm(ctx context.Context, p GatewayParams, arm string, prog Progress)
 		for ti, t := range turns {
 			prog.say("gateway %s: session %d/%d request %d/%d", arm, si+1, len(sessions), ti+1, len(turns))
 			fills := rig.Fills.Tokens.Load()
-			r, err := streamChat(ctx, url, fmt.Sprintf("bench-%d", si), t.Messages)
+			r, err := StreamChat(ctx, url, fmt.Sprintf("bench-%d", si), t.Messages)
 			if err != nil {
 				a.ContractOK, a.Error = false, err.Error()
 				return a, nil
@@ -251,15 +251,18 @@ func ChatTurns(tr Trace, system string, maxRequests int) []Turn {
 	return out
 }
 
-// chatResult is one streamed answer as the client saw it.
-type chatResult struct {
+// ChatResult is one streamed answer as the client saw it: the prompt and
+// cached tokens of its usage, the tool uses its applied_edits report
+// cleared, the time to its first chunk and the engine's modelled TTFT.
+type ChatResult struct {
 	Prompt, Cached, Cleared int
 	TTFTms, ModelledMs      float64
 }
 
-// streamChat sends one streaming chat request and reads it to the end.
-func streamChat(ctx context.Context, url, session string, msgs []chatwire.Message) (chatResult, error) {
-	var res chatResult
+// StreamChat sends one streaming chat completions request through the
+// front door at url, in session, and reads it to the end.
+func StreamChat(ctx context.Context, url, session string, msgs []chatwire.Message) (ChatResult, error) {
+	var res ChatResult
 	body, _ := json.Marshal(map[string]any{"model": "ref-gqa", "messages": msgs, "max_tokens": 16, "stream": true,
 		"stream_options": map[string]bool{"include_usage": true}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytesReader(body))

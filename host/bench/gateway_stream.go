@@ -19,8 +19,8 @@ func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 // readChatStream reads an OpenAI stream: the time to its first chunk, the
 // usage and kvpilot's extension in its usage chunk, the applied edits of
 // its first chunk; an error event fails it.
-func readChatStream(r io.Reader, start time.Time) (chatResult, error) {
-	var res chatResult
+func readChatStream(r io.Reader, start time.Time) (ChatResult, error) {
+	var res ChatResult
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	first := true

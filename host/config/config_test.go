@@ -32,6 +32,12 @@ func TestDefaultsLoadAndValidate(t *testing.T) {
 	if len(c.NATS.Users) == 0 {
 		c.NATS.Users = want.NATS.Users
 	}
+	if len(c.Gateway.Tenants) == 0 {
+		c.Gateway.Tenants = want.Gateway.Tenants
+	}
+	if len(c.Gateway.Policies) == 0 {
+		c.Gateway.Policies = want.Gateway.Policies
+	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults changed on the way through koanf:\n got %+v\nwant %+v", c, Default())
 	}

@@ -31,6 +31,9 @@ func TestExampleConfigIsTheDefaults(t *testing.T) {
 	if len(c.Control.Tenants) == 0 {
 		c.Control.Tenants = want.Control.Tenants
 	}
+	if len(c.Gateway.Policies) == 0 {
+		c.Gateway.Policies = want.Gateway.Policies
+	}
 	if len(c.Gateway.Tenants) == 0 {
 		c.Gateway.Tenants = want.Gateway.Tenants
 	}

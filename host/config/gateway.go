@@ -36,6 +36,22 @@ type Gateway struct {
 	// PolicyEdits makes the configured truncation and think-evict policies
 	// decide the edits of requests that carry no context_management.
 	PolicyEdits bool `koanf:"policy_edits"`
+	// Policies, when set, are the policies whose rules decide those edits
+	// instead of the policies section's (same format; they run in the
+	// front door only, not as plugins on the cache). A prefix cache that
+	// receives the same edits as a kvpilot host is configured so.
+	Policies []Policy `koanf:"policies"`
+}
+
+// EditPolicies are the policies whose rules decide the front door's edits.
+func (g Gateway) EditPolicies(all []Policy) []Policy {
+	if !g.PolicyEdits {
+		return nil
+	}
+	if len(g.Policies) > 0 {
+		return g.Policies
+	}
+	return all
 }
 
 // DefaultGateway is the gateway's built-in configuration (off).
@@ -71,6 +87,11 @@ func (c Config) validateGateway(bad func(key, format string, args ...any)) {
 	}
 	if g.MaxSessions <= 0 {
 		bad("gateway.max_sessions", "must be positive, got %d", g.MaxSessions)
+	}
+	for i, p := range g.Policies {
+		if err := CheckBuiltin(p.Builtin, p.Params); err != nil {
+			bad(fmt.Sprintf("gateway.policies[%d]", i), "%v", err)
+		}
 	}
 	for key, ts := range g.Tenants {
 		if key == "" || len(ts) == 0 {

@@ -41,9 +41,9 @@ func (d *Daemon) buildGateway() error {
 	switch {
 	case d.gatewayRules != nil:
 		rules = *d.gatewayRules
-	case g.PolicyEdits:
+	default:
 		var err error
-		if rules, err = gateway.PolicyRules(d.cfg.Policies); err != nil {
+		if rules, err = gateway.PolicyRules(g.EditPolicies(d.cfg.Policies)); err != nil {
 			return fmt.Errorf("gateway: %w", err)
 		}
 	}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/kvpilot/kvpilot/examples/refengine"
+	"github.com/kvpilot/kvpilot/host/bench"
+)
+
+// result is one pass: what the clients saw, the engine's totals, what the
+// engine received, and the audit log's directives.
+type result struct {
+	passConfig
+	requests, prompt, cached int
+	ttftMs, modelledMs       float64
+	engine                   refengine.Totals
+	fillTokens               int64
+	idleReturn               bench.ChatResult
+	upstream                 upstreamStats
+	directives               []auditRecord
+	pageBytes                int64
+}
+
+// prefill is what the pass prefilled: prompt tokens not cached, plus the
+// splices' replacements.
+func (r *result) prefill() int64 { return int64(r.prompt-r.cached) + r.fillTokens }
+
+func pass(ctx context.Context, o options, pc passConfig, sessions []session) (*result, error) {
+	dir, err := os.MkdirTemp("", "kvpilot-demo-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer up.Close()
+	gw, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "demo: %s: starting %s serve --config %s\n", pc.name, o.kvpilot, pc.path)
+	cmd := exec.Command(o.kvpilot, "serve", "--config", pc.path)
+	cmd.Env = append(os.Environ(), "KVPILOT_DATA_DIR="+dir, "KVPILOT_LOG__FORMAT=text", "KVPILOT_LOG__LEVEL=warn",
+		"KVPILOT_GATEWAY__LISTEN="+gw, "KVPILOT_GATEWAY__UPSTREAM=http://"+up.Addr().String()+"/v1")
+	cmd.Env = append(cmd.Env, pc.env...)
+	logf, err := os.Create(filepath.Join(dir, "host.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the host: %w", err)
+	}
+	// exited is closed when the host exits, with its error in waitErr: a
+	// channel closed, not sent on, so every waiter sees it.
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	defer func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	socket := filepath.Join(dir, "run", "engine.sock")
+	if err := waitFor(ctx, socket, exited, &waitErr, filepath.Join(dir, "host.log")); err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	e, err := refengine.New(rctx, refengine.Config{Socket: socket, EngineID: "demo", Model: refengine.GQA(o.pageSize), Cost: refengine.DefaultCost, Seed: 1})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%s: register the reference engine: %w", pc.name, err)
+	}
+	defer e.Close()
+	// The engine prefills splice replacements when the host asks (fill orders).
+	fills := &refengine.FillServer{}
+	fctx, fcancel := context.WithCancel(ctx)
+	fdone := make(chan struct{})
+	go func() { defer close(fdone); _ = fills.ServeFills(fctx, e) }()
+	defer func() { fcancel(); <-fdone }()
+	rec := newRecorder(refengine.NewServer(e, refengine.ServerOptions{}).Handler())
+	srv := &http.Server{Handler: rec}
+	go func() { _ = srv.Serve(up) }()
+	defer srv.Close()
+	if err := waitTCP(ctx, gw); err != nil {
+		return nil, err
+	}
+	lay := e.Layout()
+	res := &result{passConfig: pc, pageBytes: int64(lay.PageBytes())}
+	if err := replay(ctx, o, "http://"+gw+"/v1/chat/completions", sessions, rec, res); err != nil {
+		return nil, fmt.Errorf("%s: %w", pc.name, err)
+	}
+	time.Sleep(1500 * time.Millisecond) // let the policies' last directives land in the audit log
+	res.engine = e.Totals()
+	res.fillTokens = fills.Tokens.Load()
+	res.upstream = rec.stats()
+	res.directives, err = readAudit(filepath.Join(dir, "audit.log"))
+	return res, err
+}
+
+// replay sends every session's requests through the front door, in
+// rounds, with the idle session away until the end.
+func replay(ctx context.Context, o options, url string, sessions []session, rec *recorder, res *result) error {
+	prog := bench.TerminalProgress(os.Stderr)
+	defer bench.EndProgress(os.Stderr, prog)
+	turn := func(s session, i int) (bench.ChatResult, error) {
+		t := s.turns[i]
+		rec.expect(t.Messages)
+		r, err := bench.StreamChat(ctx, url, s.id, t.Messages)
+		if err != nil {
+			return r, fmt.Errorf("session %s request %d: %w", s.id, i+1, err)
+		}
+		res.requests++
+		res.prompt += r.Prompt
+		res.cached += r.Cached
+		res.ttftMs += r.TTFTms
+		res.modelledMs += r.ModelledMs
+		return r, nil
+	}
+	idle := sessions[0]
+	for i := 0; i < len(idle.turns)-1; i++ {
+		if _, err := turn(idle, i); err != nil {
+			return err
+		}
+	}
+	quiet := time.Now()
+	for i := 0; ; i++ {
+		more := false
+		for _, s := range sessions[1:] {
+			if i < len(s.turns) {
+				more = true
+				if _, err := turn(s, i); err != nil {
+					return err
+				}
+			}
+		}
+		if !more {
+			break
+		}
+		if prog != nil {
+			prog("demo: %s: request %d of each session", res.name, i+1)
+		}
+	}
+	if wait := time.Duration(o.idleWait*float64(time.Second)) - time.Since(quiet); wait > 0 {
+		time.Sleep(wait)
+	}
+	r, err := turn(idle, len(idle.turns)-1)
+	res.idleReturn = r
+	return err
+}
+
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func waitTCP(ctx context.Context, addr string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			return c.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the front door does not accept on %s: %w", addr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func waitFor(ctx context.Context, socket string, exited <-chan struct{}, waitErr *error, logPath string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(socket); err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			b, _ := os.ReadFile(logPath)
+			return fmt.Errorf("the host exited at start (%v):\n%s", *waitErr, b)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the host did not open its engine socket within 60s")
+		}
+	}
+}

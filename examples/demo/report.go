@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// report is the three passes: prefix cache, prefix cache + edits,
+// kvpilot + policies.
+type report struct{ passes []*result }
+
+// savedMin is the demo's target: kvpilot saves at least this share of
+// what the prefix cache spends re-prefilling after the same edits.
+const savedMin = 0.8
+
+// savings compares the passes' prefill with the unedited prefix cache's:
+// what the edits cost a prefix cache (re-prefill after each) and kvpilot
+// (its splices' replacements), and the share kvpilot saves.
+func (r *report) savings() (reprefill, splice int64, saved float64) {
+	base := r.passes[0].prefill()
+	reprefill = r.passes[1].prefill() - base
+	splice = r.passes[2].prefill() - base
+	if reprefill > 0 {
+		saved = 1 - float64(splice)/float64(reprefill)
+	}
+	return reprefill, splice, saved
+}
+
+// contractOK: every pass's engine checked its cached rows (a violation
+// fails the request, and the pass).
+func (r *report) contractOK() bool {
+	for _, p := range r.passes {
+		if p.engine.CheckedRows == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *report) write(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\nkvpilot demo: real agent sessions resent in full through the front door (OpenAI API) to the reference engine, three times\n\n")
+	fmt.Fprintf(tw, "\t%s\t%s\t%s\n", r.passes[0].name, r.passes[1].name, r.passes[2].name)
+	row := func(label string, f func(*result) string) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", label, f(r.passes[0]), f(r.passes[1]), f(r.passes[2]))
+	}
+	row("requests", func(p *result) string { return fmt.Sprint(p.requests) })
+	row("prompt tokens (the model's context)", func(p *result) string { return fmt.Sprint(p.prompt) })
+	row("cached tokens", func(p *result) string {
+		return fmt.Sprintf("%d (%.1f%%)", p.cached, 100*float64(p.cached)/float64(max(1, p.prompt)))
+	})
+	row("prefilled tokens (+ splice fills)", func(p *result) string { return fmt.Sprintf("%d (+%d)", p.prompt-p.cached, p.fillTokens) })
+	row("TTFT through HTTP / modelled, all requests", func(p *result) string {
+		return fmt.Sprintf("%.1f s / %.1f s", p.ttftMs/1e3, p.modelledMs/1e3)
+	})
+	row("engine got edited requests (stubs, thinking cleared)", func(p *result) string {
+		u := p.upstream
+		return fmt.Sprintf("%d of %d (%d, %d)", u.EditedRequests, u.Requests, u.StubbedResults, u.Cleared)
+	})
+	row("keys checked against the contract", func(p *result) string {
+		return fmt.Sprintf("%d (%d rotated)", p.engine.CheckedRows, p.engine.RoundedRows)
+	})
+	row("idle session's return: cached", func(p *result) string {
+		return fmt.Sprintf("%d/%d", p.idleReturn.Cached, p.idleReturn.Prompt)
+	})
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	r.writeDirectives(tw, r.passes[2])
+	re, sp, saved := r.savings()
+	pol := r.passes[2]
+	paused := 0
+	for _, d := range pol.directives {
+		if d.Verb == "Pause" && d.Status == "ok" {
+			paused += d.Effect.Blocks
+		}
+	}
+	fmt.Fprintf(tw, "\ndevice memory idle-pause moved to the disk tier: %d pages (%.1f MiB at %d bytes a page)\n", paused, float64(int64(paused)*pol.pageBytes)/(1<<20), pol.pageBytes)
+	fmt.Fprintf(tw, "the edits cost a prefix cache %d prefilled tokens (re-prefill after each); kvpilot %d (splice fills and partial pages)\n", re, sp)
+	fmt.Fprintf(tw, "prefill saved: %d tokens, %.1f%% of the prefix cache's (target >= %.0f%%: met=%v); contract checked on every cached row: %v\n",
+		re-sp, 100*saved, 100*savedMin, saved >= savedMin && re > 0, r.contractOK())
+	return tw.Flush()
+}
+
+type auditRecord struct {
+	Source string `json:"source"`
+	Verb   string `json:"verb"`
+	Status string `json:"status"`
+	Code   string `json:"code"`
+	Effect struct {
+		Blocks int   `json:"blocks"`
+		Tokens int64 `json:"tokens"`
+	} `json:"effect"`
+}
+
+func readAudit(path string) ([]auditRecord, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []auditRecord
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<16), 16<<20)
+	for sc.Scan() {
+		var r auditRecord
+		if json.Unmarshal(sc.Bytes(), &r) == nil && r.Verb != "" {
+			out = append(out, r)
+		}
+	}
+	return out, sc.Err()
+}
+
+// writeDirectives tabulates a pass's audit log by source, verb and status.
+func (r *report) writeDirectives(tw *tabwriter.Writer, pol *result) {
+	type key struct{ source, verb, status string }
+	type agg struct {
+		n, blocks int
+		tokens    int64
+		codes     map[string]int
+	}
+	by := map[key]*agg{}
+	for _, d := range pol.directives {
+		k := key{d.Source, d.Verb, d.Status}
+		a := by[k]
+		if a == nil {
+			a = &agg{codes: map[string]int{}}
+			by[k] = a
+		}
+		a.n++
+		a.blocks += d.Effect.Blocks
+		a.tokens += d.Effect.Tokens
+		if d.Code != "" {
+			a.codes[d.Code]++
+		}
+	}
+	keys := make([]key, 0, len(by))
+	for k := range by {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		return a.source+"\x00"+a.verb+"\x00"+a.status < b.source+"\x00"+b.verb+"\x00"+b.status
+	})
+	fmt.Fprintf(tw, "\ndirectives in the audit log (%s)\n\nsource\tverb\tstatus\tcount\tblocks\ttokens\tcodes\n", pol.name)
+	for _, k := range keys {
+		a := by[k]
+		var codes []string
+		for c, n := range a.codes {
+			codes = append(codes, fmt.Sprintf("%s x%d", c, n))
+		}
+		sort.Strings(codes)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", k.source, k.verb, k.status, a.n, a.blocks, a.tokens, strings.Join(codes, ", "))
+	}
+	if len(keys) == 0 {
+		fmt.Fprintf(tw, "(none)\n")
+	}
+}
