@@ -270,3 +270,34 @@ func TestTenantBinding(t *testing.T) {
 		t.Fatalf("unbound: %q %v", got, err)
 	}
 }
+
+// Connector mode (no tokenizer in the host): the session, the tenant and
+// the longest-lived cache_control breakpoint reach the engine in
+// kv_transfer_params["kvpilot"], the object the vLLM connector reads;
+// other connectors' keys are kept.
+func TestKVTransferParamsForTheConnector(t *testing.T) {
+	up := &fakeUpstream{mode: "ok"}
+	_, url := startGateway(t, up, Rules{})
+	body := `{"model":"m","max_tokens":8,"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"1h"}}],
+		"messages":[{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]}]}`
+	if status, b := post(t, url+"/v1/messages", body, SessionHeader, "chat-42", "x-kvpilot-tenant", "acme"); status != 200 {
+		t.Fatalf("%d %s", status, b)
+	}
+	got := up.received[len(up.received)-1]
+	kv, err := chatwire.ReadKVParams(got.KVTransferParams)
+	if err != nil || kv.Session != "chat-42" || kv.Tenant != "acme" || string(kv.CacheControl) != `{"type":"ephemeral","ttl":"1h"}` {
+		t.Fatalf("kv_transfer_params %s: %+v %v", got.KVTransferParams, kv, err)
+	}
+	oa := `{"model":"m","messages":[{"role":"user","content":"hi"}],"kv_transfer_params":{"other":{"x":1}}}`
+	if status, b := post(t, url+"/v1/chat/completions", oa); status != 200 {
+		t.Fatalf("%d %s", status, b)
+	}
+	got = up.received[len(up.received)-1]
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(got.KVTransferParams, &all); err != nil || string(all["other"]) != `{"x":1}` || all["kvpilot"] == nil {
+		t.Fatalf("kv_transfer_params %s", got.KVTransferParams)
+	}
+	if kv, _ := chatwire.ReadKVParams(got.KVTransferParams); !strings.HasPrefix(kv.Session, "gw-") {
+		t.Fatalf("an unnamed session is %q, want the opening's hash", kv.Session)
+	}
+}
