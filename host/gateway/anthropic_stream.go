@@ -3,8 +3,10 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -35,7 +37,7 @@ func (s *Server) relayAnthropicStream(w http.ResponseWriter, resp *http.Response
 	a := &anthropicStream{sw: startSSE(w), index: -1, tool: -1}
 	est := int(inputTokens(t.out.Messages))
 	a.event("message_start", map[string]any{"type": "message_start", "message": anthropicMessageOut{
-		ID: messageID(""), Type: "message", Role: "assistant", Model: model, Content: []any{},
+		ID: fmt.Sprintf("msg_kvpilot_%x", time.Now().UnixNano()), Type: "message", Role: "assistant", Model: model, Content: []any{},
 		Usage: anthropicUsage{InputTokens: est}}})
 	rd := newSSEReader(resp.Body)
 	for {

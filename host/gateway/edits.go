@@ -252,5 +252,3 @@ func lowerSet(names []string) map[string]bool {
 	}
 	return m
 }
-
-type chatMessage = chatwire.Message

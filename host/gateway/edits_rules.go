@@ -1,6 +1,10 @@
 package gateway
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/kvpilot/kvpilot/sdk/chatwire"
+)
 
 // clearTools decides the rule's new clears of tool results, oldest first
 // among those eligible, all or none (clear_at_least).
@@ -114,7 +118,7 @@ func (e *editor) clearThinking(r *ThinkRule) {
 
 // turnAges returns, for every message, how many assistant turns start
 // after it (the truncation policy's count).
-func turnAges(ms []chatMessage) []int {
+func turnAges(ms []chatwire.Message) []int {
 	age := make([]int, len(ms))
 	n := 0
 	for i := len(ms) - 1; i >= 0; i-- {

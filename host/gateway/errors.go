@@ -19,10 +19,6 @@ type apiError struct {
 	openAICode string
 }
 
-func newError(status int, code errcode.Code, format string, args ...any) *apiError {
-	return &apiError{status: status, err: errcode.New(code, format, args...)}
-}
-
 func badRequest(err error) *apiError {
 	e := errcode.From(err)
 	if e.Code == errcode.Internal {

@@ -136,8 +136,7 @@ type turn struct {
 func (s *Server) prepare(r *http.Request, msgs []chatwire.Message, own *Rules, breaks []breakpoint) (*turn, *apiError) {
 	tenant, err := s.bind.tenant(r)
 	if err != nil {
-		status := http.StatusForbidden
-		return nil, &apiError{status: status, err: err}
+		return nil, &apiError{status: http.StatusForbidden, err: err}
 	}
 	if len(msgs) == 0 {
 		return nil, &apiError{status: http.StatusBadRequest, err: errcode.New(errcode.MissingField, "messages: the request holds none")}
@@ -188,8 +187,8 @@ func longest(bs []breakpoint) breakpoint {
 }
 
 // accepted records the turn once the upstream accepted it: the engine has
-// seen the edited messages, so the session's clears must stay. Then the
-// breakpoints are pinned.
+// seen the edited messages, so the session's clears must stay (a refused
+// or failed request leaves the session as it was).
 func (s *Server) accepted(t *turn) {
 	t.sess.sticky = t.out.Next
 	s.sessions.save(t.sess)

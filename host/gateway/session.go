@@ -74,14 +74,6 @@ func (s *store) snapshot(tenant, id string) session {
 	return session{key: key, id: id, sticky: st, history: append([]uint64(nil), cur.history...)}
 }
 
-// exists reports whether a session is stored.
-func (s *store) exists(tenant, id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.m[tenant+"\x00"+id]
-	return ok
-}
-
 // save stores a session's new state (after its request succeeded).
 func (s *store) save(ss session) {
 	s.mu.Lock()
