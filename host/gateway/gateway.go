@@ -15,6 +15,24 @@
 // host's session diff (index.auto_splice) then splices the cache at each
 // new edit, and only the replacement is prefilled.
 //
+// Connector mode (vLLM with kvpilot's KV connector): vLLM's OpenAI server
+// hands a request's kv_transfer_params to the connector (installed vLLM:
+// ChatCompletionRequest.kv_transfer_params goes into
+// SamplingParams.extra_args, which v1's Request exposes as
+// kv_transfer_params), so session, tenant and cache_control arrive where
+// the connector reads them. The connector serves no fill orders, so a
+// splice whose replacement is not empty cannot have the replacement
+// prefilled by the host's fill stream there. The way this front door is
+// meant to do it, not built yet: before forwarding a request that carries
+// a new non-empty edit, send vLLM a prefill-only request (max_tokens 1, the
+// same session) whose messages end at the edited message, so vLLM computes
+// the replacement's KV against the cached prefix and the connector saves
+// those pages; the host's session diff then finds the replacement cached
+// and splices only the downstream pages; then forward the request. Today,
+// in connector mode, such an edit keeps the pages before the replacement
+// and the request re-prefills from there (empty replacements, such as
+// cleared thinking, splice fully).
+//
 // Files: openai.go and anthropic*.go are the two APIs; session.go names
 // sessions and keeps their state; edits*.go and policyedits.go decide the
 // edits; upstream.go, stream.go and errors.go talk to the engine and
