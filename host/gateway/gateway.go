@@ -28,10 +28,10 @@
 // same session) whose messages end at the edited message, so vLLM computes
 // the replacement's KV against the cached prefix and the connector saves
 // those pages; the host's session diff then finds the replacement cached
-// and splices only the downstream pages; then forward the request. Today,
-// in connector mode, such an edit keeps the pages before the replacement
-// and the request re-prefills from there (empty replacements, such as
-// cleared thinking, splice fully).
+// and splices only the downstream pages; then forward the request. Today
+// the edited messages reach vLLM and nothing is prefilled ahead of them:
+// this front door has not been run against vLLM with the connector, and
+// what the host keeps of such a splice there is untested.
 //
 // Files: openai.go and anthropic*.go are the two APIs; session.go names
 // sessions and keeps their state; edits*.go and policyedits.go decide the
