@@ -100,6 +100,8 @@ var notRunHere = map[string]string{
 	"make run":    "the test starts the host as `make run` does: bin/kvpilot serve on the built-in defaults",
 	"make test":   "it is the suite this test is part of",
 	"vllm serve ": "needs a vLLM server and a model; sdk/python/tests/test_vllm_connector.py runs the connector in real vLLM processes",
+	"go run ./examples/refengine/cmd/refengine --socket kvpilot-data/run/engine.sock --page-size 64 --listen ": "serves HTTP until interrupted; " +
+		"examples/refengine/gateway_test.go and sdk/python/tests/test_gateway_*.py run the front door against it",
 }
 
 func notRun(text string) (string, bool) {

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Gateway is the front door (DESIGN.md §13): an OpenAI- and
+// Gateway is the front door: an OpenAI- and
 // Anthropic-compatible HTTP API that applies edits to the messages and
 // forwards them to the engine's OpenAI-compatible server. Off by default.
 type Gateway struct {

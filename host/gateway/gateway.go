@@ -1,4 +1,4 @@
-// Package gateway is kvpilot's front door (DESIGN.md §13): an HTTP server
+// Package gateway is kvpilot's front door: an HTTP server
 // that speaks OpenAI's Chat Completions (POST /v1/chat/completions) and
 // Anthropic's Messages (POST /v1/messages) APIs, streaming and not, and
 // forwards to the engine's OpenAI-compatible server (GET /v1/models is

@@ -14,7 +14,7 @@ import (
 // SessionHeader names a request's session.
 const SessionHeader = "x-kvpilot-session"
 
-// Sessions and how they are named (DESIGN.md §13):
+// Sessions and how they are named:
 //
 //   - Named: the x-kvpilot-session header, within the request's tenant. A
 //     resent history that diverges from the stored one (the harness edited

@@ -26,7 +26,7 @@ func runBenchGateway(ctx context.Context, args []string, stdout io.Writer) error
 			"(the truncation policy's edits applied to the messages; the cache re-prefills\n"+
 			"after each, as Anthropic's server does) and edits-splice (the same edits,\n"+
 			"spliced by the host's session diff). Reports prefill tokens and the TTFT\n"+
-			"measured through HTTP. Target (DESIGN.md §12): splice saves >= 80% of what\n"+
+			"measured through HTTP. Target: splice saves >= 80% of what\n"+
 			"re-prefill spends after edits.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	plot := fs.String("plot", "", "write an SVG bar chart of the arms to this file")
