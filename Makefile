@@ -26,8 +26,10 @@ build:
 run: build
 	./$(BIN) serve
 
-## demo: the host with the four built-in policies, real agent traces replayed
-## through the reference engine, and a table of what the directives saved
+## demo: real agent traces resent in full through the front door to the
+## reference engine's HTTP server: a prefix cache, a prefix cache given the
+## same edits, and kvpilot with its four built-in policies, with a table of
+## what the edits cost each and what the directives saved
 demo: build
 	CGO_ENABLED=0 $(GO) build -o bin/refengine ./examples/refengine/cmd/refengine
 	$(GO) run ./examples/demo --kvpilot ./$(BIN) --config examples/demo/kvpilot.yaml

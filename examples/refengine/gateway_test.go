@@ -202,3 +202,72 @@ func TestGatewayEditsAreStickyAndSpliced(t *testing.T) {
 }
 
 func tokenizeChunk4(s string) []uint32 { return chunktok.Tokenize(s) }
+
+// The engine's own HTTP server, without the front door: its models, a
+// second turn's cached tokens and prefill in the usage, a stream with its
+// usage chunk, and OpenAI-shaped errors.
+func TestEngineHTTPServer(t *testing.T) {
+	_, c := startDaemon(t, nil)
+	e := newEngine(t, c.EngineSocket(), refengine.GQA(hostPage))
+	srv := httptestServer(t, refengine.NewServer(e, refengine.ServerOptions{}).Handler())
+	f := &frontDoor{url: srv}
+	var models chatwire.ModelList
+	resp, err := http.Get(srv + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&models)
+	resp.Body.Close()
+	if len(models.Data) != 1 || models.Data[0].ID != "ref-gqa" {
+		t.Fatalf("models %+v", models)
+	}
+	msgs := []chatwire.Message{{Role: "system", Content: chatwire.Content(strings.Repeat("You are terse. ", 20))}, {Role: "user", Content: "hi"}}
+	kv := json.RawMessage(`{"kvpilot":{"session":"s1","tenant":"t"}}`)
+	var first, second completion
+	f.post(t, "/v1/chat/completions", nil, map[string]any{"model": "ref-gqa", "messages": msgs, "kv_transfer_params": kv}, &first)
+	msgs = append(msgs, *first.Choices[0].Message, chatwire.Message{Role: "user", Content: "more"})
+	f.post(t, "/v1/chat/completions", nil, map[string]any{"model": "ref-gqa", "messages": msgs, "kv_transfer_params": kv}, &second)
+	var st refengine.Stats
+	if err := json.Unmarshal(second.KVPilot, &st); err != nil {
+		t.Fatal(err)
+	}
+	u := second.Usage
+	if u.Cached() < first.Usage.PromptTokens-hostPage || st.PrefilledTokens != u.PromptTokens-u.Cached() || st.CheckedRows == 0 {
+		t.Fatalf("second turn: usage %+v, stats %+v (first prompt %d)", u, st, first.Usage.PromptTokens)
+	}
+	b, _ := json.Marshal(map[string]any{"model": "ref-gqa", "messages": msgs, "stream": true, "stream_options": map[string]bool{"include_usage": true}})
+	resp, err = http.Post(srv+"/v1/chat/completions", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(body, []byte(`"role":"assistant"`)) || !bytes.Contains(body, []byte(`"prompt_tokens_details"`)) || !bytes.HasSuffix(body, []byte("data: [DONE]\n\n")) {
+		t.Fatalf("stream:\n%s", body)
+	}
+	var e404, e400 chatwire.ErrorBody
+	if code := f.post(t, "/v1/chat/completions", nil, map[string]any{"model": "other", "messages": msgs}, &e404); code != 404 || e404.Error.Code != "model_not_found" {
+		t.Fatalf("unknown model: %d %+v", code, e404)
+	}
+	resp, err = http.Post(srv+"/v1/chat/completions", "application/json", strings.NewReader("{"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&e400)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || e400.Error.Code != "bad_request" || e400.Error.Hint == "" {
+		t.Fatalf("malformed: %d %+v", resp.StatusCode, e400)
+	}
+}
+
+func httptestServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
+}
