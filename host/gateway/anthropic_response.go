@@ -12,16 +12,20 @@ import (
 
 // anthropicMessageOut is a Messages response.
 type anthropicMessageOut struct {
-	ID                string          `json:"id"`
-	Type              string          `json:"type"`
-	Role              string          `json:"role"`
-	Model             string          `json:"model"`
-	Content           []any           `json:"content"`
-	StopReason        *string         `json:"stop_reason"`
-	StopSequence      *string         `json:"stop_sequence"`
-	Usage             anthropicUsage  `json:"usage"`
-	ContextManagement *extension      `json:"context_management,omitempty"`
-	KVPilot           json.RawMessage `json:"kvpilot,omitempty"`
+	ID                string         `json:"id"`
+	Type              string         `json:"type"`
+	Role              string         `json:"role"`
+	Model             string         `json:"model"`
+	Content           []any          `json:"content"`
+	StopReason        *string        `json:"stop_reason"`
+	StopSequence      *string        `json:"stop_sequence"`
+	Usage             anthropicUsage `json:"usage"`
+	ContextManagement *extension     `json:"context_management,omitempty"`
+	// KVPilot and KVTransferParams carry what the engine reported (the
+	// reference engine's costs; the vLLM connector's cached, loaded and
+	// saved pages), as extensions.
+	KVPilot          json.RawMessage `json:"kvpilot,omitempty"`
+	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
 }
 
 // anthropicUsage: Anthropic counts cache reads apart from input tokens.
@@ -80,7 +84,7 @@ func (s *Server) relayAnthropic(w http.ResponseWriter, resp *http.Response, t *t
 	sr := stopReason(finish)
 	rep := t.report()
 	writeJSON(w, http.StatusOK, anthropicMessageOut{ID: messageID(c.ID), Type: "message", Role: "assistant", Model: model, Content: content,
-		StopReason: &sr, Usage: usageOf(c.Usage), ContextManagement: &rep, KVPilot: c.KVPilot})
+		StopReason: &sr, Usage: usageOf(c.Usage), ContextManagement: &rep, KVPilot: c.KVPilot, KVTransferParams: c.KVTransferParams})
 }
 
 // inputJSON is a tool call's arguments as a JSON object (an invalid or

@@ -197,6 +197,9 @@ type Response struct {
 	Choices []Choice        `json:"choices"`
 	Usage   *Usage          `json:"usage,omitempty"`
 	KVPilot json.RawMessage `json:"kvpilot,omitempty"`
+	// KVTransferParams is what the engine's KV connector reports (vLLM
+	// returns it in a completion).
+	KVTransferParams json.RawMessage `json:"kv_transfer_params,omitempty"`
 }
 
 // ErrorBody is OpenAI's error shape, {"error": {...}}, with the registry's

@@ -1,0 +1,135 @@
+"""The front door in front of vLLM's OpenAI server with kvpilot's KV
+connector (vLLM's CPU build, a tiny Llama with a byte tokenizer): the
+official SDKs' requests reach vLLM with kvpilot's kv_transfer_params, so
+the connector files the KV under the session and tenant the front door
+names (its report comes back in the response) and an Anthropic
+cache_control breakpoint pins the prompt for its TTL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+from gateway_support import REPO_ROOT, free_port, wait_accepting
+
+from kvpilot import ControlClient
+
+pytest.importorskip("vllm")
+
+from vllm_support.chat_model import write_chat_llama
+
+PAGE = 32  # vLLM's CPU attention wants a block size that is a multiple of 32
+SESSION = {"x-kvpilot-session": "vllm-1", "x-kvpilot-tenant": "acme"}
+SYSTEM = "You are a helpful agent that answers briefly. " * 6
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_chat_llama(tmp_path_factory.mktemp("chat-llama"))
+
+
+@pytest.fixture
+def vllm_front_door(kvpilot_host_factory: Any, chat_model: Path) -> Iterator[tuple[Any, int]]:
+    """A host with the front door, and vLLM's OpenAI server behind it."""
+    vport, gport = free_port(), free_port()
+    host = kvpilot_host_factory(
+        index={"page_size": PAGE, "auto_splice": True},
+        gateway={
+            "listen": f"127.0.0.1:{gport}",
+            "upstream": f"http://127.0.0.1:{vport}/v1",
+            "timeout": "120s",
+        },
+    )
+    ktc = (
+        '{"kv_connector":"KvpilotConnector","kv_connector_module_path":"kvpilot.vllm",'
+        '"kv_role":"kv_both","kv_connector_extra_config":{"socket":"' + host.engine_socket + '"}}'
+    )
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO_ROOT / "sdk/python"), env.get("PYTHONPATH")])
+    )
+    log = host.root / "vllm.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(chat_model),
+             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(vport),
+             "--block-size", str(PAGE), "--enforce-eager", "--max-model-len", "1024",
+             "--max-num-seqs", "4", "--dtype", "bfloat16", "--kv-cache-memory-bytes", str(64 << 20),
+             "--kv-transfer-config", ktc],
+            stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                tail = log.read_text(errors="replace")[-4000:]
+                pytest.fail(f"vLLM exited with {proc.returncode}:\n{tail}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{vport}/v1/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"vLLM not serving after 300s:\n{log.read_text(errors='replace')[-4000:]}"
+                )
+            time.sleep(1)
+        wait_accepting(gport)
+        yield host, gport
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_sdks_through_the_front_door_to_vllm(vllm_front_door: tuple[Any, int]) -> None:
+    host, port = vllm_front_door
+    oa = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    msgs: list[Any] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hello"}]
+    r = oa.chat.completions.create(model="tiny", messages=msgs, max_tokens=4, extra_headers=SESSION)
+    report = (r.model_extra or {})["kv_transfer_params"]["kvpilot"]
+    assert report["saved_pages"] > 0, report
+    assert (r.model_extra or {})["context_management"] == {"applied_edits": []}
+    chunks = list(
+        oa.chat.completions.create(
+            model="tiny", messages=msgs, max_tokens=4, stream=True, extra_headers=SESSION
+        )
+    )
+    assert chunks and chunks[-1].choices[0].finish_reason == "length"
+
+    with ControlClient(host.control_socket) as ctl:
+        assert ctl.stats("acme").tiers["host"].pinned_pages == 0
+    an = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="unused", max_retries=0)
+    system: Any = [
+        {"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral", "ttl": "1h"}}
+    ]
+    raw = an.messages.with_raw_response.create(
+        model="tiny",
+        max_tokens=4,
+        system=system,
+        messages=[{"role": "user", "content": "hi again"}],
+        extra_headers={**SESSION, "x-kvpilot-session": "vllm-2"},
+    )
+    m = raw.parse()
+    assert m.stop_reason == "max_tokens"
+    # The SDK's Message keeps no unknown fields; the body carries the
+    # connector's report (the shared system prompt's pages were saved by
+    # the first request already).
+    assert "saved_pages" in raw.http_response.json()["kv_transfer_params"]["kvpilot"]
+    with ControlClient(host.control_socket) as ctl:
+        st = ctl.stats("acme")
+    assert st.tiers["host"].pinned_pages > 0, "the 1h breakpoint did not pin the prompt"
