@@ -29,9 +29,10 @@
 // the replacement's KV against the cached prefix and the connector saves
 // those pages; the host's session diff then finds the replacement cached
 // and splices only the downstream pages; then forward the request. Today
-// the edited messages reach vLLM and nothing is prefilled ahead of them:
-// this front door has not been run against vLLM with the connector, and
-// what the host keeps of such a splice there is untested.
+// the edited messages reach vLLM and nothing is prefilled ahead of them
+// (sdk/python/tests/test_gateway_vllm.py runs the front door before vLLM
+// and the connector: kv_transfer_params and pins; what the host keeps of a
+// splice there is untested).
 //
 // Files: openai.go and anthropic*.go are the two APIs; session.go names
 // sessions and keeps their state; edits*.go and policyedits.go decide the
