@@ -301,3 +301,32 @@ func TestKVTransferParamsForTheConnector(t *testing.T) {
 		t.Fatalf("an unnamed session is %q, want the opening's hash", kv.Session)
 	}
 }
+
+// With gateway.tenants set, a request's API key must be bound to its
+// tenant: a refusal is 403 in each API's shape, and the upstream never
+// sees the request.
+func TestTenantRefusalShapes(t *testing.T) {
+	up := &fakeUpstream{mode: "ok"}
+	us := httptest.NewServer(up)
+	defer us.Close()
+	g := New(Config{Upstream: us.URL + "/v1", Tenants: map[string][]string{"k1": {"acme"}}}, nil)
+	gs := httptest.NewServer(g.Handler())
+	defer gs.Close()
+	status, b := post(t, gs.URL+"/v1/chat/completions", oaBody, "Authorization", "Bearer k1", "x-kvpilot-tenant", "other")
+	if status != 403 || !bytes.Contains(b, []byte(`"code":"permission_denied"`)) || !bytes.Contains(b, []byte(`"type":"permission_error"`)) {
+		t.Fatalf("OpenAI: %d %s", status, b)
+	}
+	status, b = post(t, gs.URL+"/v1/messages", anBody, "x-api-key", "nope")
+	if status != 403 || !bytes.Contains(b, []byte(`"type":"permission_error"`)) {
+		t.Fatalf("Anthropic: %d %s", status, b)
+	}
+	if len(up.received) != 0 {
+		t.Fatalf("the upstream got %d refused requests", len(up.received))
+	}
+	if status, b := post(t, gs.URL+"/v1/messages", anBody, "x-api-key", "k1"); status != 200 {
+		t.Fatalf("a bound key: %d %s", status, b)
+	}
+	if kv, _ := chatwire.ReadKVParams(up.received[0].KVTransferParams); kv.Tenant != "acme" {
+		t.Fatalf("tenant %q, want the key's only tenant", kv.Tenant)
+	}
+}
