@@ -56,9 +56,22 @@ func (s *Server) relayAnthropicStream(w http.ResponseWriter, resp *http.Response
 			a.finishMessage(t)
 			return
 		}
-		var c chatwire.Response
+		var c struct {
+			chatwire.Response
+			// Error's code is a number in vLLM's and a string in
+			// OpenAI's: only the message is read.
+			Error *struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
 		if json.Unmarshal([]byte(ev.data), &c) != nil {
 			continue // not a chunk (a comment, a keep-alive)
+		}
+		if c.Error != nil { // the engine failed midway and said so
+			body, _ := anthropicErr(&apiError{status: http.StatusBadGateway,
+				err: errcode.New(errcode.Unavailable, "upstream: %s", c.Error.Message)})
+			a.event("error", body)
+			return
 		}
 		if c.Usage != nil {
 			a.usage = c.Usage

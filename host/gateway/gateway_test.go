@@ -54,6 +54,10 @@ func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := startSSE(w)
 	b, _ := json.Marshal(chatwire.Response{ID: "x", Object: "chat.completion.chunk", Choices: []chatwire.Choice{{Delta: &chatwire.Delta{Content: &text}}}})
 	sw.send("", b)
+	if mode == "error" {
+		sw.send("", []byte(`{"error":{"message":"engine died","type":"server_error","code":500}}`))
+		return
+	}
 	if mode == "cut" {
 		conn, _, err := http.NewResponseController(w).Hijack()
 		if err == nil {
@@ -162,6 +166,11 @@ func TestStreamCutMidway(t *testing.T) {
 	if !bytes.Contains(b, []byte("event: message_start")) || !bytes.Contains(b, []byte("event: error\ndata: {\"type\":\"error\"")) ||
 		bytes.Contains(b, []byte("message_stop")) {
 		t.Fatalf("Anthropic stream:\n%s", b)
+	}
+	up.set("error") // an engine's own error event midway
+	_, b = post(t, url+"/v1/messages", `{"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	if !bytes.Contains(b, []byte("event: error")) || !bytes.Contains(b, []byte("engine died")) || bytes.Contains(b, []byte("message_stop")) {
+		t.Fatalf("Anthropic stream after an engine error:\n%s", b)
 	}
 }
 
