@@ -2,6 +2,7 @@ package cache
 
 import (
 	"testing"
+	"unsafe"
 )
 
 // BenchmarkMatchCommit32K: match + commit of a cached 32K-token prompt at
@@ -67,6 +68,21 @@ func TestRunIndexBench(t *testing.T) {
 		t.Fatalf("empty result %+v", r)
 	}
 	if _, err := RunIndexBench(0, 64, 1); err == nil {
+		t.Fatal("zero pages accepted")
+	}
+}
+
+// MeasureIndexMemory fills an index and reports the heap it holds; a page
+// costs at least its node record.
+func TestMeasureIndexMemory(t *testing.T) {
+	m, err := MeasureIndexMemory(2_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Pages != 2_000 || m.BytesPerPage < float64(unsafe.Sizeof(node{})) {
+		t.Fatalf("index memory %+v: below one node record (%d bytes) per page", m, unsafe.Sizeof(node{}))
+	}
+	if _, err := MeasureIndexMemory(0); err == nil {
 		t.Fatal("zero pages accepted")
 	}
 }

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
@@ -226,4 +227,62 @@ func RunIndexBench(pages, pageSize, iters int) (IndexBenchResult, error) {
 		return r, fmt.Errorf("index bench: map baseline missed %d lookups", n-hits)
 	}
 	return r, nil
+}
+
+// IndexMemory is the index's heap per cached page at a given size.
+type IndexMemory struct {
+	Pages int `json:"pages"`
+	// BytesPerPage is the live heap the index holds (after a forced GC)
+	// divided by its cached pages: every map, list and per-page record,
+	// including what the index reserves for its tiers' capacity.
+	BytesPerPage float64 `json:"bytes_per_page"`
+	HeapBytes    uint64  `json:"heap_bytes"`
+}
+
+// indexMemoryChain is the length of the prompts committed to fill the
+// index: long enough that per-chain costs are small, like agent contexts.
+const indexMemoryChain = 64
+
+// MeasureIndexMemory fills a fresh index with pages cached pages (chains of
+// 64 pages of 16 tokens) and reports the heap it then holds.
+func MeasureIndexMemory(pages int) (IndexMemory, error) {
+	if pages <= 0 {
+		return IndexMemory{}, fmt.Errorf("index memory: pages %d must be positive: %w", pages, ErrBadArgument)
+	}
+	const pageSize = 16
+	before := liveHeap()
+	ix := benchIndex(pageSize, pages/4+1) // capacity max(4x, 64K) covers pages
+	toks := make([]uint32, indexMemoryChain*pageSize)
+	locs := make([]uint64, indexMemoryChain)
+	var m MatchResult
+	var res CommitResult
+	for done := 0; done < pages; {
+		n := min(indexMemoryChain, pages-done)
+		for i := range toks[:n*pageSize] {
+			toks[i] = uint32(done*pageSize + i)
+		}
+		ix.Match("bench", blockid.Salt{}, toks[:n*pageSize], &m)
+		for i := range locs[:n] {
+			locs[i] = uint64(done + i + 1)
+		}
+		if err := ix.Commit("bench", m.Hashes, locs[:n], &res); err != nil {
+			return IndexMemory{}, fmt.Errorf("index memory: commit at page %d: %w", done, err)
+		}
+		ix.events = ix.events[:0]
+		done += n
+	}
+	toks, locs, m, res = nil, nil, MatchResult{}, CommitResult{}
+	after := liveHeap()
+	runtime.KeepAlive(ix)
+	held := after - min(before, after)
+	return IndexMemory{Pages: pages, HeapBytes: held, BytesPerPage: float64(held) / float64(pages)}, nil
+}
+
+// liveHeap is the heap still reachable after a full collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }

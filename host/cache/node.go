@@ -57,6 +57,11 @@ type node struct {
 	seq, local uint64
 	loc        [tier.Count]uint64
 	resident   TierSet
+	// priority and transient sit beside resident: the small fields are
+	// grouped so the record packs without padding (bench index measures
+	// its bytes per page).
+	priority  uint8
+	transient bool
 	// childrenOn counts children resident per tier: a page is a leaf on
 	// tier t, and may be dropped from it, when childrenOn[t] is zero.
 	childrenOn [tier.Count]uint32
@@ -74,9 +79,7 @@ type node struct {
 	pinPrev   *node // pinned list, while pinCount > 0
 	pinNext   *node
 
-	priority     uint8
 	retainExpiry time.Duration
-	transient    bool
 	journalGen   uint64 // == Index.jr.gen when saved in the open journal
 
 	leaseRefs    uint32 // live leases holding this page
@@ -86,22 +89,21 @@ type node struct {
 	lastAccess time.Duration
 
 	// In-flight transitions touching this page.
+	lastCopy uint64 // id of the latest live copy, for After chains
 	pending  uint32
 	inbound  TierSet           // tiers a live copy is writing to
 	dropping TierSet           // tiers a live drop will free
 	srcBusy  [tier.Count]uint8 // live copies reading from each tier
-	lastCopy uint64            // id of the latest live copy, for After chains
+	isRoot   bool
+	dead     bool // removed from the index; kept only by stale references
 
-	isRoot bool
-	dead   bool // removed from the index; kept only by stale references
-	mark   uint32
-	depth  uint32
+	mark  uint32
+	depth uint32
 
 	// planLeft is Plan's scratch count of children still resident on the
 	// tier being planned, valid when planMark matches the plan's epoch.
 	planMark uint32
 	planLeft uint32
-	heapIdx  int
 }
 
 func (n *node) parentSeq() (uint64, bool) {

@@ -15,7 +15,7 @@ type Freed struct {
 }
 
 func (ix *Index) newNode(ts *tenantState, parent *node, local, seq uint64) *node {
-	n := &node{tenant: ts, seq: seq, local: local, heapIdx: -1}
+	n := &node{tenant: ts, seq: seq, local: local}
 	link(parent, n)
 	ts.bySeq[seq] = n
 	return n

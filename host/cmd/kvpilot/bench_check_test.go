@@ -62,3 +62,15 @@ func TestBenchRotateHasTargets(t *testing.T) {
 		t.Fatalf("bench rotate --check: status %d for %q", code, out)
 	}
 }
+
+// bench index reports its targets, memory per page included, so --check
+// tells.
+func TestBenchIndexHasTargets(t *testing.T) {
+	code, out, errs := runCLI("bench", "index", "--pages", "8", "--iters", "2", "--memory-pages", "4096", "--json", "--check")
+	if (code != 0 && code != 1) || strings.Contains(errs, "no targets") || !strings.Contains(out, `"bytes_per_page"`) {
+		t.Fatalf("bench index --check: status %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if met := strings.Contains(out, `"met":true`); met != (code == 0) {
+		t.Fatalf("bench index --check: status %d for %q", code, out)
+	}
+}
