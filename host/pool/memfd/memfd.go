@@ -241,9 +241,9 @@ func copySegments(l *layout.Layout, arr layout.Arrangement, pages int, mem []byt
 			n := l.SegmentBytes(b)
 			off := int(l.ArenaSegmentOffset(arr, pages, int(s), layer, b))
 			if write {
-				copy(mem[off:off+n], buf[pageOff:pageOff+n])
+				segmentCopy(mem[off:off+n], buf[pageOff:pageOff+n], len(buf))
 			} else {
-				copy(buf[pageOff:pageOff+n], mem[off:off+n])
+				segmentCopy(buf[pageOff:pageOff+n], mem[off:off+n], len(buf))
 			}
 			pageOff += n
 		}

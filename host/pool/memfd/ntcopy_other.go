@@ -1,0 +1,7 @@
+//go:build !amd64
+
+package memfd
+
+func copyNT(dst, src *byte, n int) { panic("memfd: streaming stores need amd64") }
+
+const streamingStores = false

@@ -1,0 +1,5 @@
+//go:build !race
+
+package memfd
+
+const raceEnabled = false
