@@ -16,6 +16,8 @@ import (
 	"github.com/kvpilot/kvpilot/host/daemon"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 	"github.com/kvpilot/kvpilot/sdk/chunktok"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // These tests drive kvpilot's front door (host/gateway, in a host built by
@@ -199,6 +201,18 @@ func TestGatewayEditsAreStickyAndSpliced(t *testing.T) {
 	if got := f.d.Engine().Stats().AutoSplices; got < uint64(edits) {
 		t.Fatalf("the host spliced %d times for %d edits", got, edits)
 	}
+	// The host's metrics count each clear once (sticky ones are not
+	// counted again) and every request by its status.
+	m := f.d.Metrics().Gateway
+	if got := counterValue(t, m.Clears.WithLabelValues("clear_tool_uses_20250919")); int(got) != prevCleared {
+		t.Fatalf("kvpilot_gateway_clears_total %v, want the %d items cleared", got, prevCleared)
+	}
+	if got := counterValue(t, m.ClearedTokens.WithLabelValues("clear_tool_uses_20250919")); got <= 0 {
+		t.Fatalf("kvpilot_gateway_cleared_tokens_total %v", got)
+	}
+	if got := counterValue(t, m.Requests.WithLabelValues("openai", "200")); got != 8 {
+		t.Fatalf("kvpilot_gateway_requests_total{api=openai,code=200} %v, want 8", got)
+	}
 }
 
 func tokenizeChunk4(s string) []uint32 { return chunktok.Tokenize(s) }
@@ -270,4 +284,13 @@ func httptestServer(t *testing.T, h http.Handler) string {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + ln.Addr().String()
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -99,6 +99,10 @@ type Outcome struct {
 	Next Sticky
 	// New counts the items cleared for the first time.
 	New int
+	// Fresh is what this request cleared for the first time, by edit type
+	// (the sticky clears of earlier turns left out): what the host's
+	// metrics count, each clear once.
+	Fresh []Applied
 }
 
 // Apply edits msgs: first every sticky clear, then the rules' new clears.
@@ -107,13 +111,21 @@ type Outcome struct {
 func Apply(msgs []chatwire.Message, r Rules, st Sticky) Outcome {
 	e := newEditor(msgs, st)
 	e.applySticky()
+	results, resultTokens, thinking, thinkTokens := e.results, e.resultTokens, e.thinking, e.thinkTokens
 	if r.Tools != nil {
 		e.clearTools(r.Tools)
 	}
 	if r.Think != nil {
 		e.clearThinking(r.Think)
 	}
-	return e.outcome(r)
+	o := e.outcome(r)
+	if n := e.results - results; n > 0 || e.resultTokens > resultTokens {
+		o.Fresh = append(o.Fresh, Applied{Type: EditClearToolUses, ClearedToolUses: &n, ClearedInputTokens: e.resultTokens - resultTokens})
+	}
+	if n := e.thinking - thinking; n > 0 {
+		o.Fresh = append(o.Fresh, Applied{Type: EditClearThinking, ClearedThinkingTurns: &n, ClearedInputTokens: e.thinkTokens - thinkTokens})
+	}
+	return o
 }
 
 type editor struct {

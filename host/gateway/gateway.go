@@ -50,6 +50,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -77,6 +78,8 @@ type Config struct {
 	// MaxBodyBytes bounds a request body (default 32 MiB).
 	MaxBodyBytes int64
 	Log          hclog.Logger
+	// Metrics, when set, receives the front door's (metrics.go).
+	Metrics *metrics.Gateway
 }
 
 // Server is the front door.
@@ -113,9 +116,9 @@ func New(cfg Config, dirs Directives) *Server {
 // Handler routes the front door's endpoints.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", s.openAI)
-	mux.HandleFunc("POST /v1/messages", s.anthropic)
-	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("POST /v1/chat/completions", s.measured(apiOpenAI, s.openAI))
+	mux.HandleFunc("POST /v1/messages", s.measured(apiAnthropic, s.anthropic))
+	mux.HandleFunc("GET /v1/models", s.measured(apiModels, s.models))
 	return mux
 }
 
@@ -211,6 +214,7 @@ func longest(bs []breakpoint) breakpoint {
 func (s *Server) accepted(t *turn) {
 	t.sess.sticky = t.out.Next
 	s.sessions.save(t.sess)
+	s.countClears(t.out.Fresh)
 }
 
 // pin turns the breakpoints into pins of the session's prefix, once the

@@ -64,6 +64,8 @@ type Metrics struct {
 	// EventWatchersOverflowed counts WatchEvents watchers ended because
 	// they fell a whole buffer behind the event stream.
 	EventWatchersOverflowed prometheus.Counter
+	// Gateway is the front door's (gateway.go).
+	Gateway Gateway
 }
 
 // Label values of EngineTokens' kind.
@@ -91,6 +93,7 @@ func New() *Metrics {
 	m.newTransfers()
 	m.newEngine()
 	m.newPluginsAndEvents()
+	m.newGateway()
 	r.MustRegister(m.PinRejections, m.Directives, m.DirectiveLatency, m.RateLimited,
 		m.TransferBytes, m.TransferLatency, m.TransferFailures,
 		m.EngineTokens, m.LoadBackLatency, m.EngineRequests,
