@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvpilot/kvpilot/host/control"
 	"github.com/kvpilot/kvpilot/host/gateway"
 )
 
@@ -55,7 +56,7 @@ func (d *Daemon) buildGateway() error {
 	if tok := d.tokenize; tok != nil {
 		cfg.Tokenize = func(s string) []uint32 { t, _ := tok(s); return t }
 	}
-	d.gateway = gateway.New(cfg, gateway.ExecutorDirectives{Exec: d.core.exec})
+	d.gateway = gateway.New(cfg, gateway.ExecutorDirectives{Exec: d.core.exec, Recorder: control.NewRecorder(d.metrics)})
 	return nil
 }
 

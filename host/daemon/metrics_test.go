@@ -123,6 +123,13 @@ func TestMetricsFollowEngineTraffic(t *testing.T) {
 		sum(m, "kvpilot_engine_requests_total", `call="Commit"`, `outcome="ok"`) < 3 {
 		t.Errorf("engine calls: %v", filter(m, "kvpilot_engine_requests_total"))
 	}
+	// The engine's cache_control pin is a directive like any door's.
+	if n := m[`kvpilot_directives_total{result="ok",verb="pin_prefix"}`]; n < 1 {
+		t.Errorf("the engine's pin is not counted: %v", filter(m, "kvpilot_directives_total"))
+	}
+	if n := m[`kvpilot_directive_duration_seconds_count{verb="pin_prefix"}`]; n < 1 {
+		t.Errorf("the engine's pin is not timed: %v", filter(m, "kvpilot_directive_duration_seconds_count"))
+	}
 }
 
 func filter(m map[string]float64, prefix string) string {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/control"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/plugins"
 	"github.com/kvpilot/kvpilot/sdk/directive"
@@ -46,12 +47,15 @@ func (d *Daemon) buildPolicies() error {
 }
 
 // applyPolicyTurn hands a policy's directives to the executor, which
-// audits them under the policy's name.
+// audits them under the policy's name; they are counted in the directive
+// metrics like every other door's.
 func (d *Daemon) applyPolicyTurn(ctx context.Context, t directive.Turn) error {
 	if err := d.tokenizeReplacements(&t); err != nil {
 		return err
 	}
+	start := time.Now()
 	reply := d.core.exec.Apply(ctx, t)
+	control.NewRecorder(d.metrics).Turn(reply, func(i int) bool { return i < len(t.Directives) && control.IsPin(t.Directives[i]) }, time.Since(start))
 	if reply.Status != directive.StatusOK {
 		if reply.Error != nil {
 			return reply.Error

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/executor"
@@ -82,6 +83,11 @@ func TestPolicyPinsThroughExecutorAndHotSwaps(t *testing.T) {
 	}
 	if len(recs) == 0 || recs[0].Source != "hot" || recs[0].Tenant != "acme" {
 		t.Fatalf("audit records %+v, want the pin under source \"hot\"", recs)
+	}
+	// A policy's turn is counted in the directive metrics as every door's.
+	var m dto.Metric
+	if err := d.Metrics().Directives.WithLabelValues(recs[0].Verb, "ok").Write(&m); err != nil || m.GetCounter().GetValue() < 1 {
+		t.Fatalf("the policy's %s is not counted in kvpilot_directives_total: %v %v", recs[0].Verb, m.GetCounter().GetValue(), err)
 	}
 
 	// Editing the file swaps the set while the host serves.

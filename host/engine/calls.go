@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/control"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/tier"
@@ -418,7 +419,10 @@ func (s *Service) finish(ctx context.Context, req *pb.FinishRequest) (*pb.Finish
 		if cc.TTL > 0 {
 			c.TTL = directive.TTLOf(cc.TTL)
 		}
+		start := time.Now()
 		rep := s.cfg.Executor.CacheControl(ctx, source, r.tenant, c)
+		// Counted in the directive metrics as every door's pins are.
+		control.NewRecorder(s.cfg.Metrics).CacheControl(c.Action, rep, time.Since(start))
 		if rep.Status == directive.StatusOK {
 			resp.Pinned = true
 			resp.PinnedBlocks = uint32(rep.Count())
