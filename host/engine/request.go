@@ -1,15 +1,12 @@
 package engine
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
-	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/errmap"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -186,31 +183,8 @@ func (s *Service) unreserveLocked(r *request, n int) {
 	}
 }
 
-// mapIndexErr turns index and pool errors into registry errors.
+// mapIndexErr turns index and pool errors into registry errors (host/errmap
+// holds the one table of codes).
 func mapIndexErr(err error, format string, args ...any) *errcode.Error {
-	if e, ok := errcode.As(err); ok {
-		return e
-	}
-	code := errcode.Internal
-	switch {
-	case errors.Is(err, cache.ErrBadArgument):
-		code = errcode.BadRequest
-	case errors.Is(err, cache.ErrUnknownBlock):
-		code = errcode.UnknownBlock
-	case errors.Is(err, cache.ErrLocked):
-		code = errcode.BlockLocked
-	case errors.Is(err, cache.ErrPinBudget):
-		code = errcode.PinBudgetExhausted
-	case errors.Is(err, cache.ErrTenantQuota):
-		code = errcode.TenantQuota
-	case errors.Is(err, pool.ErrFull):
-		code = errcode.CapacityExhausted
-	case errors.Is(err, pool.ErrBadSlot), errors.Is(err, pool.ErrDoubleFree):
-		code = errcode.InvalidSlot
-	case errors.Is(err, context.DeadlineExceeded):
-		code = errcode.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = errcode.Unavailable
-	}
-	return errcode.Wrap(code, err, "%s", fmt.Sprintf(format, args...))
+	return errmap.Wrap(err, format, args...)
 }

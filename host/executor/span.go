@@ -1,11 +1,9 @@
 package executor
 
 import (
-	"errors"
 	"slices"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
-	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/splice"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -235,27 +233,10 @@ func hashesOf(tokens []uint32, pageSize int, salt blockid.Salt) []uint64 {
 	return blockid.Compute(tokens, pageSize, salt).Sequence
 }
 
-// spliceCodes maps splice and index errors to registry codes.
-var spliceCodes = []struct {
-	err  error
-	code errcode.Code
-}{
-	{splice.ErrUnknownSession, errcode.UnknownSession},
-	{splice.ErrCapacity, errcode.CapacityExhausted},
-	{splice.ErrNoDevice, errcode.Unavailable},
-	{cache.ErrSpliceSpan, errcode.InvalidSpan},
-	{cache.ErrSpliceOverlap, errcode.OverlappingSpans},
-	{cache.ErrSpliceSink, errcode.SinkProtected},
-}
-
+// fromSplice wraps a splice or index error as a registry error.
 func fromSplice(err error) *errcode.Error {
 	if err == nil {
 		return errcode.New(errcode.Internal, "span verb failed without a reason")
-	}
-	for _, m := range spliceCodes {
-		if errors.Is(err, m.err) {
-			return errcode.Wrap(m.code, err, "")
-		}
 	}
 	return fromCache(err)
 }
