@@ -1,6 +1,10 @@
 package layout
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kvpilot/kvpilot/sdk/enginewire"
+)
 
 // Arrangement is how an arena of many pages places them in memory.
 type Arrangement uint8
@@ -41,26 +45,20 @@ func ParseArrangement(s string) (Arrangement, error) {
 // PageSegmentOffset is where the (layer, buf) segment starts inside one
 // canonical page.
 func (l *Layout) PageSegmentOffset(layer, buf int) int64 {
-	off := int64(layer) * int64(l.LayerPageBytes())
-	for b := 0; b < buf; b++ {
-		off += int64(l.SegmentBytes(b))
-	}
-	return off
+	return l.ArenaSegmentOffset(PageMajor, 1, 0, layer, buf)
 }
 
 // ArenaSegmentOffset is where the (layer, buf) segment of page slot starts
 // in an arena of slots pages arranged as arr. The segment is SegmentBytes(buf)
-// long and contiguous in both arrangements.
+// long and contiguous in both arrangements. The math is the engine wire's
+// (enginewire.SegmentOffset): host and engine must agree on it byte for
+// byte.
 func (l *Layout) ArenaSegmentOffset(arr Arrangement, slots, slot, layer, buf int) int64 {
-	if arr == PageMajor {
-		return int64(slot)*int64(l.PageBytes()) + l.PageSegmentOffset(layer, buf)
-	}
-	// LayerMajor: region (layer, buf) holds slots segments back to back.
-	region := int64(layer) * int64(slots) * int64(l.LayerPageBytes())
+	prior := 0
 	for b := 0; b < buf; b++ {
-		region += int64(slots) * int64(l.SegmentBytes(b))
+		prior += l.SegmentBytes(b)
 	}
-	return region + int64(slot)*int64(l.SegmentBytes(buf))
+	return enginewire.SegmentOffset(arr == PageMajor, l.Layers, l.LayerPageBytes(), prior, l.SegmentBytes(buf), slots, slot, layer)
 }
 
 // ArenaRegionOffset is where the per-layer tensor of (layer, buf) starts in

@@ -127,22 +127,29 @@ func (l *Layout) PageBytes() int { return l.Layers * l.LayerPageBytes() }
 
 // PageSegmentOffset is where segment (layer, buf) starts in a canonical page.
 func (l *Layout) PageSegmentOffset(layer, buf int) int64 {
-	off := int64(layer) * int64(l.LayerPageBytes())
-	for b := 0; b < buf; b++ {
-		off += int64(l.SegmentBytes(b))
-	}
-	return off
+	return l.ArenaSegmentOffset(PageMajor, 1, 0, layer, buf)
 }
 
 // ArenaSegmentOffset is where segment (layer, buf) of page slot starts in
 // an arena of slots pages; the segment is contiguous in both arrangements.
 func (l *Layout) ArenaSegmentOffset(arr Arrangement, slots, slot, layer, buf int) int64 {
-	if arr == PageMajor {
-		return int64(slot)*int64(l.PageBytes()) + l.PageSegmentOffset(layer, buf)
-	}
-	region := int64(layer) * int64(slots) * int64(l.LayerPageBytes())
+	prior := 0
 	for b := 0; b < buf; b++ {
-		region += int64(slots) * int64(l.SegmentBytes(b))
+		prior += l.SegmentBytes(b)
 	}
-	return region + int64(slot)*int64(l.SegmentBytes(buf))
+	return SegmentOffset(arr == PageMajor, l.Layers, l.LayerPageBytes(), prior, l.SegmentBytes(buf), slots, slot, layer)
+}
+
+// SegmentOffset is the arrangements' offset math, the one definition the
+// host's layout shares: where segment (layer, buf) of page slot starts in
+// an arena of slots pages, given a layer's bytes of a page (layerBytes),
+// the bytes of the buffers before buf in a layer (prior) and buf's
+// segment (size). A page-major arena holds whole canonical pages back to
+// back; a layer-major one holds, for each layer and buffer, every slot's
+// segment back to back (the per-layer tensors an engine views).
+func SegmentOffset(pageMajor bool, layers, layerBytes, prior, size, slots, slot, layer int) int64 {
+	if pageMajor {
+		return int64(slot)*int64(layers)*int64(layerBytes) + int64(layer)*int64(layerBytes) + int64(prior)
+	}
+	return int64(layer)*int64(slots)*int64(layerBytes) + int64(slots)*int64(prior) + int64(slot)*int64(size)
 }
