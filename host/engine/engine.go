@@ -68,6 +68,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/pool/tiers"
+	"github.com/kvpilot/kvpilot/host/rpcpeer"
 	"github.com/kvpilot/kvpilot/host/splice"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
 )
@@ -199,14 +200,14 @@ func New(cfg Config) (*Service, error) {
 	s.fills = newFillHub()
 	s.fds = newFDServer(s, cfg.Log.Named("fds"))
 	// Counting sits outside recovery, so a panic counts as internal.
-	unary := []grpc.UnaryServerInterceptor{recoverUnary(cfg.Log)}
-	stream := []grpc.StreamServerInterceptor{recoverStream(cfg.Log)}
+	unary := []grpc.UnaryServerInterceptor{rpcpeer.RecoverUnary(cfg.Log, "engine")}
+	stream := []grpc.StreamServerInterceptor{rpcpeer.RecoverStream(cfg.Log, "engine")}
 	if cfg.Metrics != nil {
 		unary = append([]grpc.UnaryServerInterceptor{countUnary(cfg.Metrics)}, unary...)
 		stream = append([]grpc.StreamServerInterceptor{countStream(cfg.Metrics)}, stream...)
 	}
 	s.grpc = grpc.NewServer(
-		grpc.Creds(peerCreds{}),
+		grpc.Creds(rpcpeer.Creds{Service: "engine"}),
 		grpc.MaxRecvMsgSize(64<<20), // a 1M-token prompt is 4 MiB of tokens; leave room
 		grpc.MaxSendMsgSize(64<<20),
 		grpc.ChainUnaryInterceptor(unary...),

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/pool"
+	"github.com/kvpilot/kvpilot/host/rpcpeer"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/kernels/rope"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -94,7 +95,7 @@ func (s *Service) register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 		return nil, errcode.New(errcode.InvalidLayout, "page_size %d: this host's index pages are %d tokens (index.page_size)", l.PageSize, ps)
 	}
 	uid := -1
-	if p, ok := peerOf(ctx); ok {
+	if p, ok := rpcpeer.Of(ctx); ok {
 		uid = p.UID
 	}
 

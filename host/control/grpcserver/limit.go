@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvpilot/kvpilot/host/control"
+	"github.com/kvpilot/kvpilot/host/rpcpeer"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 	"github.com/kvpilot/kvpilot/sdk/proto/convert"
@@ -31,7 +32,7 @@ import (
 // rateKey is the limiter's source for a peer: its uid, or "uid=?" outside
 // a socket connection.
 func rateKey(ctx context.Context) (string, int) {
-	if p, ok := peerOf(ctx); ok {
+	if p, ok := rpcpeer.Of(ctx); ok {
 		return "uid=" + strconv.Itoa(p.UID), p.UID
 	}
 	return "uid=?", -1

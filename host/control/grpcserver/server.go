@@ -33,6 +33,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/control/publish"
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/ratelimit"
+	"github.com/kvpilot/kvpilot/host/rpcpeer"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
 )
@@ -135,10 +136,10 @@ func New(cfg Config) (*Server, error) {
 		unary = append(unary, s.limitUnary)
 		stream = append(stream, s.limitStream)
 	}
-	unary = append(unary, recoverUnary(cfg.Log))
-	stream = append(stream, recoverStream(cfg.Log))
+	unary = append(unary, rpcpeer.RecoverUnary(cfg.Log, "control"))
+	stream = append(stream, rpcpeer.RecoverStream(cfg.Log, "control"))
 	s.grpc = grpc.NewServer(
-		grpc.Creds(peerCreds{}),
+		grpc.Creds(rpcpeer.Creds{Service: "control"}),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvBytes),
 		grpc.MaxSendMsgSize(cfg.MaxSendBytes),
 		// Local callers on a socket: no connection should hog the host,

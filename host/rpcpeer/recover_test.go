@@ -1,4 +1,4 @@
-package grpcserver
+package rpcpeer
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // interceptor returns normally: the host goes on.
 func TestPanicBecomesInternal(t *testing.T) {
 	info := &grpc.UnaryServerInfo{FullMethod: "/kvpilot.v1.Control/Apply"}
-	resp, err := recoverUnary(hclog.NewNullLogger())(context.Background(), nil, info, func(context.Context, any) (any, error) {
+	resp, err := RecoverUnary(hclog.NewNullLogger(), "control")(context.Background(), nil, info, func(context.Context, any) (any, error) {
 		var m map[string]int
 		m["boom"]++ // nil map write
 		return "unreachable", nil
@@ -27,13 +27,13 @@ func TestPanicBecomesInternal(t *testing.T) {
 		!strings.Contains(err.Error(), "panic in /kvpilot.v1.Control/Apply") {
 		t.Fatalf("got %v, %v", resp, err)
 	}
-	serr := recoverStream(hclog.NewNullLogger())(nil, nil, &grpc.StreamServerInfo{FullMethod: "/kvpilot.v1.Control/WatchEvents"},
+	serr := RecoverStream(hclog.NewNullLogger(), "control")(nil, nil, &grpc.StreamServerInfo{FullMethod: "/kvpilot.v1.Control/WatchEvents"},
 		func(any, grpc.ServerStream) error { panic("stream bug") })
 	if status.Code(serr) != codes.Internal || !strings.Contains(serr.Error(), "stream bug") {
 		t.Fatalf("stream: %v", serr)
 	}
 	// Without a panic, the handler's answer passes through.
-	resp, err = recoverUnary(hclog.NewNullLogger())(context.Background(), nil, info, func(context.Context, any) (any, error) { return "fine", nil })
+	resp, err = RecoverUnary(hclog.NewNullLogger(), "control")(context.Background(), nil, info, func(context.Context, any) (any, error) { return "fine", nil })
 	if resp != "fine" || err != nil {
 		t.Fatalf("got %v, %v", resp, err)
 	}
