@@ -66,6 +66,9 @@ func TestBenchRotateHasTargets(t *testing.T) {
 // bench index reports its targets, memory per page included, so --check
 // tells.
 func TestBenchIndexHasTargets(t *testing.T) {
+	if invariantsOn {
+		t.Skip("the index benchmark's workloads take minutes with the invariant checker on every step; run it without: go test -run TestBenchIndexHasTargets ./host/cmd/kvpilot")
+	}
 	code, out, errs := runCLI("bench", "index", "--pages", "8", "--iters", "2", "--memory-pages", "4096", "--json", "--check")
 	if (code != 0 && code != 1) || strings.Contains(errs, "no targets") || !strings.Contains(out, `"bytes_per_page"`) {
 		t.Fatalf("bench index --check: status %d, stdout %q, stderr %q", code, out, errs)

@@ -1,0 +1,5 @@
+//go:build !invariants
+
+package main
+
+const invariantsOn = false
