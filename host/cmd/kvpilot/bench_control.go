@@ -137,7 +137,8 @@ func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error
 			"gRPC and over NATS request/reply, against a real in-process host. Baselines\n"+
 			"in the same run: an empty gRPC call on the same socket, and a NATS echo on the\n"+
 			"same server. Targets: socket p50 <= 50 us, p99 <= 250 us;\n"+
-			"NATS p50 <= 150 us.", os.Stderr)
+			"NATS p50 <= 150 us; and, against the baselines, socket p50 <= 1.3x and\n"+
+			"p99 <= 2x the empty call's, NATS p50 <= 1.6x the echo's.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	iters := fs.Int("iters", 20000, "timed round trips per arm")
 	warmup := fs.Int("warmup", 2000, "untimed round trips per arm first")
@@ -245,7 +246,10 @@ func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error
 	for _, a := range arms {
 		results[a.name] = summarize(a.samples)
 	}
-	met := results["uds"]["p50_us"] <= 50 && results["uds"]["p99_us"] <= 250 && results["nats"]["p50_us"] <= 150
+	ratios := controlRatios(results)
+	absMet := results["uds"]["p50_us"] <= 50 && results["uds"]["p99_us"] <= 250 && results["nats"]["p50_us"] <= 150
+	ratioMet := ratios["uds_p50"] <= udsP50RatioMax && ratios["uds_p99"] <= udsP99RatioMax && ratios["nats_p50"] <= natsP50RatioMax
+	met := absMet && ratioMet
 	reportMet(ctx, met)
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(map[string]any{
@@ -255,9 +259,12 @@ func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error
 				"directive": "one-directive turn: Cache pin / unpin of one cached block, audited",
 				"nats":      "client over TCP loopback to the embedded server; host in-process",
 			},
-			"arms": results,
+			"arms":   results,
+			"ratios": ratios,
 			"targets": map[string]any{
-				"uds_p50_us_max": 50, "uds_p99_us_max": 250, "nats_p50_us_max": 150, "met": met,
+				"uds_p50_us_max": 50, "uds_p99_us_max": 250, "nats_p50_us_max": 150,
+				"uds_p50_ratio_max": udsP50RatioMax, "uds_p99_ratio_max": udsP99RatioMax, "nats_p50_ratio_max": natsP50RatioMax,
+				"met": met,
 			},
 		})
 	}
@@ -273,8 +280,35 @@ func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error
 		}
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%s\n", a.name, r["p50_us"], r["p99_us"], r["mean_us"], t)
 	}
-	fmt.Fprintf(tw, "\ntargets met: %v\n", met)
+	fmt.Fprintf(tw, "\nratios to the same run's baselines: uds p50 %.2f (<= %.1f), uds p99 %.2f (<= %.1f), nats p50 %.2f (<= %.1f)\n",
+		ratios["uds_p50"], udsP50RatioMax, ratios["uds_p99"], udsP99RatioMax, ratios["nats_p50"], natsP50RatioMax)
+	fmt.Fprintf(tw, "targets met: %v\n", met)
 	return tw.Flush()
+}
+
+// The overhead a directive may add to its transport: its round trip over
+// the round trip of an empty call on the same socket (uds_baseline) or of
+// a raw NATS echo (nats_baseline), measured in the same run.
+const (
+	udsP50RatioMax  = 1.3
+	udsP99RatioMax  = 2.0
+	natsP50RatioMax = 1.6
+)
+
+// controlRatios divides each directive arm's percentiles by its
+// baseline's.
+func controlRatios(r map[string]map[string]float64) map[string]float64 {
+	div := func(a, b float64) float64 {
+		if b <= 0 {
+			return 0
+		}
+		return a / b
+	}
+	return map[string]float64{
+		"uds_p50":  div(r["uds"]["p50_us"], r["uds_baseline"]["p50_us"]),
+		"uds_p99":  div(r["uds"]["p99_us"], r["uds_baseline"]["p99_us"]),
+		"nats_p50": div(r["nats"]["p50_us"], r["nats_baseline"]["p50_us"]),
+	}
 }
 
 func summarize(s []time.Duration) map[string]float64 {
