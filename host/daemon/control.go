@@ -24,6 +24,7 @@ func (d *Daemon) buildControl() error {
 			AllowUIDs: d.cfg.Control.AllowUIDs,
 			Log:       d.log.Named("control"),
 		},
+		Ingress:           c.in,
 		Executor:          c.exec,
 		Index:             c.index,
 		Lock:              &c.mu,
@@ -39,14 +40,9 @@ func (d *Daemon) buildControl() error {
 		JetStream:         d.cfg.NATS.JetStreamCommands,
 		Stream:            d.cfg.NATS.CommandStream,
 		TenantSubjects:    d.cfg.NATS.TenantSubjects,
-		RateLimit:         d.cfg.NATS.RateLimit,
-		RateBurst:         d.cfg.NATS.RateBurst,
-		// The Control socket's tenant binding and per-uid rate limit;
-		// calls refused for their tenant go to the executor's audit log.
-		ControlTenants:   d.cfg.Control.TenantsOf,
-		ControlRateLimit: d.cfg.Control.RateLimit,
-		ControlRateBurst: d.cfg.Control.RateBurst,
-		Audit:            c.audit,
+		// The Control socket's tenant binding; the ingress limits and
+		// audits.
+		ControlTenants: d.cfg.Control.TenantsOf,
 		// Page bytes are those of the open pools' layout (0 until an
 		// engine registers one, when no model is configured).
 		BytesPerPage: d.BytesPerPage,

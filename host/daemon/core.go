@@ -14,6 +14,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/engine"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/natsembed"
 	"github.com/kvpilot/kvpilot/host/pool/tiers"
@@ -25,10 +26,13 @@ import (
 // the one lock that serializes it, the directive executor, the event queue
 // and the NATS connection.
 type core struct {
-	mu     sync.Mutex
-	clock  cache.Clock
-	index  *cache.Index
-	exec   *executor.Executor
+	mu    sync.Mutex
+	clock cache.Clock
+	index *cache.Index
+	exec  *executor.Executor
+	// in is the one way in for directives, over exec: every door
+	// (socket, NATS, policies, engine pins, front door) goes through it.
+	in     *ingress.Ingress
 	audit  *executor.FileAudit
 	events *events.Queue
 	nats   *natsembed.NATS
@@ -112,6 +116,21 @@ func (d *Daemon) buildCore() error {
 	})
 	if err != nil {
 		return fmt.Errorf("start executor: %w", err)
+	}
+	c.in, err = ingress.New(ingress.Config{
+		Executor: c.exec,
+		// Calls refused at a door go to the same audit log as the rest.
+		Audit:    c.audit,
+		Metrics:  d.metrics,
+		Tokenize: d.tokenize,
+		RateLimits: map[ingress.Door]ingress.RateLimit{
+			ingress.Socket: {PerSecond: d.cfg.Control.RateLimit, Burst: d.cfg.Control.RateBurst, Key: "control.rate_limit"},
+			ingress.NATS:   {PerSecond: d.cfg.NATS.RateLimit, Burst: d.cfg.NATS.RateBurst, Key: "nats.rate_limit"},
+		},
+		Log: d.log.Named("ingress"),
+	})
+	if err != nil {
+		return fmt.Errorf("start the directive ingress: %w", err)
 	}
 	if c.mover != nil {
 		if err := d.attachPools(&engine.Pools{Set: c.pools, Mover: c.mover}); err != nil {

@@ -34,7 +34,7 @@ func (d *Daemon) buildEngine() error {
 	cfg := engine.Config{
 		Index:            c.index,
 		Lock:             &c.mu,
-		Executor:         c.exec,
+		Ingress:          c.in,
 		FDSocket:         absPath(d.cfg.EngineFDSocket()),
 		WorkerID:         strconv.FormatUint(d.cfg.WorkerID, 10),
 		LoadBackDeadline: d.cfg.Engine.LoadBackDeadline,

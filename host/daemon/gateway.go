@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvpilot/kvpilot/host/control"
 	"github.com/kvpilot/kvpilot/host/gateway"
 )
 
@@ -56,7 +55,7 @@ func (d *Daemon) buildGateway() error {
 	if tok := d.tokenize; tok != nil {
 		cfg.Tokenize = func(s string) []uint32 { t, _ := tok(s); return t }
 	}
-	d.gateway = gateway.New(cfg, gateway.ExecutorDirectives{Exec: d.core.exec, Recorder: control.NewRecorder(d.metrics)})
+	d.gateway = gateway.New(cfg, gateway.IngressDirectives{In: d.core.in})
 	return nil
 }
 

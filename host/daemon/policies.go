@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/config"
-	"github.com/kvpilot/kvpilot/host/control"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/plugins"
 	"github.com/kvpilot/kvpilot/sdk/directive"
@@ -46,52 +45,16 @@ func (d *Daemon) buildPolicies() error {
 	return nil
 }
 
-// applyPolicyTurn hands a policy's directives to the executor, which
-// audits them under the policy's name; they are counted in the directive
-// metrics like every other door's.
+// applyPolicyTurn is the policies' door: the plugin runtime names the
+// policy as the turn's source, and the ingress tokenizes, applies, audits
+// and counts the turn as it does every door's.
 func (d *Daemon) applyPolicyTurn(ctx context.Context, t directive.Turn) error {
-	if err := d.tokenizeReplacements(&t); err != nil {
-		return err
-	}
-	start := time.Now()
-	reply := d.core.exec.Apply(ctx, t)
-	control.NewRecorder(d.metrics).Turn(reply, func(i int) bool { return i < len(t.Directives) && control.IsPin(t.Directives[i]) }, time.Since(start))
+	reply := d.core.in.Apply(ctx, t)
 	if reply.Status != directive.StatusOK {
 		if reply.Error != nil {
 			return reply.Error
 		}
 		return fmt.Errorf("turn refused: %+v", reply.Results)
-	}
-	return nil
-}
-
-// tokenizeReplacements turns the text replacements of a turn's splices into
-// token ids with the host's tokenizer (WithTokenizer), so the executor can
-// apply them; without a tokenizer the turn goes as it is and the executor
-// refuses text as not_supported_yet. The turn's directives are copied, not
-// edited in place.
-func (d *Daemon) tokenizeReplacements(t *directive.Turn) error {
-	if d.tokenize == nil {
-		return nil
-	}
-	var out []directive.Directive
-	for i, dir := range t.Directives {
-		sp, ok := dir.(directive.Splice)
-		if !ok || sp.Replacement.Text == "" {
-			continue
-		}
-		toks, err := d.tokenize(sp.Replacement.Text)
-		if err != nil {
-			return fmt.Errorf("tokenize the replacement of directive %d: %w", i, err)
-		}
-		if out == nil {
-			out = append([]directive.Directive(nil), t.Directives...)
-		}
-		sp.Replacement = directive.Replacement{Tokens: toks}
-		out[i] = sp
-	}
-	if out != nil {
-		t.Directives = out
 	}
 	return nil
 }

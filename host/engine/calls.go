@@ -9,7 +9,6 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
-	"github.com/kvpilot/kvpilot/host/control"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/tier"
@@ -419,10 +418,7 @@ func (s *Service) finish(ctx context.Context, req *pb.FinishRequest) (*pb.Finish
 		if cc.TTL > 0 {
 			c.TTL = directive.TTLOf(cc.TTL)
 		}
-		start := time.Now()
-		rep := s.cfg.Executor.CacheControl(ctx, source, r.tenant, c)
-		// Counted in the directive metrics as every door's pins are.
-		control.NewRecorder(s.cfg.Metrics).CacheControl(c.Action, rep, time.Since(start))
+		rep := s.cfg.Ingress.CacheControl(ctx, source, r.tenant, c)
 		if rep.Status == directive.StatusOK {
 			resp.Pinned = true
 			resp.PinnedBlocks = uint32(rep.Count())

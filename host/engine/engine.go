@@ -63,7 +63,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvpilot/kvpilot/host/cache"
-	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/mover"
@@ -91,8 +91,9 @@ type Config struct {
 	// component takes around it. Required.
 	Index *cache.Index
 	Lock  sync.Locker
-	// Executor applies Finish's cache_control pin. Required.
-	Executor *executor.Executor
+	// Ingress applies Finish's cache_control pin, as every door's
+	// directives are applied: counted and audited. Required.
+	Ingress *ingress.Ingress
 	// Pools, when set, were opened at start from the configured model: a
 	// registration must match their layout.
 	Pools *Pools
@@ -165,8 +166,8 @@ func New(cfg Config) (*Service, error) {
 	switch {
 	case cfg.Index == nil || cfg.Lock == nil:
 		return nil, fmt.Errorf("%w: Index and Lock are required", ErrConfig)
-	case cfg.Executor == nil:
-		return nil, fmt.Errorf("%w: Executor is required", ErrConfig)
+	case cfg.Ingress == nil:
+		return nil, fmt.Errorf("%w: Ingress is required", ErrConfig)
 	case cfg.Pools == nil && cfg.OpenPools == nil:
 		return nil, fmt.Errorf("%w: give Pools or OpenPools", ErrConfig)
 	}

@@ -188,6 +188,9 @@ func New(cfg Config) (*Executor, error) {
 // that decode JSON themselves.
 func (e *Executor) Limits() directive.Limits { return e.cfg.Limits }
 
+// WorkerID is the worker its replies name.
+func (e *Executor) WorkerID() directive.WorkerID { return e.cfg.WorkerID }
+
 // Apply applies one turn all or none and answers per directive. The turn's
 // Source and Tenant must be what the transport verified. A refused turn is
 // a normal reply (Status error), never a Go error. ctx is checked before the

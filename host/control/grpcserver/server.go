@@ -6,10 +6,11 @@
 // The listener comes from host/uds, which keeps the socket private and
 // refuses peers whose uid is not allowed; this server reads each accepted
 // connection's SO_PEERCRED once and records the uid as the source of every
-// directive it applies. Interceptors count directives by verb and result
-// with their latency, limit calls per peer uid (Config.RateLimit), and turn
-// a panic in a handler into an internal error instead of a crashed host.
-// Request size is bounded by the executor's payload limit.
+// directive it applies. It is a door over host/ingress, which counts,
+// audits and applies what it is handed and limits calls per peer uid;
+// an interceptor turns a panic in a handler into an internal error
+// instead of a crashed host. Request size is bounded by the executor's
+// payload limit.
 //
 // A uid that control.tenants binds acts only for its tenants
 // (TenantBinding): Apply and CacheControl for another tenant are refused
@@ -29,10 +30,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/kvpilot/kvpilot/host/cache"
-	"github.com/kvpilot/kvpilot/host/control"
 	"github.com/kvpilot/kvpilot/host/control/publish"
-	"github.com/kvpilot/kvpilot/host/executor"
-	"github.com/kvpilot/kvpilot/host/ratelimit"
+	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/host/rpcpeer"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
@@ -40,8 +39,10 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Executor applies turns and cache_control requests. Required.
-	Executor *executor.Executor
+	// Ingress applies turns and cache_control requests, and rate-limits
+	// every call per peer uid (its ingress.Socket limit:
+	// control.rate_limit). Required.
+	Ingress *ingress.Ingress
 	// Index and Lock answer Stats; Lock must be the lock the executor
 	// holds. Required.
 	Index *cache.Index
@@ -71,17 +72,6 @@ type Config struct {
 	// Tenants binds peer uids to the tenants they may act for
 	// (config.Control.TenantsOf); nil binds nobody. See TenantBinding.
 	Tenants func(uid int) (tenants []string, bound bool)
-	// RateLimit is calls per second per peer uid (every RPC, and each
-	// WatchEvents stream opened), with bursts of RateBurst; 0 does not
-	// limit.
-	RateLimit float64
-	RateBurst int
-	// Audit receives a record of each Apply and CacheControl refused here
-	// for its tenant (the executor records the rest); nil records none.
-	// The host passes the executor's audit log.
-	Audit executor.AuditLog
-	// Recorder counts directives; nil counts nothing.
-	Recorder *control.Recorder
 	// Log receives panics and shutdown notes; nil discards them.
 	Log hclog.Logger
 }
@@ -92,7 +82,6 @@ type Server struct {
 	cfg     Config
 	limits  directive.Limits
 	binding TenantBinding
-	limiter *ratelimit.Limiter // nil: no limit
 	worker  string
 	grpc    *grpc.Server
 
@@ -103,15 +92,15 @@ type Server struct {
 // New checks cfg and builds the server; Serve starts it.
 func New(cfg Config) (*Server, error) {
 	switch {
-	case cfg.Executor == nil:
-		return nil, errors.New("grpcserver: Executor is required")
+	case cfg.Ingress == nil:
+		return nil, errors.New("grpcserver: Ingress is required")
 	case cfg.Index == nil || cfg.Lock == nil:
 		return nil, errors.New("grpcserver: Index and Lock are required (for Stats)")
 	}
 	if cfg.Log == nil {
 		cfg.Log = hclog.NewNullLogger()
 	}
-	limits := cfg.Executor.Limits()
+	limits := cfg.Ingress.Limits()
 	if cfg.MaxRecvBytes <= 0 {
 		cfg.MaxRecvBytes = limits.MaxPayload
 		if cfg.MaxRecvBytes <= 0 {
@@ -121,18 +110,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxSendBytes <= 0 {
 		cfg.MaxSendBytes = 16 << 20
 	}
-	if cfg.RateLimit < 0 {
-		return nil, fmt.Errorf("grpcserver: RateLimit %v must not be negative", cfg.RateLimit)
-	}
 	s := &Server{cfg: cfg, limits: limits, worker: strconv.FormatUint(cfg.WorkerID, 10), done: make(chan struct{}),
 		binding: TenantBinding{Of: cfg.Tenants}}
-	// Interceptors run outermost first: metrics count every answer,
-	// including a refusal by the limiter; the recovery is innermost, next
-	// to the handlers it guards.
-	unary := []grpc.UnaryServerInterceptor{s.metricsUnary}
-	stream := []grpc.StreamServerInterceptor{}
-	if cfg.RateLimit > 0 {
-		s.limiter = ratelimit.New(cfg.RateLimit, cfg.RateBurst, nil)
+	// Interceptors run outermost first: the rate limit, then the
+	// recovery, innermost, next to the handlers it guards. The ingress
+	// counts directives, so no interceptor does.
+	var unary []grpc.UnaryServerInterceptor
+	var stream []grpc.StreamServerInterceptor
+	if cfg.Ingress.Limited(ingress.Socket) {
 		unary = append(unary, s.limitUnary)
 		stream = append(stream, s.limitStream)
 	}

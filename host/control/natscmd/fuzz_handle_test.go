@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/natsembed"
-	"github.com/kvpilot/kvpilot/host/ratelimit"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -44,8 +42,8 @@ func FuzzHandle(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { _ = n.Close() })
-	s, err := New(Config{Conn: n.Conn(), Executor: ex, WorkerID: 3, WorkerSubject: "kv-control-3",
-		BroadcastSubject: "kv-control-broadcast", Limiter: ratelimit.New(1e9, 1<<30, time.Now)})
+	s, err := New(Config{Conn: n.Conn(), Ingress: ingressOf(f, ex, nil, 1e9), WorkerID: 3, WorkerSubject: "kv-control-3",
+		BroadcastSubject: "kv-control-broadcast"})
 	if err != nil {
 		f.Fatal(err)
 	}

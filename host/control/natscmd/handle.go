@@ -5,12 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/kvpilot/kvpilot/host/control"
+	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -46,7 +45,6 @@ type incoming struct {
 // handle applies one command and returns the JSON answer, or nil when the
 // command is not for this worker.
 func (s *Server) handle(ctx context.Context, in incoming) []byte {
-	start := time.Now()
 	tenant := in.header.Get(headerTenant)
 	if len(tenant) > directive.MaxNameLen {
 		// The executor refuses over-long tenants; keep the header's
@@ -54,12 +52,12 @@ func (s *Server) handle(ctx context.Context, in incoming) []byte {
 		tenant = tenant[:directive.MaxNameLen+1]
 	}
 	if isCacheControl(in.data, s.limits) {
-		return s.handleCacheControl(ctx, in, tenant, start)
+		return s.handleCacheControl(ctx, in, tenant)
 	}
-	return s.handleTurn(ctx, in, tenant, start)
+	return s.handleTurn(ctx, in, tenant)
 }
 
-func (s *Server) handleTurn(ctx context.Context, in incoming, tenant string, start time.Time) []byte {
+func (s *Server) handleTurn(ctx context.Context, in incoming, tenant string) []byte {
 	t, derr := directive.DecodeTurn(in.data, s.limits)
 	declared := ""
 	if derr == nil {
@@ -69,27 +67,27 @@ func (s *Server) handleTurn(ctx context.Context, in incoming, tenant string, sta
 	// The header's tenant comes first; the envelope's only decoded.
 	tenant, terr := s.bind(in, tenant, t.Tenant)
 	var reply directive.TurnReply
-	switch ok, retry := s.cfg.Limiter.Allow(source); {
-	case !ok:
-		s.cfg.Recorder.RateLimited(control.TransportNATS)
-		reply = s.rateLimited(t, source, retry)
-	case terr != nil:
-		reply = s.refuseTurn(t, source, in, terr)
-	case derr != nil:
+	if e := s.cfg.Ingress.Admit(ingress.NATS, source); e != nil {
+		t.Source = source
+		reply = s.cfg.Ingress.RefuseTurn(t, e, false)
+	} else if terr != nil {
+		s.cfg.Log.Warn("NATS command refused", "source", source, "code", terr.Code, "error", terr.Error())
+		t.Source, t.Tenant = source, in.subjectTenant
+		reply = s.cfg.Ingress.RefuseTurn(t, terr, true)
+	} else if derr != nil {
 		// The executor decodes again to answer and audit the refusal.
-		reply = s.cfg.Executor.ApplyJSON(ctx, source, tenant, in.data)
-	default:
+		reply = s.cfg.Ingress.ApplyJSON(ctx, source, tenant, in.data)
+	} else {
 		t.Source, t.Tenant = source, tenant
 		if t.ID == "" {
 			t.ID = in.msgID
 		}
-		reply = s.cfg.Executor.Apply(ctx, t)
+		reply = s.cfg.Ingress.Apply(ctx, t)
 	}
-	s.cfg.Recorder.Turn(reply, func(i int) bool { return i < len(t.Directives) && control.IsPin(t.Directives[i]) }, time.Since(start))
 	return encode(reply)
 }
 
-func (s *Server) handleCacheControl(ctx context.Context, in incoming, tenant string, start time.Time) []byte {
+func (s *Server) handleCacheControl(ctx context.Context, in incoming, tenant string) []byte {
 	c, derr := directive.DecodeCacheControl(in.data, s.limits)
 	if derr == nil && in.broadcast && c.WorkerID != "" && c.WorkerID != s.worker {
 		return nil
@@ -98,31 +96,17 @@ func (s *Server) handleCacheControl(ctx context.Context, in incoming, tenant str
 	// cache_control has no tenant field: the header is the only claim.
 	tenant, terr := s.bind(in, tenant)
 	var reply directive.CacheControlReply
-	switch ok, retry := s.cfg.Limiter.Allow(source); {
-	case !ok:
-		s.cfg.Recorder.RateLimited(control.TransportNATS)
-		reply = directive.ErrorReply(errcode.New(errcode.RateLimited, "source %s: %v; retry in %v", source, s.cfg.Limiter, retry.Round(time.Millisecond)), s.worker)
-	case terr != nil:
-		reply = s.refuseCacheControl(c.Action, source, in, terr)
-	case derr != nil:
-		reply = s.cfg.Executor.CacheControlJSON(ctx, source, tenant, in.data)
-	default:
-		reply = s.cfg.Executor.CacheControl(ctx, source, tenant, c)
+	if e := s.cfg.Ingress.Admit(ingress.NATS, source); e != nil {
+		reply = s.cfg.Ingress.RefuseCacheControl(source, tenant, c.Action, e, false)
+	} else if terr != nil {
+		s.cfg.Log.Warn("NATS command refused", "source", source, "code", terr.Code, "error", terr.Error())
+		reply = s.cfg.Ingress.RefuseCacheControl(source, in.subjectTenant, c.Action, terr, true)
+	} else if derr != nil {
+		reply = s.cfg.Ingress.CacheControlJSON(ctx, source, tenant, c.Action, in.data)
+	} else {
+		reply = s.cfg.Ingress.CacheControl(ctx, source, tenant, c)
 	}
-	s.cfg.Recorder.CacheControl(c.Action, reply, time.Since(start))
 	return encode(reply)
-}
-
-// rateLimited answers a turn refused by the limiter. It is not audited:
-// nothing was attempted, and a flood must not flood the audit log too.
-func (s *Server) rateLimited(t directive.Turn, source string, retry time.Duration) directive.TurnReply {
-	e := errcode.New(errcode.RateLimited, "source %s: %v; retry in %v", source, s.cfg.Limiter, retry.Round(time.Millisecond))
-	r := directive.TurnReply{Status: directive.StatusError, TurnID: t.ID, Error: e, WorkerID: s.worker,
-		Results: make([]directive.Result, len(t.Directives))}
-	for i, d := range t.Directives {
-		r.Results[i] = directive.Result{Index: i, Verb: d.Verb(), Status: directive.StatusError, Error: e.At(i)}
-	}
-	return r
 }
 
 // sourceOf names the sender (see the package doc for the order).

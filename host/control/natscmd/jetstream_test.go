@@ -58,7 +58,7 @@ func (h *host) startNATS() {
 func (h *host) startCommands(jet bool) {
 	h.t.Helper()
 	var err error
-	h.cmds, err = New(Config{Conn: h.nats.Conn(), Executor: h.ex, WorkerID: 3, WorkerSubject: "kv-control-3",
+	h.cmds, err = New(Config{Conn: h.nats.Conn(), Ingress: ingressOf(h.t, h.ex, nil, 0), WorkerID: 3, WorkerSubject: "kv-control-3",
 		BroadcastSubject: "kv-control-broadcast", JetStream: jet})
 	if err != nil {
 		h.t.Fatal(err)

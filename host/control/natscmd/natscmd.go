@@ -59,9 +59,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kvpilot/kvpilot/host/control"
-	"github.com/kvpilot/kvpilot/host/executor"
-	"github.com/kvpilot/kvpilot/host/ratelimit"
+	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 )
 
@@ -69,16 +67,16 @@ import (
 type Config struct {
 	// Conn is the host's NATS connection. Required.
 	Conn *nats.Conn
-	// Executor applies the commands. Required.
-	Executor *executor.Executor
+	// Ingress applies the commands, audits those refused here for
+	// naming a tenant their subject does not act for, and limits commands
+	// per source (its ingress.NATS limit: nats.rate_limit). Required.
+	Ingress *ingress.Ingress
 	// WorkerID is this worker; cache_control requests naming another one
 	// are refused on the worker subject and ignored on the broadcast one.
 	WorkerID uint64
 	// WorkerSubject and BroadcastSubject are the command subjects.
 	// Required (config.WorkerSubject() and nats.broadcast_subject).
 	WorkerSubject, BroadcastSubject string
-	// Limiter limits commands per source; nil does not limit.
-	Limiter *ratelimit.Limiter
 	// JetStream reads commands from the durable stream Stream.
 	JetStream bool
 	// Stream names the command stream (default "KVPILOT_COMMANDS").
@@ -94,12 +92,6 @@ type Config struct {
 	// <BroadcastSubject>.<tenant> and act for that tenant only; the bare
 	// subjects act for the default tenant only.
 	TenantSubjects bool
-	// Audit receives commands refused before they reach the executor for
-	// naming a tenant their subject does not act for; nil: logged only.
-	// (The executor audits everything it is given.)
-	Audit executor.AuditLog
-	// Recorder counts commands; nil counts nothing.
-	Recorder *control.Recorder
 	// Log receives failures; nil discards them.
 	Log hclog.Logger
 }
@@ -142,8 +134,8 @@ func New(cfg Config) (*Server, error) {
 	switch {
 	case cfg.Conn == nil:
 		return nil, errors.New("natscmd: Conn is required")
-	case cfg.Executor == nil:
-		return nil, errors.New("natscmd: Executor is required")
+	case cfg.Ingress == nil:
+		return nil, errors.New("natscmd: Ingress is required")
 	case cfg.WorkerSubject == "" || cfg.BroadcastSubject == "":
 		return nil, errors.New("natscmd: WorkerSubject and BroadcastSubject are required")
 	}
@@ -164,7 +156,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
-		cfg: cfg, limits: cfg.Executor.Limits(), worker: directive.WorkerID(strconv.FormatUint(cfg.WorkerID, 10)),
+		cfg: cfg, limits: cfg.Ingress.Limits(), worker: directive.WorkerID(strconv.FormatUint(cfg.WorkerID, 10)),
 		ctx: ctx, cancel: cancel, seen: newIDRing(4096),
 	}, nil
 }

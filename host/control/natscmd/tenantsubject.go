@@ -5,7 +5,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
@@ -104,39 +103,6 @@ func (s *Server) bind(in incoming, claims ...string) (string, *errcode.Error) {
 			in.subject, acts, short(c), elsewhere)
 	}
 	return in.subjectTenant, nil
-}
-
-// refuseTurn answers a turn refused before the executor saw it, and
-// audits it: a command for another tenant is worth an operator's look.
-func (s *Server) refuseTurn(t directive.Turn, source string, in incoming, e *errcode.Error) directive.TurnReply {
-	r := directive.TurnReply{Status: directive.StatusError, TurnID: t.ID, Error: e, WorkerID: s.worker,
-		Results: make([]directive.Result, len(t.Directives))}
-	for i, d := range t.Directives {
-		r.Results[i] = directive.Result{Index: i, Verb: d.Verb(), Status: directive.StatusError, Error: e.At(i)}
-	}
-	s.auditRefusal(executor.Record{TurnID: t.ID, Source: source, Tenant: in.subjectTenant, Verb: "turn", Target: t.String()}, e)
-	return r
-}
-
-// refuseCacheControl is refuseTurn for cache_control.
-func (s *Server) refuseCacheControl(action directive.Action, source string, in incoming, e *errcode.Error) directive.CacheControlReply {
-	verb := "cache_control"
-	if action != "" && len(action) <= 64 {
-		verb = string(action)
-	}
-	s.auditRefusal(executor.Record{Source: source, Tenant: in.subjectTenant, Verb: verb}, e)
-	return directive.ErrorReply(e, s.worker)
-}
-
-func (s *Server) auditRefusal(rec executor.Record, e *errcode.Error) {
-	s.cfg.Log.Warn("NATS command refused", "source", rec.Source, "code", e.Code, "error", e.Error())
-	if s.cfg.Audit == nil {
-		return
-	}
-	rec.Index = -1
-	if err := s.cfg.Audit.Append([]executor.Record{executor.Refused(rec, e)}); err != nil {
-		s.cfg.Log.Error("audit log write failed", "error", err)
-	}
 }
 
 // short quotes s for an error message, cut to a readable length: the

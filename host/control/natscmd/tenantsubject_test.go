@@ -102,8 +102,8 @@ func newTenantEnv(t *testing.T, jet bool) *tenantEnv {
 		e.pages[name] = h.Sequence
 	}
 	e.host = e.connect("host", nil)
-	e.cmds, err = New(Config{Conn: e.host, Executor: ex, WorkerID: 7, WorkerSubject: "kv-control-7",
-		BroadcastSubject: "kv-control-broadcast", TenantSubjects: true, JetStream: jet, Audit: e.audit})
+	e.cmds, err = New(Config{Conn: e.host, Ingress: ingressOf(t, ex, e.audit, 0), WorkerID: 7, WorkerSubject: "kv-control-7",
+		BroadcastSubject: "kv-control-broadcast", TenantSubjects: true, JetStream: jet})
 	if err != nil {
 		t.Fatal(err)
 	}

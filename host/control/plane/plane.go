@@ -1,4 +1,4 @@
-// Package plane assembles the control plane over one executor: the
+// Package plane assembles the control plane over one ingress: the
 // Control service on its private Unix socket, the NATS command plane, and
 // the event publisher that feeds NATS and WatchEvents. The daemon builds
 // one from its configuration; benchmarks and tests build one from parts.
@@ -19,14 +19,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kvpilot/kvpilot/host/cache"
-	"github.com/kvpilot/kvpilot/host/control"
 	"github.com/kvpilot/kvpilot/host/control/grpcserver"
 	"github.com/kvpilot/kvpilot/host/control/natscmd"
 	"github.com/kvpilot/kvpilot/host/control/publish"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/host/metrics"
-	"github.com/kvpilot/kvpilot/host/ratelimit"
 	"github.com/kvpilot/kvpilot/host/uds"
 )
 
@@ -34,7 +33,13 @@ import (
 type Config struct {
 	// Socket places the Control socket and names who may connect.
 	Socket uds.Options
-	// Executor, Index and Lock are the host's core. Required.
+	// Ingress is where the socket's and NATS's directives go in; nil
+	// builds one from Executor, Audit, Metrics and the rate limits below
+	// (benchmarks and tests). The daemon passes the host's one ingress,
+	// and then those fields are not read.
+	Ingress *ingress.Ingress
+	// Executor, Index and Lock are the host's core. Index and Lock are
+	// required; so is Executor without an Ingress.
 	Executor *executor.Executor
 	Index    *cache.Index
 	Lock     sync.Locker
@@ -112,9 +117,11 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 	if cfg.Socket.Log == nil {
 		cfg.Socket.Log = cfg.Log
 	}
-	rec := control.NewRecorder(cfg.Metrics)
 	p := &Plane{cfg: cfg, hub: publish.NewHub()}
-	var err error
+	ing, err := ingressOf(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Events != nil {
 		p.pub, err = publish.New(publish.Config{Conn: cfg.NATS, Subject: cfg.EventsSubject, Format: cfg.EventsFormat, PublisherID: cfg.EventsPublisherID, WorkerID: cfg.WorkerID,
 			DPRank: cfg.DPRank, Hub: p.hub, Metrics: cfg.Metrics, Log: cfg.Log.Named("events")})
@@ -123,9 +130,9 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 		}
 	}
 	p.srv, err = grpcserver.New(grpcserver.Config{
-		Executor: cfg.Executor, Index: cfg.Index, Lock: cfg.Lock, Hub: p.hub, WatchBuffer: cfg.WatchBuffer,
-		WorkerID: cfg.WorkerID, BytesPerPage: cfg.BytesPerPage, Sessions: cfg.Sessions, Saved: cfg.Saved, Recorder: rec, Log: cfg.Log.Named("control"),
-		Tenants: cfg.ControlTenants, RateLimit: cfg.ControlRateLimit, RateBurst: cfg.ControlRateBurst, Audit: cfg.Audit,
+		Ingress: ing, Index: cfg.Index, Lock: cfg.Lock, Hub: p.hub, WatchBuffer: cfg.WatchBuffer,
+		WorkerID: cfg.WorkerID, BytesPerPage: cfg.BytesPerPage, Sessions: cfg.Sessions, Saved: cfg.Saved, Log: cfg.Log.Named("control"),
+		Tenants: cfg.ControlTenants,
 	})
 	if err != nil {
 		return nil, err
@@ -136,11 +143,10 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 	}
 	if cfg.NATS != nil {
 		p.cmds, err = natscmd.New(natscmd.Config{
-			Conn: cfg.NATS, Executor: cfg.Executor, WorkerID: cfg.WorkerID,
+			Conn: cfg.NATS, Ingress: ing, WorkerID: cfg.WorkerID,
 			WorkerSubject: cfg.WorkerSubject, BroadcastSubject: cfg.BroadcastSubject,
-			Limiter:   ratelimit.New(cfg.RateLimit, cfg.RateBurst, nil),
-			JetStream: cfg.JetStream, Stream: cfg.Stream, Recorder: rec, Log: cfg.Log.Named("natscmd"),
-			TenantSubjects: cfg.TenantSubjects, Audit: cfg.Audit,
+			JetStream: cfg.JetStream, Stream: cfg.Stream, Log: cfg.Log.Named("natscmd"),
+			TenantSubjects: cfg.TenantSubjects,
 		})
 		if err == nil {
 			err = p.cmds.Start(ctx)
@@ -151,6 +157,20 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 		}
 	}
 	return p, nil
+}
+
+// ingressOf is cfg's ingress, or one built from its parts.
+func ingressOf(cfg Config) (*ingress.Ingress, error) {
+	if cfg.Ingress != nil {
+		return cfg.Ingress, nil
+	}
+	return ingress.New(ingress.Config{
+		Executor: cfg.Executor, Audit: cfg.Audit, Metrics: cfg.Metrics, Log: cfg.Log.Named("ingress"),
+		RateLimits: map[ingress.Door]ingress.RateLimit{
+			ingress.Socket: {PerSecond: cfg.ControlRateLimit, Burst: cfg.ControlRateBurst, Key: "control.rate_limit"},
+			ingress.NATS:   {PerSecond: cfg.RateLimit, Burst: cfg.RateBurst, Key: "nats.rate_limit"},
+		},
+	})
 }
 
 // SocketPath is the Control socket's path.

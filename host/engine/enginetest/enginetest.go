@@ -23,6 +23,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/engine"
 	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/pool/disk"
@@ -205,7 +206,11 @@ func Start(o Options) (*Host, error) {
 			_ = p.Mover.Release(context.Background(), freed)
 		}
 	}
-	cfg := engine.Config{Index: h.Index, Lock: h.Lock, Executor: h.Executor, WorkerID: o.WorkerID,
+	in, err := ingress.New(ingress.Config{Executor: h.Executor, Audit: h.Audit})
+	if err != nil {
+		return nil, err
+	}
+	cfg := engine.Config{Index: h.Index, Lock: h.Lock, Ingress: in, WorkerID: o.WorkerID,
 		LoadBackDeadline: o.LoadBackDeadline, Log: log.Named("engine"), AutoSplice: o.AutoSplice,
 		// The splicer of each registered layout, as the daemon builds it.
 		OnRegister: func(reg engine.Registration, p *engine.Pools) {
