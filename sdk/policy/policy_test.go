@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/kvpilot/kvpilot/sdk/directive"
 )
 
 func TestProtoRoundTrip(t *testing.T) {
@@ -62,13 +64,13 @@ func TestNegotiate(t *testing.T) {
 
 func TestDecodeParams(t *testing.T) {
 	var p struct {
-		D Duration `json:"d"`
-		N int      `json:"n"`
+		D directive.TTL `json:"d"`
+		N int           `json:"n"`
 	}
-	if err := DecodeParams([]byte(`{"d":"5m","n":2}`), &p); err != nil || p.D.D() != 5*time.Minute || p.N != 2 {
+	if err := DecodeParams([]byte(`{"d":"5m","n":2}`), &p); err != nil || p.D.Duration() != 5*time.Minute || p.N != 2 {
 		t.Fatalf("%+v %v", p, err)
 	}
-	if err := DecodeParams([]byte(`{"d":90}`), &p); err != nil || p.D.D() != 90*time.Second {
+	if err := DecodeParams([]byte(`{"d":90}`), &p); err != nil || p.D.Duration() != 90*time.Second {
 		t.Fatalf("%+v %v", p, err)
 	}
 	if err := DecodeParams([]byte(`{"typo":1}`), &p); err == nil {
