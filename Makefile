@@ -76,6 +76,7 @@ lint: py-env
 verify: lint
 	$(GO) mod tidy -diff
 	@if [ -x sdk/proto/gen.sh ] && command -v protoc >/dev/null; then sdk/proto/gen.sh && git diff --exit-code -- sdk/proto; fi
+	$(GO) generate ./sdk/errcode && git diff --exit-code -- sdk/errcode sdk/python/kvpilot/_errcodes.py
 
 ## proto: regenerate the gRPC code: Go under sdk/proto, Python under
 ## sdk/python/kvpilot/v1 (both committed)

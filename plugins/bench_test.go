@@ -10,7 +10,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/sdk/directive"
-	"github.com/kvpilot/kvpilot/sdk/policy"
+	"github.com/kvpilot/kvpilot/sdk/policy/pluginwire"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
 )
 
@@ -27,7 +27,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.client.Kill()
-	po, _ := policy.ToProto(request("s", 0))
+	po, _ := pluginwire.ToProto(request("s", 0))
 	obs := []*pb.Observation{po}
 	lat := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()

@@ -10,6 +10,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
+	"github.com/kvpilot/kvpilot/sdk/policy/pluginwire"
 	"github.com/kvpilot/kvpilot/sdk/policytest"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
 )
@@ -31,7 +32,7 @@ func (o *procObserver) TryObserve(obs policy.Observation) ([]directive.Directive
 	}
 	o.seq++
 	obs.Seq = o.seq
-	po, err := policy.ToProto(obs)
+	po, err := pluginwire.ToProto(obs)
 	if err != nil {
 		return nil, err
 	}

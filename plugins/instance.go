@@ -14,6 +14,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
+	"github.com/kvpilot/kvpilot/sdk/policy/pluginwire"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
 )
 
@@ -267,7 +268,7 @@ func (in *instance) call(items []item) error {
 }
 
 // apply hands one observation's directives to the sink as one turn.
-func (in *instance) apply(it item, res policy.Result) {
+func (in *instance) apply(it item, res pluginwire.Result) {
 	if res.Err != nil {
 		in.policyErrors.Add(1)
 		in.log.Warn("policy error", "seq", it.obs.GetSeq(), "session", it.obs.GetSession(), "error", res.Err)
@@ -299,7 +300,7 @@ func (in *instance) apply(it item, res policy.Result) {
 // splitByTenant makes one turn per tenant the directives act for, in order
 // of first appearance; each turn is all or none on its own, since a turn is
 // executed for one tenant.
-func splitByTenant(source, obsTenant string, res policy.Result) []directive.Turn {
+func splitByTenant(source, obsTenant string, res pluginwire.Result) []directive.Turn {
 	if res.Tenants == nil {
 		return []directive.Turn{{Source: source, Tenant: obsTenant, Directives: res.Directives}}
 	}

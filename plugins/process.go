@@ -16,13 +16,14 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/sdk/policy"
+	"github.com/kvpilot/kvpilot/sdk/policy/pluginwire"
 )
 
 // proc is one running plugin process.
 type proc struct {
 	client *plugin.Client
-	rpc    *policy.Client
-	info   policy.Negotiated
+	rpc    *pluginwire.Client
+	info   pluginwire.Negotiated
 }
 
 // launch starts the plugin process for spec, negotiates Info and calls
@@ -47,8 +48,8 @@ func (r *Runtime) launch(ctx context.Context, spec config.Policy) (*proc, error)
 		return nil, fmt.Errorf("policy %q: %w", spec.Name, err)
 	}
 	c := plugin.NewClient(&plugin.ClientConfig{
-		HandshakeConfig:  policy.Handshake,
-		Plugins:          policy.Plugins(nil, nil),
+		HandshakeConfig:  pluginwire.Handshake,
+		Plugins:          pluginwire.Plugins(),
 		Cmd:              cmd,
 		SecureConfig:     secure,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
@@ -64,13 +65,13 @@ func (r *Runtime) launch(ctx context.Context, spec config.Policy) (*proc, error)
 	if err != nil {
 		return fail(err)
 	}
-	raw, err := cp.Dispense(policy.PluginName)
+	raw, err := cp.Dispense(pluginwire.PluginName)
 	if err != nil {
 		return fail(err)
 	}
-	rpc, ok := raw.(*policy.Client)
+	rpc, ok := raw.(*pluginwire.Client)
 	if !ok {
-		return fail(fmt.Errorf("dispensed %T, want *policy.Client", raw))
+		return fail(fmt.Errorf("dispensed %T, want *pluginwire.Client", raw))
 	}
 	info, err := rpc.Info(ctx, []uint32{policy.APIVersion})
 	if err != nil {

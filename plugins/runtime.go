@@ -37,6 +37,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
+	"github.com/kvpilot/kvpilot/sdk/policy/pluginwire"
 )
 
 // Sink receives each policy turn: the directives a policy returned for one
@@ -172,7 +173,7 @@ func New(opts Options) (*Runtime, error) {
 // drop, counted with reason "queue_full".
 func (r *Runtime) Observe(obs policy.Observation) error {
 	obs.Seq = r.seq.Add(1)
-	p, err := policy.ToProto(obs)
+	p, err := pluginwire.ToProto(obs)
 	if err != nil {
 		return fmt.Errorf("plugins: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
@@ -25,7 +26,7 @@ func main() { policy.Serve(&retainSystem{}) }
 //	duration  duration  how long each retention lasts (default "10m")
 type retainSystem struct {
 	priority int
-	duration policy.Duration
+	duration directive.TTL
 	// seen avoids re-sending the same retention for every request.
 	seen map[string]int64
 }
@@ -36,13 +37,13 @@ func (*retainSystem) Info() policy.Info {
 
 func (p *retainSystem) Configure(raw json.RawMessage) error {
 	params := struct {
-		Priority *int             `json:"priority"`
-		Duration *policy.Duration `json:"duration"`
+		Priority *int           `json:"priority"`
+		Duration *directive.TTL `json:"duration"`
 	}{}
 	if err := policy.DecodeParams(raw, &params); err != nil {
 		return err
 	}
-	p.priority, p.duration = 80, policy.Duration(10*60e9)
+	p.priority, p.duration = 80, directive.TTL(10*time.Minute)
 	if params.Priority != nil {
 		p.priority = *params.Priority
 	}
@@ -67,6 +68,6 @@ func (p *retainSystem) Observe(_ context.Context, obs policy.Observation) ([]pol
 	}
 	p.seen[obs.Session] = end
 	policy.Logger().Debug("retaining system prompt", "session", obs.Session, "tokens", end)
-	d := directive.TTL(p.duration)
+	d := p.duration
 	return []policy.Directive{directive.Retain{Session: obs.Session, Start: 0, End: end, Priority: p.priority, Duration: &d}}, nil
 }

@@ -2,6 +2,11 @@
 // codes (sdk/errcode): the index's, the pools' and the splicer's sentinels,
 // and a context's end. The executor and the engine service both answer
 // with it, so an error means the same code whichever door it comes out of.
+//
+// Every exported sentinel of cache, pool and splice is listed here, either
+// with the code a client sees or as internal: one that reaches a client only
+// through a bug. The package test parses those packages and fails when a new
+// sentinel is in neither list, so adding one is a decision, not a default.
 package errmap
 
 import (
@@ -43,6 +48,19 @@ var codes = []struct {
 	{context.Canceled, errcode.Unavailable},
 }
 
+// internal are the sentinels a client request cannot cause: a config the
+// host refused at start, a state another component handles (the mover's
+// transitions, the disk's corrupt pages) or a broken invariant. They read as
+// errcode.Internal; they are listed so that a new sentinel is a decision.
+var internal = []error{
+	cache.ErrBadConfig, cache.ErrNotLocked, cache.ErrPinned, cache.ErrLeased,
+	cache.ErrHashCollision, cache.ErrNotResident, cache.ErrHasChildren,
+	cache.ErrTransient, cache.ErrUnknownTransition, cache.ErrTransitionCancelled,
+	cache.ErrTransitionOrder, cache.ErrAlreadyResident, cache.ErrSpliceStale,
+	pool.ErrNotFound, pool.ErrCorrupt, pool.ErrPageSize, pool.ErrClosed, pool.ErrKey,
+	splice.ErrUnsupported, splice.ErrFill,
+}
+
 // Code is err's registry code: the code of a registry error it wraps, or
 // of the first sentinel it matches; Internal (a bug, not a client's
 // error) when neither.
@@ -69,4 +87,23 @@ func Wrap(err error, format string, args ...any) *errcode.Error {
 		return e
 	}
 	return errcode.Wrap(Code(err), err, format, args...)
+}
+
+// Sentinel is one listed sentinel and the code a client sees for it.
+type Sentinel struct {
+	Err  error
+	Code errcode.Code
+}
+
+// Sentinels returns every listed sentinel with its code, internal ones
+// included, so that a caller's tests can check that it maps through here.
+func Sentinels() []Sentinel {
+	out := make([]Sentinel, 0, len(codes)+len(internal))
+	for _, r := range codes {
+		out = append(out, Sentinel{r.err, r.code})
+	}
+	for _, e := range internal {
+		out = append(out, Sentinel{e, errcode.Internal})
+	}
+	return out
 }

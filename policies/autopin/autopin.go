@@ -46,13 +46,13 @@ const Name = "auto-pin"
 
 // Params are the policy's parameters; see the package doc.
 type Params struct {
-	MinHits         *int             `json:"min_hits"`
-	Window          *policy.Duration `json:"window"`
-	TTL             *policy.Duration `json:"ttl"`
-	MaxPinnedBlocks *int             `json:"max_pinned_blocks"`
-	MinDepth        *int             `json:"min_depth"`
-	CoolBelow       *int             `json:"cool_below"`
-	PerSession      *bool            `json:"per_session"`
+	MinHits         *int           `json:"min_hits"`
+	Window          *directive.TTL `json:"window"`
+	TTL             *directive.TTL `json:"ttl"`
+	MaxPinnedBlocks *int           `json:"max_pinned_blocks"`
+	MinDepth        *int           `json:"min_depth"`
+	CoolBelow       *int           `json:"cool_below"`
+	PerSession      *bool          `json:"per_session"`
 }
 
 type key struct {
@@ -120,11 +120,11 @@ func (p *Policy) Configure(raw json.RawMessage) error {
 		}
 		return *v
 	}
-	durOr := func(v *policy.Duration, def time.Duration) time.Duration {
+	durOr := func(v *directive.TTL, def time.Duration) time.Duration {
 		if v == nil || *v == 0 {
 			return def
 		}
-		return v.D()
+		return v.Duration()
 	}
 	p.minHits = intOr(ps.MinHits, 3)
 	p.maxPinned = intOr(ps.MaxPinnedBlocks, 4096)

@@ -37,12 +37,12 @@ const Name = "idle-pause"
 
 // Params are the policy's parameters; see the package doc.
 type Params struct {
-	IdleAfter        *policy.Duration `json:"idle_after"`
-	LeaseTTL         *policy.Duration `json:"lease_ttl"`
-	RenewBefore      *policy.Duration `json:"renew_before"`
-	ExpectBackWithin *policy.Duration `json:"expect_back_within"`
-	MinBlocks        *int             `json:"min_blocks"`
-	MaxPausesPerTick *int             `json:"max_pauses_per_tick"`
+	IdleAfter        *directive.TTL `json:"idle_after"`
+	LeaseTTL         *directive.TTL `json:"lease_ttl"`
+	RenewBefore      *directive.TTL `json:"renew_before"`
+	ExpectBackWithin *directive.TTL `json:"expect_back_within"`
+	MinBlocks        *int           `json:"min_blocks"`
+	MaxPausesPerTick *int           `json:"max_pauses_per_tick"`
 }
 
 type session struct {
@@ -76,11 +76,11 @@ func (p *Policy) Configure(raw json.RawMessage) error {
 	if err := policy.DecodeParams(raw, &ps); err != nil {
 		return err
 	}
-	dur := func(d *policy.Duration, def time.Duration) time.Duration {
+	dur := func(d *directive.TTL, def time.Duration) time.Duration {
 		if d == nil || *d == 0 {
 			return def
 		}
-		return d.D()
+		return d.Duration()
 	}
 	p.idleAfter = dur(ps.IdleAfter, 10*time.Minute)
 	p.leaseTTL = dur(ps.LeaseTTL, time.Hour)

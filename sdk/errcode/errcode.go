@@ -3,13 +3,16 @@
 // Each error has a stable string code ("unknown_block"), a stable number
 // (2001), the gRPC status code it travels under, a fixed message and a hint
 // that tells the client what it can do about it. The whole table lives in
-// registry.go, so a code is never reused with another meaning and clients in
-// other languages can switch on it. Free-form context (which hash, which
+// one data file, errors.json; go generate renders it as registry_gen.go and
+// as the Python SDK's classes, so a code is written once, never reused with
+// another meaning, and clients in other languages can switch on it. Free-form context (which hash, which
 // directive) goes into Error.Detail, never into the message.
 //
 // Sentinels (ErrUnknownBlock, ...) work with errors.Is: an *Error matches a
 // sentinel of the same code, whatever its detail or wrapped cause.
 package errcode
+
+//go:generate go run ./internal/errgen
 
 import (
 	"encoding/json"

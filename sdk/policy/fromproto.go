@@ -7,9 +7,9 @@ import (
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
 )
 
-// FromProto converts an observation from its wire form, refusing one whose
+// fromProto converts an observation from its wire form, refusing one whose
 // body is missing or unknown.
-func FromProto(p *pb.Observation) (Observation, error) {
+func fromProto(p *pb.Observation) (Observation, error) {
 	o := Observation{Seq: p.GetSeq(), Session: p.GetSession(), Tenant: p.GetTenant()}
 	if ns := p.GetTimeUnixNano(); ns != 0 {
 		o.Time = time.Unix(0, ns)
@@ -67,14 +67,6 @@ func spansFromProto(ss []*pb.Span) []Span {
 	out := make([]Span, len(ss))
 	for i, s := range ss {
 		out[i] = spanFromProto(s)
-	}
-	return out
-}
-
-func kindsFromProto(ks []pb.Kind) []Kind {
-	out := make([]Kind, 0, len(ks))
-	for _, k := range ks {
-		out = append(out, Kind(k))
 	}
 	return out
 }

@@ -2,50 +2,38 @@ package policy
 
 import (
 	"context"
+	"errors"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
+	"github.com/kvpilot/kvpilot/sdk/policy/internal/wire"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
 )
 
-// Handshake is the fixed go-plugin handshake between the host and every
-// policy plugin. ProtocolVersion never changes: the application API version
-// is negotiated in Info instead, so that one host can run plugins built
-// against several SDK releases.
-var Handshake = plugin.HandshakeConfig{
-	ProtocolVersion:  1,
-	MagicCookieKey:   "KVPILOT_POLICY_PLUGIN",
-	MagicCookieValue: "7f3c1e9a5b2d4086a1c3e5f7092b4d6e",
+func init() {
+	wire.NewServer = func(p any, log hclog.Logger) pb.PolicyServer { return newServer(p.(Policy), log) }
 }
 
-// PluginName is the name the policy service is dispensed under.
-const PluginName = "policy"
-
-// Plugins returns the go-plugin set for a host (impl nil) or a plugin.
-func Plugins(impl Policy, log hclog.Logger) plugin.PluginSet {
-	return plugin.PluginSet{PluginName: &GRPCPlugin{Impl: impl, Log: log}}
-}
-
-// GRPCPlugin is the go-plugin glue: the plugin side registers the policy's
-// gRPC service, the host side gets a *Client.
-type GRPCPlugin struct {
+// grpcPlugin is the plugin side of the go-plugin glue: it registers the
+// policy's gRPC service. The host side is pluginwire's.
+type grpcPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
-	Impl Policy
-	Log  hclog.Logger
+	impl Policy
+	log  hclog.Logger
 
 	srv *server
 }
 
 // GRPCServer registers the policy service on the plugin's gRPC server.
-func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	p.srv = NewServer(p.Impl, p.Log).(*server)
+func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	p.srv = newServer(p.impl, p.log)
 	pb.RegisterPolicyServer(s, p.srv)
 	return nil
 }
 
-// GRPCClient returns a *Client for the host.
-func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return NewClient(c), nil
+// GRPCClient is the host's side, which a plugin process never takes.
+func (p *grpcPlugin) GRPCClient(context.Context, *plugin.GRPCBroker, *grpc.ClientConn) (any, error) {
+	return nil, errors.New("policy: the plugin side has no client; the host uses pluginwire")
 }

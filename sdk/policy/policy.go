@@ -7,7 +7,7 @@
 //	func main() { policy.Serve(myPolicy{}) }
 //
 // The host starts the binary as a separate process. go-plugin's handshake
-// (fixed, Handshake) and gRPC run underneath; the application API version is
+// (fixed) and gRPC run underneath; the application API version is
 // negotiated in Info, so a plugin built against an older SDK keeps working
 // as long as the host still speaks one of its versions. The host then calls
 // Configure once with the policy's params from the host config, and Observe
@@ -19,13 +19,13 @@
 // over it. Serve hands Logger a hclog logger that writes JSON to stderr,
 // which the host folds into its own log.
 //
-// sdk/policytest runs a policy without a host, for unit tests.
+// sdk/policytest runs a policy without a host, for unit tests. The host's
+// side of the protocol is in pluginwire; an author never needs it.
 package policy
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 )
 
 // APIVersion is the application API version this SDK speaks. It rises only
@@ -69,24 +69,4 @@ type Info struct {
 // plugin (a hot-swap, or host shutdown), to flush whatever the policy holds.
 type Closer interface {
 	Close() error
-}
-
-// ErrNoCommonVersion is returned when host and plugin share no application
-// API version.
-var ErrNoCommonVersion = errors.New("policy: host and plugin share no application API version")
-
-// Negotiate returns the highest version present in both lists, or 0.
-func Negotiate(host, plugin []uint32) uint32 {
-	if len(plugin) == 0 {
-		plugin = []uint32{APIVersion}
-	}
-	var best uint32
-	for _, h := range host {
-		for _, p := range plugin {
-			if h == p && h > best {
-				best = h
-			}
-		}
-	}
-	return best
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+
+	"github.com/kvpilot/kvpilot/sdk/policy/internal/wire"
 )
 
 // ErrNotLaunchedByHost is returned by Run when the binary was started by
@@ -27,14 +29,14 @@ func Serve(p Policy) {
 // Run serves p until the host closes the connection, then calls p's
 // optional Close.
 func Run(p Policy) error {
-	if os.Getenv(Handshake.MagicCookieKey) != Handshake.MagicCookieValue {
+	if os.Getenv(wire.Handshake.MagicCookieKey) != wire.Handshake.MagicCookieValue {
 		return ErrNotLaunchedByHost
 	}
 	log := Logger().Named(p.Info().Name)
-	gp := &GRPCPlugin{Impl: p, Log: log}
+	gp := &grpcPlugin{impl: p, log: log}
 	plugin.Serve(&plugin.ServeConfig{
-		HandshakeConfig: Handshake,
-		Plugins:         plugin.PluginSet{PluginName: gp},
+		HandshakeConfig: wire.Handshake,
+		Plugins:         plugin.PluginSet{wire.PluginName: gp},
 		GRPCServer:      plugin.DefaultGRPCServer,
 		Logger:          log,
 	})

@@ -25,9 +25,10 @@ type server struct {
 	version uint32
 }
 
-// NewServer returns the gRPC service for p. Serve uses it; sdk/policytest
-// uses it to run a policy over an in-memory connection.
-func NewServer(p Policy, log hclog.Logger) pb.PolicyServer {
+// newServer returns the gRPC service for p. Serve runs it; pluginwire
+// reaches it through internal/wire, so that sdk/policytest can run a policy
+// over an in-memory connection.
+func newServer(p Policy, log hclog.Logger) *server {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
@@ -42,7 +43,7 @@ func (s *server) Info(_ context.Context, req *pb.InfoRequest) (*pb.InfoResponse,
 	if len(versions) == 0 {
 		versions = []uint32{APIVersion}
 	}
-	v := Negotiate(req.GetHostApiVersions(), versions)
+	v := negotiate(req.GetHostApiVersions(), versions)
 	s.version = v
 	return &pb.InfoResponse{
 		Name: info.Name, Version: info.Version, ApiVersion: v,
@@ -68,7 +69,7 @@ func (s *server) Observe(ctx context.Context, req *pb.ObserveRequest) (*pb.Obser
 	defer s.mu.Unlock()
 	resp := &pb.ObserveResponse{Replies: make([]*pb.Reply, 0, len(req.GetObservations()))}
 	for _, po := range req.GetObservations() {
-		o, err := FromProto(po)
+		o, err := fromProto(po)
 		var ds []Directive
 		if err == nil {
 			ds, err = s.safeObserve(ctx, o)
@@ -115,4 +116,20 @@ func (s *server) close() error {
 		return c.Close()
 	}
 	return nil
+}
+
+// negotiate returns the highest version present in both lists, or 0.
+func negotiate(host, plugin []uint32) uint32 {
+	if len(plugin) == 0 {
+		plugin = []uint32{APIVersion}
+	}
+	var best uint32
+	for _, h := range host {
+		for _, p := range plugin {
+			if h == p && h > best {
+				best = h
+			}
+		}
+	}
+	return best
 }

@@ -27,14 +27,15 @@ import (
 
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
+	"github.com/kvpilot/kvpilot/sdk/policy/pluginwire"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
 )
 
 // Harness is one running policy.
 type Harness struct {
 	t      testing.TB
-	client *policy.Client
-	info   policy.Negotiated
+	client *pluginwire.Client
+	info   pluginwire.Negotiated
 	subs   map[policy.Kind]bool
 	seq    uint64
 	// Limits are the turn rules directives are checked against.
@@ -59,7 +60,7 @@ func Start(t testing.TB, p policy.Policy, params any) (*Harness, error) {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
-	pb.RegisterPolicyServer(srv, policy.NewServer(p, nil))
+	pb.RegisterPolicyServer(srv, pluginwire.NewServer(p, nil))
 	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///policytest",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
@@ -70,7 +71,7 @@ func Start(t testing.TB, p policy.Policy, params any) (*Harness, error) {
 	}
 	t.Cleanup(func() { _ = conn.Close(); srv.Stop() })
 
-	h := &Harness{t: t, client: policy.NewClient(conn), subs: map[policy.Kind]bool{}}
+	h := &Harness{t: t, client: pluginwire.NewClient(conn), subs: map[policy.Kind]bool{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	h.info, err = h.client.Info(ctx, []uint32{policy.APIVersion})
@@ -93,7 +94,7 @@ func Start(t testing.TB, p policy.Policy, params any) (*Harness, error) {
 }
 
 // Info returns the policy's negotiated Info.
-func (h *Harness) Info() policy.Negotiated { return h.info }
+func (h *Harness) Info() pluginwire.Negotiated { return h.info }
 
 // Subscribed reports whether the policy wants kind k.
 func (h *Harness) Subscribed(k policy.Kind) bool { return h.subs[k] }
@@ -123,7 +124,7 @@ func (h *Harness) TryObserve(obs policy.Observation) ([]directive.Directive, err
 	if obs.Tenant == "" {
 		obs.Tenant = h.Tenant
 	}
-	p, err := policy.ToProto(obs)
+	p, err := pluginwire.ToProto(obs)
 	if err != nil {
 		return nil, err
 	}

@@ -1,13 +1,14 @@
-package policy
+package pluginwire
 
 import (
-	"errors"
+	"encoding/json"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/policy"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
 )
 
@@ -18,24 +19,15 @@ import (
 // to them.
 func FuzzDecodeReply(f *testing.F) {
 	ttl := directive.TTLOf(time.Minute)
-	seeds := [][]Directive{
+	seeds := [][]policy.Directive{
 		{directive.Cache{BlockHashes: []directive.Hash{1, 2}, Pin: true, TTL: ttl}},
-		{directive.Splice{Session: "s", Start: 4, End: 9, Replacement: directive.Replacement{Text: "[cut]"}}, WithTenant("b", directive.Pin{Session: "s", End: 64})},
-		{WithTenant("a", directive.Pause{BlockHashes: []directive.Hash{4}, LeaseID: "l"}), directive.RevokeLease{LeaseID: "l"}},
+		{directive.Splice{Session: "s", Start: 4, End: 9, Replacement: directive.Replacement{Text: "[cut]"}}, policy.WithTenant("b", directive.Pin{Session: "s", End: 64})},
+		{policy.WithTenant("a", directive.Pause{BlockHashes: []directive.Hash{4}, LeaseID: "l"}), directive.RevokeLease{LeaseID: "l"}},
 	}
 	for _, ds := range seeds {
-		r, err := replyToProto(ds, nil)
-		if err != nil {
-			f.Fatal(err)
-		}
-		b, err := proto.Marshal(r)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
+		f.Add(seedReply(f, ds))
 	}
-	r, _ := replyToProto(nil, errors.New("policy failed"))
-	b, _ := proto.Marshal(r)
+	b, _ := proto.Marshal(&pb.Reply{Error: "policy failed"})
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var rep pb.Reply
@@ -61,4 +53,28 @@ func FuzzDecodeReply(f *testing.F) {
 			}
 		}
 	})
+}
+
+// seedReply encodes directives as a plugin answers them: each one's JSON,
+// with tenants parallel to them when any is scoped.
+func seedReply(f *testing.F, ds []policy.Directive) []byte {
+	r := &pb.Reply{}
+	tenants, scoped := make([]string, len(ds)), false
+	for i, d := range ds {
+		tenants[i], d = policy.Unwrap(d)
+		scoped = scoped || tenants[i] != ""
+		b, err := json.Marshal(d)
+		if err != nil {
+			f.Fatal(err)
+		}
+		r.DirectivesJson = append(r.DirectivesJson, b)
+	}
+	if scoped {
+		r.Tenants = tenants
+	}
+	b, err := proto.Marshal(r)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return b
 }

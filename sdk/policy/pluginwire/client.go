@@ -1,13 +1,15 @@
-package policy
+package pluginwire
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"google.golang.org/grpc"
 
 	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/policy"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
 )
 
@@ -19,9 +21,13 @@ type Client struct {
 // NewClient wraps a connection to a policy plugin.
 func NewClient(conn grpc.ClientConnInterface) *Client { return &Client{rpc: pb.NewPolicyClient(conn)} }
 
+// ErrNoCommonVersion is returned when host and plugin share no application
+// API version.
+var ErrNoCommonVersion = errors.New("policy: host and plugin share no application API version")
+
 // Negotiated is a plugin's Info after version negotiation.
 type Negotiated struct {
-	Info
+	policy.Info
 	// APIVersion is the version both sides speak.
 	APIVersion uint32
 }
@@ -35,7 +41,7 @@ func (c *Client) Info(ctx context.Context, hostVersions []uint32) (Negotiated, e
 		return Negotiated{}, fmt.Errorf("info: %w", err)
 	}
 	n := Negotiated{
-		Info: Info{Name: r.GetName(), Version: r.GetVersion(), APIVersions: r.GetPluginApiVersions(),
+		Info: policy.Info{Name: r.GetName(), Version: r.GetVersion(), APIVersions: r.GetPluginApiVersions(),
 			Subscriptions: kindsFromProto(r.GetSubscriptions())},
 		APIVersion: r.GetApiVersion(),
 	}

@@ -1,15 +1,12 @@
-package policy
+package pluginwire
 
 import (
-	"encoding/json"
-	"fmt"
-
+	"github.com/kvpilot/kvpilot/sdk/policy"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
 )
 
-// ToProto converts an observation to its wire form. The host runtime uses
-// it; policies never need to.
-func ToProto(o Observation) (*pb.Observation, error) {
+// ToProto converts an observation to its wire form, for the host runtime.
+func ToProto(o policy.Observation) (*pb.Observation, error) {
 	if err := o.Check(); err != nil {
 		return nil, err
 	}
@@ -18,7 +15,7 @@ func ToProto(o Observation) (*pb.Observation, error) {
 		p.TimeUnixNano = o.Time.UnixNano()
 	}
 	switch o.Kind {
-	case KindRequestStarted:
+	case policy.KindRequestStarted:
 		s := o.Started
 		ms := make([]*pb.Message, len(s.Messages))
 		for i, m := range s.Messages {
@@ -31,7 +28,7 @@ func ToProto(o Observation) (*pb.Observation, error) {
 			RequestId: s.RequestID, Turn: s.Turn, PromptTokens: s.PromptTokens, PageSize: s.PageSize,
 			BlockHashes: s.BlockHashes, Messages: ms,
 		}}
-	case KindRequestFinished:
+	case policy.KindRequestFinished:
 		f := o.Finished
 		p.Body = &pb.Observation_RequestFinished{RequestFinished: &pb.RequestFinished{
 			RequestId: f.RequestID,
@@ -41,14 +38,14 @@ func ToProto(o Observation) (*pb.Observation, error) {
 			BlockHashes:     f.BlockHashes,
 			ReasoningBlocks: f.ReasoningBlocks,
 		}}
-	case KindKVEvent:
+	case policy.KindKVEvent:
 		k := o.KV
 		p.Body = &pb.Observation_KvEvent{KvEvent: &pb.KVEvent{
 			Type: pb.KVEvent_Type(k.Type), Tier: k.Tier, ParentHash: k.Parent, HasParent: k.HasParent, BlockHashes: k.BlockHashes,
 		}}
-	case KindTick:
+	case policy.KindTick:
 		p.Body = &pb.Observation_Tick{Tick: &pb.Tick{IntervalNanos: int64(o.Tick.Interval)}}
-	case KindTierPressure:
+	case policy.KindTierPressure:
 		t := o.Pressure
 		p.Body = &pb.Observation_TierPressure{TierPressure: &pb.TierPressure{
 			Tier: t.Tier, UsedPages: t.UsedPages, CapacityPages: t.CapacityPages, HighWatermark: t.HighWatermark,
@@ -57,9 +54,9 @@ func ToProto(o Observation) (*pb.Observation, error) {
 	return p, nil
 }
 
-func spanToProto(s Span) *pb.Span { return &pb.Span{Start: s.Start, End: s.End} }
+func spanToProto(s policy.Span) *pb.Span { return &pb.Span{Start: s.Start, End: s.End} }
 
-func spansToProto(ss []Span) []*pb.Span {
+func spansToProto(ss []policy.Span) []*pb.Span {
 	if len(ss) == 0 {
 		return nil
 	}
@@ -70,36 +67,10 @@ func spansToProto(ss []Span) []*pb.Span {
 	return out
 }
 
-func kindsToProto(ks []Kind) []pb.Kind {
-	out := make([]pb.Kind, len(ks))
-	for i, k := range ks {
-		out[i] = pb.Kind(k)
+func kindsFromProto(ks []pb.Kind) []policy.Kind {
+	out := make([]policy.Kind, 0, len(ks))
+	for _, k := range ks {
+		out = append(out, policy.Kind(k))
 	}
 	return out
-}
-
-// replyToProto encodes one observation's answer.
-func replyToProto(ds []Directive, err error) (*pb.Reply, error) {
-	if err != nil {
-		return &pb.Reply{Error: err.Error()}, nil
-	}
-	r := &pb.Reply{DirectivesJson: make([][]byte, 0, len(ds))}
-	scoped := false
-	tenants := make([]string, len(ds))
-	for i, d := range ds {
-		tenants[i], d = Unwrap(d)
-		scoped = scoped || tenants[i] != ""
-		if d == nil {
-			return &pb.Reply{Error: fmt.Sprintf("directive %d is nil", i)}, nil
-		}
-		b, err := json.Marshal(d)
-		if err != nil {
-			return nil, fmt.Errorf("encode directive %d (%s): %w", i, d.Verb(), err)
-		}
-		r.DirectivesJson = append(r.DirectivesJson, b)
-	}
-	if scoped {
-		r.Tenants = tenants
-	}
-	return r, nil
 }
