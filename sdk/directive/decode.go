@@ -112,14 +112,8 @@ func checkSize(data []byte, l Limits) error {
 	return nil
 }
 
-type tag struct {
-	Type Verb `json:"type"`
-}
-
-// decodeCommand reads the tag, then decodes strictly into the verb's type.
-// Fields whose absence would silently mean something (Cache.pin false would
-// unpin, Splice.start 0 would cut from the beginning) are required: the
-// wrappers shadow them with pointers to see whether they were sent.
+// decodeCommand reads the tag, then decodes strictly into the verb's type
+// (see wireCodec for how required fields are told from zero ones).
 func decodeCommand(data []byte) (Directive, error) {
 	var t struct {
 		Type *string `json:"type"`
@@ -130,164 +124,11 @@ func decodeCommand(data []byte) (Directive, error) {
 	if t.Type == nil {
 		return nil, errcode.New(errcode.MissingField, "type")
 	}
-	switch Verb(*t.Type) {
-	case VerbWarm:
-		var w struct {
-			tag
-			Warm
-		}
-		if err := strictDecode(data, &w); err != nil {
-			return nil, err
-		}
-		return w.Warm, nil
-	case VerbPrune:
-		var w struct {
-			tag
-			Prune
-			H *Hash `json:"after_block_hash"`
-		}
-		if err := strictDecode(data, &w); err != nil {
-			return nil, err
-		}
-		if w.H == nil {
-			return nil, missing("Prune.after_block_hash")
-		}
-		return Prune{AfterBlockHash: *w.H}, nil
-	case VerbCache:
-		var w struct {
-			tag
-			Cache
-			Pin *bool `json:"pin"`
-		}
-		if err := strictDecode(data, &w); err != nil {
-			return nil, err
-		}
-		if w.Pin == nil {
-			return nil, missing("Cache.pin")
-		}
-		w.Cache.Pin = *w.Pin
-		return w.Cache, nil
-	case VerbThink:
-		var w struct {
-			tag
-			Think
-			Transient *bool `json:"transient"`
-		}
-		if err := strictDecode(data, &w); err != nil {
-			return nil, err
-		}
-		if w.Transient == nil {
-			return nil, missing("Think.transient")
-		}
-		w.Think.Transient = *w.Transient
-		return w.Think, nil
-	case VerbPause:
-		var w struct {
-			tag
-			Pause
-		}
-		if err := strictDecode(data, &w); err != nil {
-			return nil, err
-		}
-		return w.Pause, nil
-	case VerbRenewLease:
-		var w struct {
-			tag
-			RenewLease
-			NewTTL *TTL `json:"new_ttl_seconds"`
-		}
-		if err := strictDecode(data, &w); err != nil {
-			return nil, err
-		}
-		if w.NewTTL == nil {
-			return nil, missing("RenewLease.new_ttl_seconds")
-		}
-		w.RenewLease.NewTTL = *w.NewTTL
-		return w.RenewLease, nil
-	case VerbRevokeLease:
-		var w struct {
-			tag
-			RevokeLease
-		}
-		if err := strictDecode(data, &w); err != nil {
-			return nil, err
-		}
-		return w.RevokeLease, nil
-	case VerbSplice:
-		var w struct {
-			tag
-			Splice
-			Start *int64 `json:"start"`
-			End   *int64 `json:"end"`
-		}
-		if err := strictDecode(data, &w); err != nil {
-			return nil, err
-		}
-		if w.Start == nil || w.End == nil {
-			return nil, missing("Splice.start and Splice.end")
-		}
-		w.Splice.Start, w.Splice.End = *w.Start, *w.End
-		return w.Splice, nil
-	case VerbPin:
-		var w struct {
-			tag
-			Pin
-		}
-		if err := strictDecode(data, &w); err != nil {
-			return nil, err
-		}
-		return w.Pin, nil
-	case VerbRetain:
-		var w struct {
-			tag
-			Retain
-			Start    *int64 `json:"start"`
-			End      *int64 `json:"end"`
-			Priority *int   `json:"priority"`
-		}
-		if err := strictDecode(data, &w); err != nil {
-			return nil, err
-		}
-		if w.Start == nil || w.End == nil || w.Priority == nil {
-			return nil, missing("Retain.start, Retain.end and Retain.priority")
-		}
-		w.Retain.Start, w.Retain.End, w.Retain.Priority = *w.Start, *w.End, *w.Priority
-		return w.Retain, nil
-	case VerbEvict:
-		var w struct {
-			tag
-			Evict
-			Start *int64 `json:"start"`
-			End   *int64 `json:"end"`
-		}
-		if err := strictDecode(data, &w); err != nil {
-			return nil, err
-		}
-		if w.Start == nil || w.End == nil {
-			return nil, missing("Evict.start and Evict.end")
-		}
-		w.Evict.Start, w.Evict.End = *w.Start, *w.End
-		return w.Evict, nil
-	case VerbResume:
-		var w struct {
-			tag
-			Resume
-		}
-		if err := strictDecode(data, &w); err != nil {
-			return nil, err
-		}
-		return w.Resume, nil
-	case VerbShare:
-		var w struct {
-			tag
-			Share
-		}
-		if err := strictDecode(data, &w); err != nil {
-			return nil, err
-		}
-		return w.Share, nil
+	d := byVerb[Verb(*t.Type)]
+	if d == nil {
+		return nil, errcode.New(errcode.UnknownVerb, "type %s: want one of %s", quoteShort(*t.Type), verbList())
 	}
-	return nil, errcode.New(errcode.UnknownVerb, "type %s: want one of %s", quoteShort(*t.Type), verbList())
+	return d.decode(data)
 }
 
 // strictDecode decodes exactly one JSON value with no unknown fields.

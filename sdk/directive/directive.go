@@ -19,53 +19,6 @@ package directive
 // Verb names a directive kind. Its value is the wire "type" tag.
 type Verb string
 
-// Block verbs (the seed AgenticCommand set).
-const (
-	VerbWarm        Verb = "Warm"
-	VerbPrune       Verb = "Prune"
-	VerbCache       Verb = "Cache"
-	VerbThink       Verb = "Think"
-	VerbPause       Verb = "Pause"
-	VerbRenewLease  Verb = "RenewLease"
-	VerbRevokeLease Verb = "RevokeLease"
-)
-
-// Span verbs (kvpilot's additions, in the same style).
-const (
-	VerbSplice Verb = "Splice"
-	VerbPin    Verb = "Pin"
-	VerbRetain Verb = "Retain"
-	VerbEvict  Verb = "Evict"
-	VerbResume Verb = "Resume"
-	VerbShare  Verb = "Share"
-)
-
-// Verbs lists every verb, block verbs first, in wire order.
-var Verbs = []Verb{
-	VerbWarm, VerbPrune, VerbCache, VerbThink, VerbPause, VerbRenewLease, VerbRevokeLease,
-	VerbSplice, VerbPin, VerbRetain, VerbEvict, VerbResume, VerbShare,
-}
-
-// Known reports whether v is one of Verbs.
-func (v Verb) Known() bool {
-	for _, k := range Verbs {
-		if v == k {
-			return true
-		}
-	}
-	return false
-}
-
-// IsSpan reports whether v addresses token positions of a session rather
-// than blocks by hash.
-func (v Verb) IsSpan() bool {
-	switch v {
-	case VerbSplice, VerbPin, VerbRetain, VerbEvict, VerbResume, VerbShare:
-		return true
-	}
-	return false
-}
-
 // Directive is one instruction about the cache. The concrete types are the
 // value types in this package (Warm, Prune, ..., Share); the unexported
 // method keeps the set closed so switches over it stay exhaustive.

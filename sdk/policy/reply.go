@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/kvpilot/kvpilot/sdk/directive"
+
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
 )
 
@@ -18,12 +20,13 @@ func kindsToProto(ks []Kind) []pb.Kind {
 	return out
 }
 
-// replyToProto encodes one observation's answer.
-func replyToProto(ds []Directive, err error) (*pb.Reply, error) {
+// replyToProto encodes one observation's answer: each directive typed, or
+// as its JSON object for a host that did not ask for typed directives.
+func replyToProto(ds []Directive, err error, typed bool) (*pb.Reply, error) {
 	if err != nil {
 		return &pb.Reply{Error: err.Error()}, nil
 	}
-	r := &pb.Reply{DirectivesJson: make([][]byte, 0, len(ds))}
+	r := &pb.Reply{}
 	scoped := false
 	tenants := make([]string, len(ds))
 	for i, d := range ds {
@@ -32,14 +35,26 @@ func replyToProto(ds []Directive, err error) (*pb.Reply, error) {
 		if d == nil {
 			return &pb.Reply{Error: fmt.Sprintf("directive %d is nil", i)}, nil
 		}
-		b, err := json.Marshal(d)
-		if err != nil {
+		if err := appendDirective(r, d, typed); err != nil {
 			return nil, fmt.Errorf("encode directive %d (%s): %w", i, d.Verb(), err)
 		}
-		r.DirectivesJson = append(r.DirectivesJson, b)
 	}
 	if scoped {
 		r.Tenants = tenants
 	}
 	return r, nil
+}
+
+func appendDirective(r *pb.Reply, d Directive, typed bool) error {
+	if !typed {
+		b, err := json.Marshal(d)
+		r.DirectivesJson = append(r.DirectivesJson, b)
+		return err
+	}
+	m := directive.ToProto(d)
+	if m == nil {
+		return fmt.Errorf("verb %s has no typed form", d.Verb())
+	}
+	r.Directives = append(r.Directives, m)
+	return nil
 }

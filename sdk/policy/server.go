@@ -23,6 +23,7 @@ type server struct {
 
 	mu      sync.Mutex
 	version uint32
+	typed   bool // the host reads typed directives
 }
 
 // newServer returns the gRPC service for p. Serve runs it; pluginwire
@@ -45,6 +46,7 @@ func (s *server) Info(_ context.Context, req *pb.InfoRequest) (*pb.InfoResponse,
 	}
 	v := negotiate(req.GetHostApiVersions(), versions)
 	s.version = v
+	s.typed = req.GetTypedDirectives()
 	return &pb.InfoResponse{
 		Name: info.Name, Version: info.Version, ApiVersion: v,
 		PluginApiVersions: versions, Subscriptions: kindsToProto(info.Subscriptions),
@@ -77,7 +79,7 @@ func (s *server) Observe(ctx context.Context, req *pb.ObserveRequest) (*pb.Obser
 		if err != nil {
 			s.log.Warn("observe failed", "seq", po.GetSeq(), "session", po.GetSession(), "error", err)
 		}
-		r, err := replyToProto(ds, err)
+		r, err := replyToProto(ds, err, s.typed)
 		if err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}

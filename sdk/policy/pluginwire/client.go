@@ -36,7 +36,7 @@ type Negotiated struct {
 // with ErrNoCommonVersion when there is none, and when the plugin's answer
 // is unusable.
 func (c *Client) Info(ctx context.Context, hostVersions []uint32) (Negotiated, error) {
-	r, err := c.rpc.Info(ctx, &pb.InfoRequest{HostApiVersions: hostVersions})
+	r, err := c.rpc.Info(ctx, &pb.InfoRequest{HostApiVersions: hostVersions, TypedDirectives: true})
 	if err != nil {
 		return Negotiated{}, fmt.Errorf("info: %w", err)
 	}
@@ -97,24 +97,38 @@ func (c *Client) Observe(ctx context.Context, obs []*pb.Observation) ([]Result, 
 	return out, nil
 }
 
+// decodeReply turns a plugin's answer into directives, all or none. Typed
+// directives are read when present; a plugin built with an older SDK sends
+// JSON objects instead, decoded with the same strict checks.
 func decodeReply(rep *pb.Reply) Result {
 	if e := rep.GetError(); e != "" {
 		return Result{Err: fmt.Errorf("policy: %s", e)}
 	}
-	ds := make([]directive.Directive, 0, len(rep.GetDirectivesJson()))
-	tenants := rep.GetTenants()
-	if len(tenants) != 0 && len(tenants) != len(rep.GetDirectivesJson()) {
-		return Result{Err: fmt.Errorf("reply names %d tenants for %d directives", len(tenants), len(rep.GetDirectivesJson()))}
+	n := len(rep.GetDirectives())
+	if n == 0 {
+		n = len(rep.GetDirectivesJson())
 	}
-	for i, b := range rep.GetDirectivesJson() {
-		d, err := directive.DecodeCommand(b, directive.Limits{})
+	tenants := rep.GetTenants()
+	if len(tenants) != 0 && len(tenants) != n {
+		return Result{Err: fmt.Errorf("reply names %d tenants for %d directives", len(tenants), n)}
+	}
+	ds := make([]directive.Directive, n)
+	for i := range ds {
+		d, err := replyDirective(rep, i)
 		if err != nil {
 			return Result{Err: fmt.Errorf("directive %d: %w", i, err)}
 		}
-		ds = append(ds, d)
+		ds[i] = d
 	}
 	if len(tenants) == 0 {
 		tenants = nil
 	}
 	return Result{Directives: ds, Tenants: tenants}
+}
+
+func replyDirective(rep *pb.Reply, i int) (directive.Directive, error) {
+	if typed := rep.GetDirectives(); len(typed) != 0 {
+		return directive.FromProto(typed[i])
+	}
+	return directive.DecodeCommand(rep.GetDirectivesJson()[i], directive.Limits{})
 }

@@ -16,7 +16,8 @@ import (
 // plugin process can answer: any proto bytes for a Reply. For any input:
 // no panic; either an error and no directives (a turn is all or none), or
 // directives that each pass DecodeCommand's checks with tenants parallel
-// to them.
+// to them. Replies in the typed form and in older SDKs' JSON form are both
+// seeded.
 func FuzzDecodeReply(f *testing.F) {
 	ttl := directive.TTLOf(time.Minute)
 	seeds := [][]policy.Directive{
@@ -25,7 +26,8 @@ func FuzzDecodeReply(f *testing.F) {
 		{policy.WithTenant("a", directive.Pause{BlockHashes: []directive.Hash{4}, LeaseID: "l"}), directive.RevokeLease{LeaseID: "l"}},
 	}
 	for _, ds := range seeds {
-		f.Add(seedReply(f, ds))
+		f.Add(seedReply(f, ds, false))
+		f.Add(seedReply(f, ds, true))
 	}
 	b, _ := proto.Marshal(&pb.Reply{Error: "policy failed"})
 	f.Add(b)
@@ -48,21 +50,26 @@ func FuzzDecodeReply(f *testing.F) {
 			if d == nil {
 				t.Fatalf("directive %d is nil", i)
 			}
-			if _, err := directive.DecodeCommand(rep.GetDirectivesJson()[i], directive.Limits{}); err != nil {
-				t.Fatalf("directive %d accepted but does not decode: %v", i, err)
+			if again, err := replyDirective(&rep, i); err != nil || again.Verb() != d.Verb() {
+				t.Fatalf("directive %d accepted but does not decode again: %v", i, err)
 			}
 		}
 	})
 }
 
-// seedReply encodes directives as a plugin answers them: each one's JSON,
-// with tenants parallel to them when any is scoped.
-func seedReply(f *testing.F, ds []policy.Directive) []byte {
+// seedReply encodes directives as a plugin answers them, typed (or, with
+// legacy, as JSON objects the way older SDKs did), with tenants parallel to
+// them when any is scoped.
+func seedReply(f *testing.F, ds []policy.Directive, legacy bool) []byte {
 	r := &pb.Reply{}
 	tenants, scoped := make([]string, len(ds)), false
 	for i, d := range ds {
 		tenants[i], d = policy.Unwrap(d)
 		scoped = scoped || tenants[i] != ""
+		if !legacy {
+			r.Directives = append(r.Directives, directive.ToProto(d))
+			continue
+		}
 		b, err := json.Marshal(d)
 		if err != nil {
 			f.Fatal(err)

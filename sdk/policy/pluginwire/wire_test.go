@@ -93,3 +93,31 @@ func TestScopedRoundTrip(t *testing.T) {
 		t.Fatalf("decoded %+v", res)
 	}
 }
+
+// A reply from a plugin built with an older SDK (directives as JSON) and a
+// typed reply decode to the same directives and tenants.
+func TestTypedAndLegacyRepliesAgree(t *testing.T) {
+	ttl := directive.TTLOf(time.Minute)
+	ds := []directive.Directive{
+		directive.Cache{BlockHashes: []directive.Hash{1, 2}, Pin: true, TTL: ttl},
+		directive.Splice{Session: "s", Start: 4, End: 9, Replacement: directive.Replacement{Tokens: []uint32{7}}},
+		directive.RenewLease{LeaseID: "l", NewTTL: *ttl},
+	}
+	typed := &pb.Reply{Tenants: []string{"", "b", ""}}
+	legacy := &pb.Reply{Tenants: typed.Tenants}
+	for _, d := range ds {
+		typed.Directives = append(typed.Directives, directive.ToProto(d))
+		b, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		legacy.DirectivesJson = append(legacy.DirectivesJson, b)
+	}
+	a, b := decodeReply(typed), decodeReply(legacy)
+	if a.Err != nil || b.Err != nil {
+		t.Fatalf("typed: %v, legacy: %v", a.Err, b.Err)
+	}
+	if !reflect.DeepEqual(a, b) || !reflect.DeepEqual(a.Directives, ds) {
+		t.Fatalf("typed %#v\nlegacy %#v", a, b)
+	}
+}

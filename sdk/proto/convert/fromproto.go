@@ -1,78 +1,16 @@
 package convert
 
 import (
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
-	"github.com/kvpilot/kvpilot/sdk/ttl"
 )
 
 // DirectiveFromProto converts one directive. A message with no verb set (an
 // empty oneof, or a verb added by a newer client) is unknown_verb; durations
-// outside sdk/ttl's range are invalid_ttl.
-func DirectiveFromProto(m *pb.Directive) (directive.Directive, error) {
-	d, err := directiveFromProto(m)
-	if err != nil {
-		return nil, err
-	}
-	return d, nil
-}
-
-func directiveFromProto(m *pb.Directive) (directive.Directive, error) {
-	if m == nil {
-		return nil, errcode.New(errcode.MissingField, "directive")
-	}
-	switch v := m.GetVerb().(type) {
-	case *pb.Directive_Warm:
-		keys := make([]directive.BlockKey, len(v.Warm.GetBlockKeys()))
-		for i, k := range v.Warm.GetBlockKeys() {
-			keys[i] = directive.BlockKey(k)
-		}
-		return directive.Warm{BlockKeys: keys, TargetTier: v.Warm.GetTargetTier()}, nil
-	case *pb.Directive_Prune:
-		return directive.Prune{AfterBlockHash: directive.Hash(v.Prune.GetAfterBlockHash())}, nil
-	case *pb.Directive_Cache:
-		t, err := ttlFromProto(v.Cache.GetTtl(), "Cache.ttl")
-		return directive.Cache{BlockHashes: hashesFromProto(v.Cache.GetBlockHashes()), Pin: v.Cache.GetPin(), TTL: t}, err
-	case *pb.Directive_Think:
-		return directive.Think{BlockHashes: hashesFromProto(v.Think.GetBlockHashes()), Transient: v.Think.GetTransient()}, nil
-	case *pb.Directive_Pause:
-		t, err := ttlFromProto(v.Pause.GetTtl(), "Pause.ttl")
-		return directive.Pause{BlockHashes: hashesFromProto(v.Pause.GetBlockHashes()), TTL: t, LeaseID: v.Pause.GetLeaseId()}, err
-	case *pb.Directive_RenewLease:
-		if v.RenewLease.GetNewTtl() == nil {
-			return nil, errcode.New(errcode.MissingField, "RenewLease.new_ttl")
-		}
-		t, err := ttlFromProto(v.RenewLease.GetNewTtl(), "RenewLease.new_ttl")
-		if err != nil {
-			return nil, err
-		}
-		return directive.RenewLease{LeaseID: v.RenewLease.GetLeaseId(), NewTTL: *t}, nil
-	case *pb.Directive_RevokeLease:
-		return directive.RevokeLease{LeaseID: v.RevokeLease.GetLeaseId()}, nil
-	case *pb.Directive_Splice:
-		s := v.Splice
-		r := directive.Replacement{Tokens: s.GetReplacement().GetTokens(), Text: s.GetReplacement().GetText()}
-		return directive.Splice{Session: s.GetSession(), Start: s.GetStart(), End: s.GetEnd(), Replacement: r, Mode: directive.Mode(s.GetMode())}, nil
-	case *pb.Directive_Pin:
-		t, err := ttlFromProto(v.Pin.GetTtl(), "Pin.ttl")
-		return directive.Pin{Session: v.Pin.GetSession(), End: v.Pin.GetEnd(), TTL: t}, err
-	case *pb.Directive_Retain:
-		r := v.Retain
-		t, err := ttlFromProto(r.GetDuration(), "Retain.duration")
-		return directive.Retain{Session: r.GetSession(), Start: r.GetStart(), End: r.GetEnd(), Priority: int(r.GetPriority()), Duration: t}, err
-	case *pb.Directive_Evict:
-		e := v.Evict
-		return directive.Evict{Session: e.GetSession(), Start: e.GetStart(), End: e.GetEnd(), Mode: directive.Mode(e.GetMode())}, nil
-	case *pb.Directive_Resume:
-		return directive.Resume{LeaseID: v.Resume.GetLeaseId()}, nil
-	case *pb.Directive_Share:
-		return directive.Share{Session: v.Share.GetSession(), End: v.Share.GetEnd(), Scope: directive.Scope(v.Share.GetScope())}, nil
-	}
-	return nil, errcode.New(errcode.UnknownVerb, "directive has no verb this host knows")
-}
+// outside sdk/ttl's range are invalid_ttl. Each verb's mapping is defined
+// with the verb, in sdk/directive.
+func DirectiveFromProto(m *pb.Directive) (directive.Directive, error) { return directive.FromProto(m) }
 
 // TurnFromApply converts an ApplyRequest. The caller sets Source from the
 // verified peer. Errors name the directive's index.
@@ -142,7 +80,7 @@ func ErrorFromProto(m *pb.Error) *errcode.Error {
 // CacheControlFromProto converts a cache_control request and returns the
 // tenant it names.
 func CacheControlFromProto(m *pb.CacheControlRequest) (directive.CacheControl, string, error) {
-	t, err := ttlFromProto(m.GetTtl(), "ttl")
+	t, err := directive.TTLFromProto(m.GetTtl(), "ttl")
 	c := directive.CacheControl{
 		Action: directive.Action(m.GetAction()), BlockHashes: hashesFromProto(m.GetBlockHashes()),
 		TokenIDs: m.GetTokenIds(), TTL: t, WorkerID: directive.WorkerID(m.GetWorkerId()),
@@ -177,19 +115,4 @@ func TierFromProto(t pb.Tier) (directive.TierName, error) {
 		return n, nil
 	}
 	return "", errcode.New(errcode.InvalidTier, "%v", t)
-}
-
-func ttlFromProto(d *durationpb.Duration, field string) (*directive.TTL, error) {
-	if d == nil {
-		return nil, nil
-	}
-	if err := d.CheckValid(); err != nil {
-		return nil, errcode.Wrap(errcode.InvalidTTL, err, "%s", field)
-	}
-	v := d.AsDuration()
-	if v < 0 || v > ttl.Max {
-		return nil, errcode.New(errcode.InvalidTTL, "%s %v: want 0 (default) up to %v", field, v, ttl.Max)
-	}
-	t := directive.TTL(v)
-	return &t, nil
 }

@@ -1,8 +1,6 @@
 package convert
 
 import (
-	"time"
-
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/kvpilot/kvpilot/sdk/directive"
@@ -10,46 +8,9 @@ import (
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
 )
 
-// DirectiveToProto converts one directive; nil converts to nil.
-func DirectiveToProto(d directive.Directive) *pb.Directive {
-	switch d := d.(type) {
-	case directive.Warm:
-		keys := make([]string, len(d.BlockKeys))
-		for i, k := range d.BlockKeys {
-			keys[i] = string(k)
-		}
-		return &pb.Directive{Verb: &pb.Directive_Warm{Warm: &pb.Warm{BlockKeys: keys, TargetTier: d.TargetTier}}}
-	case directive.Prune:
-		return &pb.Directive{Verb: &pb.Directive_Prune{Prune: &pb.Prune{AfterBlockHash: uint64(d.AfterBlockHash)}}}
-	case directive.Cache:
-		return &pb.Directive{Verb: &pb.Directive_Cache{Cache: &pb.Cache{BlockHashes: hashesToProto(d.BlockHashes), Pin: d.Pin, Ttl: ttlToProto(d.TTL)}}}
-	case directive.Think:
-		return &pb.Directive{Verb: &pb.Directive_Think{Think: &pb.Think{BlockHashes: hashesToProto(d.BlockHashes), Transient: d.Transient}}}
-	case directive.Pause:
-		return &pb.Directive{Verb: &pb.Directive_Pause{Pause: &pb.Pause{BlockHashes: hashesToProto(d.BlockHashes), Ttl: ttlToProto(d.TTL), LeaseId: d.LeaseID}}}
-	case directive.RenewLease:
-		return &pb.Directive{Verb: &pb.Directive_RenewLease{RenewLease: &pb.RenewLease{LeaseId: d.LeaseID, NewTtl: durationpb.New(d.NewTTL.Duration())}}}
-	case directive.RevokeLease:
-		return &pb.Directive{Verb: &pb.Directive_RevokeLease{RevokeLease: &pb.RevokeLease{LeaseId: d.LeaseID}}}
-	case directive.Splice:
-		var r *pb.Replacement
-		if !d.Replacement.Empty() {
-			r = &pb.Replacement{Tokens: d.Replacement.Tokens, Text: d.Replacement.Text}
-		}
-		return &pb.Directive{Verb: &pb.Directive_Splice{Splice: &pb.Splice{Session: d.Session, Start: d.Start, End: d.End, Replacement: r, Mode: string(d.Mode)}}}
-	case directive.Pin:
-		return &pb.Directive{Verb: &pb.Directive_Pin{Pin: &pb.Pin{Session: d.Session, End: d.End, Ttl: ttlToProto(d.TTL)}}}
-	case directive.Retain:
-		return &pb.Directive{Verb: &pb.Directive_Retain{Retain: &pb.Retain{Session: d.Session, Start: d.Start, End: d.End, Priority: int32(d.Priority), Duration: ttlToProto(d.Duration)}}}
-	case directive.Evict:
-		return &pb.Directive{Verb: &pb.Directive_Evict{Evict: &pb.Evict{Session: d.Session, Start: d.Start, End: d.End, Mode: string(d.Mode)}}}
-	case directive.Resume:
-		return &pb.Directive{Verb: &pb.Directive_Resume{Resume: &pb.Resume{LeaseId: d.LeaseID}}}
-	case directive.Share:
-		return &pb.Directive{Verb: &pb.Directive_Share{Share: &pb.Share{Session: d.Session, End: d.End, Scope: string(d.Scope)}}}
-	}
-	return nil
-}
+// DirectiveToProto converts one directive; nil converts to nil. Each verb's
+// mapping is defined with the verb, in sdk/directive.
+func DirectiveToProto(d directive.Directive) *pb.Directive { return directive.ToProto(d) }
 
 // TurnToApply builds an ApplyRequest; the source is not sent, since the
 // server takes it from the verified peer.
@@ -106,7 +67,7 @@ func ErrorToProto(e *errcode.Error) *pb.Error {
 func CacheControlToProto(c directive.CacheControl, tenant string) *pb.CacheControlRequest {
 	return &pb.CacheControlRequest{
 		Action: string(c.Action), BlockHashes: hashesToProto(c.BlockHashes), TokenIds: c.TokenIDs,
-		Ttl: ttlToProto(c.TTL), WorkerId: string(c.WorkerID), Tenant: tenant,
+		Ttl: directive.TTLToProto(c.TTL), WorkerId: string(c.WorkerID), Tenant: tenant,
 	}
 }
 
@@ -143,11 +104,4 @@ func TierToProto(name string) pb.Tier {
 		}
 	}
 	return pb.Tier_TIER_UNSPECIFIED
-}
-
-func ttlToProto(t *directive.TTL) *durationpb.Duration {
-	if t == nil {
-		return nil
-	}
-	return durationpb.New(time.Duration(*t))
 }
