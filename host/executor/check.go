@@ -14,134 +14,179 @@ type leaseView struct {
 	tenant string
 }
 
+// turnCheck is what check carries from one op to the next: the leases as
+// the turn's earlier ops leave them, and the pause tier's room they claim.
+type turnCheck struct {
+	e          *Executor
+	tenant     string
+	leases     map[string]*leaseView
+	pauseClaim int // pages this turn's earlier pauses bring to the pause tier
+}
+
 // check is step 1: a read-only pass that resolves every op and refuses any
 // op that would fail. It returns one entry per op (nil where the op is
 // fine), or nil when every op is fine. Caller holds the lock.
 func (e *Executor) check(tenant string, ops []*op, st *turnState) []*errcode.Error {
-	ix := e.cfg.Index
+	tc := &turnCheck{e: e, tenant: tenant, leases: map[string]*leaseView{}}
 	var errs []*errcode.Error
-	fail := func(i int, err *errcode.Error) {
-		if errs == nil {
-			errs = make([]*errcode.Error, len(ops))
-		}
-		errs[i] = err.At(i)
-	}
-	leases := map[string]*leaseView{}
-	leaseOf := func(id string) *leaseView {
-		if v, ok := leases[id]; ok {
-			return v
-		}
-		v := &leaseView{}
-		if li, ok := ix.Lease(id); ok {
-			v.exists, v.tenant = true, li.Tenant
-		}
-		leases[id] = v
-		return v
-	}
-	present := func(t tier.Tier) bool { return ix.Config().Tiers[t].Capacity > 0 }
-	pauseClaim := 0 // pages this turn's earlier pauses bring to the pause tier
-
 	for i, o := range ops {
-		if o.session != "" {
-			if err := e.checkSpan(tenant, o, st); err != nil {
-				fail(i, err)
-				continue
+		if err := tc.op(o, st); err != nil {
+			if errs == nil {
+				errs = make([]*errcode.Error, len(ops))
 			}
-		}
-		switch o.kind {
-		case opUnsupported:
-			fail(i, o.unsupported())
-			continue
-		case opPin, opUnpin, opMark, opPurge, opPrune, opWarm, opPause:
-			if o.tokens != nil {
-				o.seqs, o.missing, o.total = resolveTokens(ix, tenant, e.cfg.Salt(tenant), o.tokens)
-			} else {
-				o.seqs, o.missing = resolve(ix, tenant, o.hashes)
-			}
-			o.missing += o.badKeys
-			if len(o.seqs) == 0 {
-				n := len(o.hashes) + o.badKeys
-				if o.tokens != nil {
-					n = o.total
-				}
-				fail(i, errcode.New(errcode.UnknownBlock, "%s: none of the %d requested blocks is cached for tenant %q", o.verb, n, tenant))
-				continue
-			}
-		}
-		switch o.kind {
-		case opPin:
-			o.ttlD = e.cfg.PinTTL.Resolve(o.ttlOr0())
-		case opPurge:
-			if interior := e.interiorPurge(tenant, o); len(interior) > 0 {
-				if err := e.checkThinkSplice(tenant, o, interior, st); err != nil {
-					fail(i, err)
-				}
-			}
-		case opResume:
-			v := leaseOf(o.lease)
-			switch {
-			case !v.exists:
-				fail(i, errcode.New(errcode.UnknownLease, "lease %q", o.lease))
-			case v.tenant != tenant:
-				fail(i, errcode.New(errcode.TenantMismatch, "lease %q belongs to another tenant", o.lease))
-			case e.att().Transitions == nil:
-				fail(i, errcode.New(errcode.Unavailable, "Resume: no mover is attached to load the lease back"))
-			default:
-				v.exists = false
-			}
-		case opWarm:
-			t, err := tier.Parse(o.tierName)
-			switch {
-			case err != nil:
-				fail(i, errcode.Wrap(errcode.InvalidTier, err, ""))
-			case !present(t):
-				fail(i, errcode.New(errcode.InvalidTier, "tier %s is not configured on this host", t))
-			case e.att().Transitions == nil:
-				fail(i, errcode.New(errcode.Unavailable, "Warm: no mover is attached to carry out copies"))
-			}
-			o.to = t
-		case opPause:
-			v := leaseOf(o.lease)
-			switch {
-			case v.exists:
-				fail(i, errcode.New(errcode.LeaseExists, "lease %q", o.lease))
-				continue
-			case !present(e.cfg.PauseTier):
-				fail(i, errcode.New(errcode.Unavailable, "pause tier %s is not configured on this host", e.cfg.PauseTier))
-				continue
-			}
-			// Refused here, whole and at once, when the pause tier cannot
-			// take the pages: an "ok" whose copies then fail in the
-			// background left a worker's device full of leased pages.
-			need, err := ix.PauseRoom(o.target(tenant), e.cfg.PauseTier, pauseClaim)
-			if err != nil {
-				fail(i, fromCache(err))
-				continue
-			}
-			pauseClaim += need
-			if o.ttl == nil {
-				o.ttlD = e.cfg.LeaseTTL.Max // an indefinite lease, within the operator's clamp
-			} else {
-				o.ttlD = e.cfg.LeaseTTL.Resolve(o.ttlOr0())
-			}
-			v.exists, v.tenant = true, tenant
-		case opRenew, opRevoke:
-			v := leaseOf(o.lease)
-			switch {
-			case !v.exists:
-				fail(i, errcode.New(errcode.UnknownLease, "lease %q", o.lease))
-				continue
-			case v.tenant != tenant:
-				fail(i, errcode.New(errcode.TenantMismatch, "lease %q belongs to another tenant", o.lease))
-				continue
-			}
-			o.ttlD = e.cfg.LeaseTTL.Resolve(o.ttlOr0())
-			if o.kind == opRevoke {
-				v.exists = false
-			}
+			errs[i] = err.At(i)
 		}
 	}
 	return errs
+}
+
+// op checks one op: its span, its pages, then what its kind needs.
+func (tc *turnCheck) op(o *op, st *turnState) *errcode.Error {
+	e := tc.e
+	if o.session != "" {
+		if err := e.checkSpan(tc.tenant, o, st); err != nil {
+			return err
+		}
+	}
+	switch o.kind {
+	case opUnsupported:
+		return o.unsupported()
+	case opPin, opUnpin, opMark, opPurge, opPrune, opWarm, opPause:
+		if err := tc.resolvePages(o); err != nil {
+			return err
+		}
+	}
+	switch o.kind {
+	case opPin:
+		o.ttlD = e.cfg.PinTTL.Resolve(o.ttlOr0())
+	case opPurge:
+		if interior := e.interiorPurge(tc.tenant, o); len(interior) > 0 {
+			return e.checkThinkSplice(tc.tenant, o, interior, st)
+		}
+	case opResume:
+		return tc.resume(o)
+	case opWarm:
+		return tc.warm(o)
+	case opPause:
+		return tc.pause(o)
+	case opRenew, opRevoke:
+		return tc.leaseChange(o)
+	}
+	return nil
+}
+
+// resolvePages finds the op's cached pages, by block hashes or by tokens,
+// and refuses the op when none of them is cached.
+func (tc *turnCheck) resolvePages(o *op) *errcode.Error {
+	ix := tc.e.cfg.Index
+	if o.tokens != nil {
+		o.seqs, o.missing, o.total = resolveTokens(ix, tc.tenant, tc.e.cfg.Salt(tc.tenant), o.tokens)
+	} else {
+		o.seqs, o.missing = resolve(ix, tc.tenant, o.hashes)
+	}
+	o.missing += o.badKeys
+	if len(o.seqs) > 0 {
+		return nil
+	}
+	n := len(o.hashes) + o.badKeys
+	if o.tokens != nil {
+		n = o.total
+	}
+	return errcode.New(errcode.UnknownBlock, "%s: none of the %d requested blocks is cached for tenant %q", o.verb, n, tc.tenant)
+}
+
+// lease returns the lease as the turn's earlier ops leave it.
+func (tc *turnCheck) lease(id string) *leaseView {
+	if v, ok := tc.leases[id]; ok {
+		return v
+	}
+	v := &leaseView{}
+	if li, ok := tc.e.cfg.Index.Lease(id); ok {
+		v.exists, v.tenant = true, li.Tenant
+	}
+	tc.leases[id] = v
+	return v
+}
+
+// ownLease refuses a lease that will not exist, or is another tenant's.
+func (tc *turnCheck) ownLease(id string) (*leaseView, *errcode.Error) {
+	v := tc.lease(id)
+	switch {
+	case !v.exists:
+		return nil, errcode.New(errcode.UnknownLease, "lease %q", id)
+	case v.tenant != tc.tenant:
+		return nil, errcode.New(errcode.TenantMismatch, "lease %q belongs to another tenant", id)
+	}
+	return v, nil
+}
+
+func (tc *turnCheck) present(t tier.Tier) bool {
+	return tc.e.cfg.Index.Config().Tiers[t].Capacity > 0
+}
+
+func (tc *turnCheck) resume(o *op) *errcode.Error {
+	v, err := tc.ownLease(o.lease)
+	if err != nil {
+		return err
+	}
+	if tc.e.att().Transitions == nil {
+		return errcode.New(errcode.Unavailable, "Resume: no mover is attached to load the lease back")
+	}
+	v.exists = false
+	return nil
+}
+
+func (tc *turnCheck) warm(o *op) *errcode.Error {
+	t, err := tier.Parse(o.tierName)
+	o.to = t
+	switch {
+	case err != nil:
+		return errcode.Wrap(errcode.InvalidTier, err, "")
+	case !tc.present(t):
+		return errcode.New(errcode.InvalidTier, "tier %s is not configured on this host", t)
+	case tc.e.att().Transitions == nil:
+		return errcode.New(errcode.Unavailable, "Warm: no mover is attached to carry out copies")
+	}
+	return nil
+}
+
+func (tc *turnCheck) pause(o *op) *errcode.Error {
+	e := tc.e
+	v := tc.lease(o.lease)
+	switch {
+	case v.exists:
+		return errcode.New(errcode.LeaseExists, "lease %q", o.lease)
+	case !tc.present(e.cfg.PauseTier):
+		return errcode.New(errcode.Unavailable, "pause tier %s is not configured on this host", e.cfg.PauseTier)
+	}
+	// Refused here, whole and at once, when the pause tier cannot take the
+	// pages: an "ok" whose copies then fail in the background left a
+	// worker's device full of leased pages.
+	need, err := e.cfg.Index.PauseRoom(o.target(tc.tenant), e.cfg.PauseTier, tc.pauseClaim)
+	if err != nil {
+		return fromCache(err)
+	}
+	tc.pauseClaim += need
+	if o.ttl == nil {
+		o.ttlD = e.cfg.LeaseTTL.Max // an indefinite lease, within the operator's clamp
+	} else {
+		o.ttlD = e.cfg.LeaseTTL.Resolve(o.ttlOr0())
+	}
+	v.exists, v.tenant = true, tc.tenant
+	return nil
+}
+
+// leaseChange checks RenewLease and RevokeLease.
+func (tc *turnCheck) leaseChange(o *op) *errcode.Error {
+	v, err := tc.ownLease(o.lease)
+	if err != nil {
+		return err
+	}
+	o.ttlD = tc.e.cfg.LeaseTTL.Resolve(o.ttlOr0())
+	if o.kind == opRevoke {
+		v.exists = false
+	}
+	return nil
 }
 
 func (o *op) ttlOr0() time.Duration {
