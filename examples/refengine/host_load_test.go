@@ -132,7 +132,7 @@ func TestLoad128SessionsReplayTracesWithPolicies(t *testing.T) {
 	deadline := time.Now().Add(dur)
 	// The policies' work, sampled: pins and leases must have happened for
 	// "back to baseline" to mean anything.
-	ix, imu := d.Index()
+	ix, imu := d.Index().Held(), d.Index() // the index and the guard that locks it
 	var maxPinned, maxLeases int
 	sampled := make(chan struct{})
 	go func() {

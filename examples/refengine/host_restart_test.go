@@ -94,7 +94,7 @@ func apply(t *testing.T, ctl *controlclient.UnixClient, ds ...directive.Directiv
 // waitOnDisk waits until every full page of toks has a disk copy.
 func waitOnDisk(t *testing.T, d *daemon.Daemon, toks []uint32) {
 	t.Helper()
-	ix, mu := d.Index()
+	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		n := 0
@@ -170,7 +170,7 @@ func pinsAndPauseSurviveRestart(t *testing.T, configured bool) {
 	if st.Cached != len(pinned) || st.LoadedPages == 0 || st.CheckedRows == 0 {
 		t.Fatalf("pinned prefix after restart: cached %d of %d, %d pages loaded, %d rows checked", st.Cached, len(pinned), st.LoadedPages, st.CheckedRows)
 	}
-	ix, mu := d2.Index()
+	ix, mu := d2.Index().Held(), d2.Index() // the index and the guard that locks it
 	mu.Lock()
 	p, _ := ix.Lookup("", uint64(ph[len(ph)-1]))
 	lease, leased := ix.Lease("lease-1")

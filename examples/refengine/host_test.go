@@ -115,7 +115,7 @@ func engineWithFills(t *testing.T, socket string, m refengine.Model) (*refengine
 func waitCached(t *testing.T, d *daemon.Daemon, tenant string, toks []uint32) {
 	t.Helper()
 	h := blockid.Compute(toks[:len(toks)/hostPage*hostPage], hostPage, blockid.Salt{Namespace: tenant})
-	ix, mu := d.Index()
+	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		mu.Lock()
@@ -328,7 +328,7 @@ func TestTruncationPolicySplicesRealTraffic(t *testing.T) {
 // the tokens cached.
 func waitForEither(t *testing.T, d *daemon.Daemon, delta int, a []uint32, oldA int, b []uint32, oldB int) int {
 	t.Helper()
-	ix, mu := d.Index()
+	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
 	cached := func(toks []uint32, old int) int {
 		n := (old/hostPage*hostPage + delta) / hostPage * hostPage
 		h := blockid.Compute(toks[:n], hostPage, blockid.Salt{})

@@ -168,9 +168,9 @@ func (r *Rig) PageBytes() int64 {
 
 // Stats is the cache index's snapshot.
 func (r *Rig) Stats() cache.Stats {
-	ix, mu := r.Daemon.Index()
-	mu.Lock()
-	defer mu.Unlock()
+	g := r.Daemon.Index()
+	ix := g.Lock()
+	defer g.Unlock()
 	return ix.Stats()
 }
 
@@ -178,9 +178,9 @@ func (r *Rig) Stats() cache.Stats {
 // hashes) are resident there.
 func (r *Rig) Residency(tenant string, seqs []uint64) [tier.Count]int {
 	var out [tier.Count]int
-	ix, mu := r.Daemon.Index()
-	mu.Lock()
-	defer mu.Unlock()
+	g := r.Daemon.Index()
+	ix := g.Lock()
+	defer g.Unlock()
 	for _, s := range seqs {
 		p, ok := ix.Lookup(tenant, s)
 		if !ok {
@@ -272,14 +272,14 @@ func (r *Rig) WaitLeasesSettled(ctx context.Context, ids []string, within time.D
 	deadline := time.Now().Add(within)
 	for {
 		unsettled := 0
-		ix, mu := r.Daemon.Index()
-		mu.Lock()
+		g := r.Daemon.Index()
+		ix := g.Lock()
 		for _, id := range ids {
 			if li, ok := ix.Lease(id); ok && !li.Settled {
 				unsettled++
 			}
 		}
-		mu.Unlock()
+		g.Unlock()
 		if unsettled == 0 {
 			return nil
 		}

@@ -32,10 +32,10 @@ func (ic *indexCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (ic *indexCollector) Collect(ch chan<- prometheus.Metric) {
-	ic.c.mu.Lock()
-	st := ic.c.index.Stats()
-	degraded := len(ic.c.index.DegradedLeases())
-	ic.c.mu.Unlock()
+	ic.c.index.Lock()
+	st := ic.c.index.Held().Stats()
+	degraded := len(ic.c.index.Held().DegradedLeases())
+	ic.c.index.Unlock()
 	bpp := float64(ic.pageBytes())
 	for _, t := range st.Tiers {
 		name := t.Tier.String()

@@ -27,7 +27,6 @@ func (d *Daemon) buildControl() error {
 		Ingress:           c.in,
 		Executor:          c.exec,
 		Index:             c.index,
-		Lock:              &c.mu,
 		Events:            c.events,
 		NATS:              c.nats.Conn(),
 		WorkerID:          d.cfg.WorkerID,

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/cache"
@@ -15,6 +14,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/ingress"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/natsembed"
 	"github.com/kvpilot/kvpilot/host/pool/tiers"
@@ -26,9 +26,8 @@ import (
 // the one lock that serializes it, the directive executor, the event queue
 // and the NATS connection.
 type core struct {
-	mu    sync.Mutex
 	clock cache.Clock
-	index *cache.Index
+	index *guarded.Index
 	exec  *executor.Executor
 	// in is the one way in for directives, over exec: every door
 	// (socket, NATS, policies, engine pins, front door) goes through it.
@@ -55,7 +54,7 @@ func (d *Daemon) buildCore() error {
 	}
 	c.clock = cache.NewMonotonicClock()
 	c.events = events.NewQueue()
-	c.index, err = cache.New(cache.Config{
+	ix, err := cache.New(cache.Config{
 		PageSize:       d.cfg.Index.PageSize,
 		Tiers:          tierConfigs(d.cfg),
 		DeviceWrite:    wp,
@@ -67,6 +66,7 @@ func (d *Daemon) buildCore() error {
 	if err != nil {
 		return fmt.Errorf("open cache index: %w", err)
 	}
+	c.index = guarded.New(ix)
 	c.audit, err = executor.OpenFileAudit(filepath.Join(d.cfg.DataDir, "audit.log"), false)
 	if err != nil {
 		return fmt.Errorf("open audit log: %w", err)
@@ -103,7 +103,6 @@ func (d *Daemon) buildCore() error {
 	}
 	c.exec, err = executor.New(executor.Config{
 		Index:        c.index,
-		Lock:         &c.mu,
 		PinTTL:       d.cfg.TTLPolicy(),
 		PauseTier:    pauseTier,
 		WorkerID:     directive.WorkerID(strconv.FormatUint(d.cfg.WorkerID, 10)),
@@ -174,9 +173,9 @@ func (d *Daemon) sweep(ctx context.Context) {
 		case <-t.C:
 		}
 		c := &d.core
-		c.mu.Lock()
-		res := c.index.Sweep(c.clock.Now())
-		c.mu.Unlock()
+		c.index.Lock()
+		res := c.index.Held().Sweep(c.clock.Now())
+		c.index.Unlock()
 		if res.Pins > 0 || res.Leases > 0 {
 			d.log.Debug("swept expired entries", "pins", res.Pins, "leases", res.Leases, "expired_leases", res.Expired)
 		}

@@ -19,12 +19,12 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/control/plane"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/gateway"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/natsembed"
 	"github.com/kvpilot/kvpilot/plugins"
@@ -150,7 +150,7 @@ func (d *Daemon) build() error {
 
 // Index returns the cache index and the lock that must be held while
 // calling it.
-func (d *Daemon) Index() (*cache.Index, sync.Locker) { return d.core.index, &d.core.mu }
+func (d *Daemon) Index() *guarded.Index { return d.core.index }
 
 // Executor returns the directive executor.
 func (d *Daemon) Executor() *executor.Executor { return d.core.exec }

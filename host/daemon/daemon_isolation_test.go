@@ -72,7 +72,7 @@ func (tr transports) apply(t *testing.T, via string, turn directive.Turn) direct
 // tenantState is everything about a tenant's pages another tenant must not
 // be able to change.
 func tenantState(d *Daemon, tenant string, seqs []uint64) string {
-	ix, mu := d.Index()
+	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
 	mu.Lock()
 	defer mu.Unlock()
 	s := ""
@@ -301,7 +301,7 @@ func TestPinFloodRefusedPastQuota(t *testing.T) {
 	if oks != 0 || codes[errcode.TenantQuota] != 200 {
 		t.Fatalf("flood past quota: %d applied, refusals %v; want all 200 refused with %s", oks, codes, errcode.TenantQuota)
 	}
-	ix, mu2 := d.Index()
+	ix, mu2 := d.Index().Held(), d.Index() // the index and the guard that locks it
 	mu2.Lock()
 	defer mu2.Unlock()
 	if err := ix.Check(); err != nil {
@@ -345,7 +345,7 @@ func TestPinFloodStopsAtTierBudget(t *testing.T) {
 		default:
 			t.Fatalf("%s pin: %+v", tn, r)
 		}
-		ix, mu := d.Index()
+		ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
 		mu.Lock()
 		st := ix.Stats()
 		mu.Unlock()

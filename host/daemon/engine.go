@@ -33,7 +33,6 @@ func (d *Daemon) buildEngine() error {
 	c := &d.core
 	cfg := engine.Config{
 		Index:            c.index,
-		Lock:             &c.mu,
 		Ingress:          c.in,
 		FDSocket:         absPath(d.cfg.EngineFDSocket()),
 		WorkerID:         strconv.FormatUint(d.cfg.WorkerID, 10),

@@ -119,9 +119,9 @@ func (d *Daemon) pinnedOffDisk() bool {
 		return false
 	}
 	c := &d.core
-	c.mu.Lock()
-	st := c.index.Stats()
-	c.mu.Unlock()
+	c.index.Lock()
+	st := c.index.Held().Stats()
+	c.index.Unlock()
 	return st.Tiers[tier.Disk].Pinned < st.PinnedPages
 }
 
@@ -153,8 +153,8 @@ func (d *Daemon) restoreMeta() {
 		d.log.Warn("reading persisted pins and leases", "error", err)
 	}
 	c := &d.core
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.index.Lock()
+	defer c.index.Unlock()
 	now, wall := c.clock.Now(), time.Now()
 	var leases, pins, skipped int
 	for _, l := range snap.Leases {
@@ -162,7 +162,7 @@ func (d *Daemon) restoreMeta() {
 		if left <= 0 {
 			continue
 		}
-		if _, _, err := c.index.Pause(cache.TargetHashes(l.Tenant, l.Seqs...), l.ID, l.Tier, left); err != nil {
+		if _, _, err := c.index.Held().Pause(cache.TargetHashes(l.Tenant, l.Seqs...), l.ID, l.Tier, left); err != nil {
 			skipped++
 			d.log.Warn("lease not restored", "lease", l.ID, "tenant", l.Tenant, "error", err)
 			continue
@@ -174,7 +174,7 @@ func (d *Daemon) restoreMeta() {
 		if left <= 0 {
 			continue
 		}
-		if err := c.index.RestorePin(cache.TargetHashes(p.Tenant, p.Seq), p.Count, p.TTL, now+left); err != nil {
+		if err := c.index.Held().RestorePin(cache.TargetHashes(p.Tenant, p.Seq), p.Count, p.TTL, now+left); err != nil {
 			skipped++
 			d.log.Warn("pin not restored", "tenant", p.Tenant, "block", p.Seq, "error", err)
 			continue
@@ -217,17 +217,17 @@ func (d *Daemon) saveMeta() error {
 		return nil
 	}
 	c := &d.core
-	c.mu.Lock()
+	c.index.Lock()
 	now, wall := c.clock.Now(), time.Now()
 	toWall := func(at time.Duration) time.Time { return wall.Add(at - now) }
 	var snap meta.Snapshot
-	for _, p := range c.index.Pins(now) {
+	for _, p := range c.index.Held().Pins(now) {
 		snap.Pins = append(snap.Pins, meta.Pin{Tenant: p.Tenant, Seq: p.Seq, Count: p.Count, TTL: p.TTL, Expiry: toWall(p.Expiry)})
 	}
-	for _, l := range c.index.Leases() {
+	for _, l := range c.index.Held().Leases() {
 		snap.Leases = append(snap.Leases, meta.Lease{ID: l.ID, Tenant: l.Tenant, Tier: l.Tier, Seqs: l.Seqs, Expiry: toWall(l.Expiry)})
 	}
-	c.mu.Unlock()
+	c.index.Unlock()
 	if err := d.meta.store.Save(snap); err != nil {
 		return fmt.Errorf("persist pins and leases: %w", err)
 	}

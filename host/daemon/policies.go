@@ -90,9 +90,9 @@ func (d *Daemon) runPolicies(ctx context.Context, wg *sync.WaitGroup) {
 // tick offers a Tick, and pressure for every tier above its high watermark.
 func (d *Daemon) tick(now time.Time, every time.Duration) {
 	d.observe(policy.Observation{Time: now, Kind: policy.KindTick, Tick: &policy.Tick{Interval: every}})
-	d.core.mu.Lock()
-	st := d.core.index.Stats()
-	d.core.mu.Unlock()
+	d.core.index.Lock()
+	st := d.core.index.Held().Stats()
+	d.core.index.Unlock()
 	for _, ts := range st.Tiers {
 		high := d.tierConfig(ts.Tier).HighWatermark
 		if ts.Capacity == 0 || float64(ts.Pages) <= high*float64(ts.Capacity) {

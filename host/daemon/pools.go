@@ -81,7 +81,6 @@ func (d *Daemon) openPools(ctx context.Context, l *layout.Layout, staging bool) 
 	}
 	m, err := mover.New(mover.Options{
 		Index:        c.index,
-		Lock:         &c.mu,
 		Pools:        set,
 		Workers:      d.cfg.Mover.Workers,
 		Retries:      d.cfg.Mover.Retries,

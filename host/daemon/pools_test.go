@@ -48,7 +48,7 @@ func commitPages(t testing.TB, d *Daemon, tenant string, toks []uint32) (blockid
 		}
 		locs[i] = uint64(s)
 	}
-	ix, mu := d.Index()
+	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
 	mu.Lock()
 	var res cache.CommitResult
 	err = ix.Commit(tenant, h, locs, &res)
@@ -68,7 +68,7 @@ func commitTokens(t *testing.T, d *Daemon, tenant string, toks []uint32, pageSiz
 	for i := range locs {
 		locs[i] = uint64(i)
 	}
-	ix, mu := d.Index()
+	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
 	mu.Lock()
 	defer mu.Unlock()
 	var res cache.CommitResult
@@ -90,7 +90,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func pageInfo(d *Daemon, tenant string, seq uint64) (cache.PageInfo, bool) {
-	ix, mu := d.Index()
+	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
 	mu.Lock()
 	defer mu.Unlock()
 	return ix.Lookup(tenant, seq)
@@ -139,7 +139,7 @@ func TestPausedSessionSurvivesRestart(t *testing.T) {
 	}
 	// The lease and the pin came back too, expiring about when they would
 	// have (the restart took well under a minute).
-	ix2, mu2 := d2.Index()
+	ix2, mu2 := d2.Index().Held(), d2.Index() // the index and the guard that locks it
 	mu2.Lock()
 	lease, ok := ix2.Lease("s1")
 	now := ix2.Config().Clock.Now()

@@ -56,10 +56,9 @@ func (d *Daemon) onRegister(reg engine.Registration, p *engine.Pools) {
 	}
 	sp, err := splice.New(splice.Config{
 		Index:      d.core.index,
-		Lock:       &d.core.mu,
 		Device:     dev,
 		Sessions:   svc.SpliceSessions(),
-		Salt:       d.core.index.Salt,
+		Salt:       d.core.index.Held().Salt,
 		SinkTokens: d.cfg.Index.SinkTokens,
 		Fill:       svc.SpliceFill,
 		Free:       d.freeHook(p.Mover),
@@ -115,9 +114,9 @@ func (d *Daemon) releaseKernels(closeKernels func() error) {
 	if closeKernels == nil {
 		return
 	}
-	d.core.mu.Lock()
+	d.core.index.Lock()
 	err := closeKernels()
-	d.core.mu.Unlock()
+	d.core.index.Unlock()
 	if err != nil {
 		d.log.Warn("releasing the splice kernels", "error", err)
 	}

@@ -57,7 +57,7 @@ func TestAttachmentsFollowRegistration(t *testing.T) {
 	if r := applyTurn(t, d, warm); r.OK() || codeOf(r) != errcode.Unavailable {
 		t.Fatalf("warm before any pools: %+v", r)
 	}
-	ix, mu := d.Index()
+	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
 	mu.Lock()
 	ix.Reset()
 	mu.Unlock()

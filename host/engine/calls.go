@@ -69,7 +69,7 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 		return nil, errcode.New(errcode.BadRequest, "request_id %.64q is already running; ids must be unique among running requests", id)
 	}
 	r := &request{
-		id: id, reg: reg, session: req.GetSession(), tenant: req.GetTenant(), salt: s.cfg.Index.Salt(req.GetTenant()),
+		id: id, reg: reg, session: req.GetSession(), tenant: req.GetTenant(), salt: s.ix().Salt(req.GetTenant()),
 		prompt: append([]uint32(nil), toks...), messages: msgs, owned: map[pool.Slot]struct{}{}, touched: s.cfg.Now(),
 	}
 	r.mu.Lock() // no other call can find it before Match answers
@@ -92,10 +92,10 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 		s.endRequest(r)
 		return nil, err
 	}
-	ix := s.cfg.Index
+	ix := s.cfg.Index.Held()
 	ps := ix.PageSize()
 	var m cache.MatchResult
-	s.cfg.Lock.Lock()
+	s.cfg.Index.Lock()
 	ix.Match(r.tenant, r.salt, toks, &m)
 	pages := m.Pages
 	missing := 0
@@ -106,11 +106,11 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 	}
 	if len(pages) > 0 {
 		if err := s.lockPathLocked(r, pages[len(pages)-1].Seq, true); err != nil {
-			s.cfg.Lock.Unlock()
+			s.cfg.Index.Unlock()
 			return fail(mapIndexErr(err, "lock the matched path"))
 		}
 	}
-	s.cfg.Lock.Unlock()
+	s.cfg.Index.Unlock()
 
 	resp := &pb.MatchResponse{RequestId: id, PageSize: uint32(ps), BlockHashes: append([]uint64(nil), m.Hashes.Sequence...)}
 	var loadBack time.Duration
@@ -136,7 +136,7 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 	}
 	// Serve the prefix that is on the device now.
 	slots := make([]uint32, 0, len(pages))
-	s.cfg.Lock.Lock()
+	s.cfg.Index.Lock()
 	cut := len(pages)
 	for i, p := range pages {
 		info, ok := ix.Lookup(r.tenant, p.Seq)
@@ -154,13 +154,13 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 			err = s.lockPathLocked(r, 0, false)
 		}
 		if err != nil {
-			s.cfg.Lock.Unlock()
+			s.cfg.Index.Unlock()
 			return fail(mapIndexErr(err, "lock the loaded prefix"))
 		}
 		resp.LoadBackIncomplete = true
 		resp.DroppedPages = uint32(len(pages) - cut)
 	}
-	s.cfg.Lock.Unlock()
+	s.cfg.Index.Unlock()
 	r.matched = cut
 	r.committed = append([]uint32(nil), toks[:cut*ps]...)
 	r.hashes = append([]uint64(nil), resp.BlockHashes[:cut]...)
@@ -214,21 +214,21 @@ func (s *Service) allocate(ctx context.Context, req *pb.AllocateRequest) (*pb.Al
 		return nil, errcode.New(errcode.BadRequest, "pages %d: want 1..%d (the device arena's capacity)", n, capPages)
 	}
 	resp := &pb.AllocateResponse{}
-	ix := s.cfg.Index
+	ix := s.cfg.Index.Held()
 	// The slots count as used in the index from now until they are
 	// committed or freed, so its eviction makes room for them.
-	s.cfg.Lock.Lock()
+	s.cfg.Index.Lock()
 	err = ix.Reserve(tier.Device, n)
-	s.cfg.Lock.Unlock()
+	s.cfg.Index.Unlock()
 	if err != nil {
 		return nil, mapIndexErr(err, "reserve %d device pages", n)
 	}
 	slots, evicted, err := s.allocSlots(ctx, p, dev, n)
 	resp.EvictedPages = uint32(evicted)
 	if err != nil {
-		s.cfg.Lock.Lock()
+		s.cfg.Index.Lock()
 		s.unreserveLocked(r, n)
-		s.cfg.Lock.Unlock()
+		s.cfg.Index.Unlock()
 		st := dev.Stats()
 		return nil, mapIndexErr(err, "allocate %d device pages: %d of %d free; the rest hold cached pages that are locked, pinned or not yet evictable, or slots of running requests", n, st.Free, st.Capacity)
 	}
@@ -263,7 +263,7 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 	}
 	r.touched = s.cfg.Now()
 	toks, offered := req.GetTokens(), req.GetPageSlots()
-	ps := s.cfg.Index.PageSize()
+	ps := s.ix().PageSize()
 	full := len(toks) / ps
 	switch {
 	case len(toks) > s.cfg.MaxTokens:
@@ -279,21 +279,21 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 	capSlots := p.Set.Memory(tier.Device).Stats().Capacity
 	locs := make([]uint64, n)
 	seen := make(map[uint32]bool, n)
-	ix := s.cfg.Index
+	ix := s.cfg.Index.Held()
 
-	s.cfg.Lock.Lock()
+	s.cfg.Index.Lock()
 	// Every slot must be one this request was allocated, or the slot the
 	// page already has on the device (a matched page passed back).
 	for i, sl := range offered {
 		if int64(sl) >= capSlots || seen[sl] {
-			s.cfg.Lock.Unlock()
+			s.cfg.Index.Unlock()
 			return nil, errcode.New(errcode.InvalidSlot, "page_slots[%d] = %d: out of range (%d slots) or given twice", i, sl, capSlots)
 		}
 		seen[sl] = true
 		if _, ok := r.owned[pool.Slot(sl)]; !ok {
 			info, ok := ix.Lookup(r.tenant, h.Sequence[i])
 			if !ok || !info.Tiers.Has(tier.Device) || info.Loc[tier.Device] != uint64(sl) {
-				s.cfg.Lock.Unlock()
+				s.cfg.Index.Unlock()
 				return nil, errcode.New(errcode.InvalidSlot, "page_slots[%d] = %d was not allocated to request %.64q and does not hold that page", i, sl, r.id)
 			}
 		}
@@ -337,7 +337,7 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 		}
 	}
 	s.unreserveLocked(r, committedOwned)
-	s.cfg.Lock.Unlock()
+	s.cfg.Index.Unlock()
 
 	var free []pool.Slot
 	for _, sl := range offered {
@@ -353,9 +353,9 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 		if err := p.Set.Memory(tier.Device).Free(free...); err != nil {
 			s.cfg.Log.Error("freeing duplicate slots failed", "request", r.id, "error", err)
 		}
-		s.cfg.Lock.Lock()
+		s.cfg.Index.Lock()
 		s.unreserveLocked(r, len(free))
-		s.cfg.Lock.Unlock()
+		s.cfg.Index.Unlock()
 	}
 	if deepest+1 > len(r.committed)/ps {
 		r.committed = append(r.committed[:0], toks[:(deepest+1)*ps]...)
@@ -440,7 +440,7 @@ func (s *Service) finish(ctx context.Context, req *pb.FinishRequest) (*pb.Finish
 			InputTokens: int64(u.GetInputTokens()), CachedTokens: int64(u.GetCachedTokens()),
 			OutputTokens: int64(u.GetOutputTokens()), ReasoningTokens: int64(u.GetReasoningTokens()),
 			CacheControl: cc, CommittedTokens: len(r.committed), BlockHashes: r.hashes,
-			ReasoningBlocks: reasoningPages(r.hashes, s.cfg.Index.PageSize(), len(r.prompt), int(u.GetReasoningTokens()))})
+			ReasoningBlocks: reasoningPages(r.hashes, s.ix().PageSize(), len(r.prompt), int(u.GetReasoningTokens()))})
 	}
 	return resp, nil
 }

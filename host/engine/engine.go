@@ -64,6 +64,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/ingress"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/mover"
@@ -87,10 +88,9 @@ type Pools struct {
 
 // Config configures a Service.
 type Config struct {
-	// Index and Lock are the host's cache index and the one lock every
-	// component takes around it. Required.
-	Index *cache.Index
-	Lock  sync.Locker
+	// Index is the host's cache index with the one lock every component
+	// takes around it. Required.
+	Index *guarded.Index
 	// Ingress applies Finish's cache_control pin, as every door's
 	// directives are applied: counted and audited. Required.
 	Ingress *ingress.Ingress
@@ -164,8 +164,8 @@ var ErrConfig = errors.New("engine service: invalid config")
 // New checks cfg and builds the service; Serve and ServeFDs start it.
 func New(cfg Config) (*Service, error) {
 	switch {
-	case cfg.Index == nil || cfg.Lock == nil:
-		return nil, fmt.Errorf("%w: Index and Lock are required", ErrConfig)
+	case cfg.Index == nil:
+		return nil, fmt.Errorf("%w: Index is required", ErrConfig)
 	case cfg.Ingress == nil:
 		return nil, fmt.Errorf("%w: Ingress is required", ErrConfig)
 	case cfg.Pools == nil && cfg.OpenPools == nil:
@@ -195,9 +195,9 @@ func New(cfg Config) (*Service, error) {
 		kick:     make(chan struct{}, 1),
 		pools:    cfg.Pools,
 		requests: map[string]*request{},
-		sessions: newSessions(cfg.MaxSessions, cfg.Index.PageSize(), cfg.Index.Namespace),
+		sessions: newSessions(cfg.MaxSessions, cfg.Index.Held().PageSize(), cfg.Index.Held().Namespace),
 	}
-	s.sessions.maxBytes = sessionBudget(cfg.Index)
+	s.sessions.maxBytes = sessionBudget(cfg.Index.Held())
 	s.fills = newFillHub()
 	s.fds = newFDServer(s, cfg.Log.Named("fds"))
 	// Counting sits outside recovery, so a panic counts as internal.
@@ -320,3 +320,7 @@ func randomID(n int) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// ix is the index, for steps that run under the lock a caller took and for
+// what never changes after the index is built (page size, salts, config).
+func (s *Service) ix() *cache.Index { return s.cfg.Index.Held() }

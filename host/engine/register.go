@@ -91,7 +91,7 @@ func (s *Service) register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 	if err != nil {
 		return nil, err
 	}
-	if ps := s.cfg.Index.PageSize(); l.PageSize != ps {
+	if ps := s.ix().PageSize(); l.PageSize != ps {
 		return nil, errcode.New(errcode.InvalidLayout, "page_size %d: this host's index pages are %d tokens (index.page_size)", l.PageSize, ps)
 	}
 	uid := -1
@@ -131,9 +131,9 @@ func (s *Service) register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 		// index's pages and reopen the pools for the new shape.
 		s.resetLocked()
 	} else if reattached && req.GetResetCache() {
-		s.cfg.Lock.Lock()
-		n := s.cfg.Index.Reset()
-		s.cfg.Lock.Unlock()
+		s.cfg.Index.Lock()
+		n := s.ix().Reset()
+		s.cfg.Index.Unlock()
 		s.cfg.Log.Info("registration reset the cache", "pages", n)
 	}
 	if s.pools == nil {
@@ -193,17 +193,17 @@ func (s *Service) responseLocked(uid int) *pb.RegisterResponse {
 }
 
 func (s *Service) cachedPages() int {
-	s.cfg.Lock.Lock()
-	defer s.cfg.Lock.Unlock()
-	return s.cfg.Index.Stats().Pages
+	s.cfg.Index.Lock()
+	defer s.cfg.Index.Unlock()
+	return s.ix().Stats().Pages
 }
 
 // resetLocked forgets every cached page and closes the service's pools so
 // that the next registration opens pools of its own layout.
 func (s *Service) resetLocked() {
-	s.cfg.Lock.Lock()
-	n := s.cfg.Index.Reset()
-	s.cfg.Lock.Unlock()
+	s.cfg.Index.Lock()
+	n := s.ix().Reset()
+	s.cfg.Index.Unlock()
 	s.SetSplicer(nil)
 	if s.pools.Close != nil {
 		if f := s.cfg.OnPoolsClose; f != nil {

@@ -72,7 +72,7 @@ func (s *Service) requestOf(regID, reqID string) (*request, error) {
 // hasSeq is false). The new lock is taken before the old one is dropped, so
 // the shared ancestors are never unlocked in between. Index lock held.
 func (s *Service) lockPathLocked(r *request, seq uint64, hasSeq bool) error {
-	ix := s.cfg.Index
+	ix := s.cfg.Index.Held()
 	if hasSeq {
 		if r.hasLock && r.locked == seq {
 			return nil
@@ -113,10 +113,10 @@ func (s *Service) endRequest(r *request) int {
 	}
 	// The slots are back in the pool before their reservation ends, so
 	// the index never counts less than the pool holds.
-	s.cfg.Lock.Lock()
+	s.cfg.Index.Lock()
 	_ = s.lockPathLocked(r, 0, false)
 	s.unreserveLocked(r, n)
-	s.cfg.Lock.Unlock()
+	s.cfg.Index.Unlock()
 	s.mu.Lock()
 	if s.requests[r.id] == r {
 		delete(s.requests, r.id)
@@ -178,7 +178,7 @@ func (s *Service) unreserveLocked(r *request, n int) {
 	if n == 0 {
 		return
 	}
-	if err := s.cfg.Index.Unreserve(tier.Device, n); err != nil {
+	if err := s.ix().Unreserve(tier.Device, n); err != nil {
 		s.cfg.Log.Error("releasing a request's slot reservation failed", "request", r.id, "slots", n, "error", err)
 	}
 }

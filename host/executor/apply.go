@@ -20,7 +20,7 @@ func (e *Executor) run(turnID, source, tenant string, ops []*op) directive.TurnR
 		turn  *errcode.Error
 	)
 	st := e.prefetch(tenant, ops) // sessions are read before the index lock
-	e.mu.Lock()
+	e.cfg.Index.Lock()
 	errs = e.check(tenant, ops, st)
 	if errs == nil {
 		errs = e.applyReversible(tenant, ops, st)
@@ -28,7 +28,7 @@ func (e *Executor) run(turnID, source, tenant string, ops []*op) directive.TurnR
 	if errs == nil {
 		trans, freed, turn = e.applyCommit(tenant, ops, st)
 	}
-	e.mu.Unlock()
+	e.cfg.Index.Unlock()
 	if len(st.jobs) > 0 {
 		// Sessions updated, released slots freed, fills started.
 		e.att().Splicer.Finish(st.jobs...)
@@ -51,7 +51,7 @@ func (e *Executor) run(turnID, source, tenant string, ops []*op) directive.TurnR
 // restores pin counts, TTLs, expiries and transient flags exactly, and the
 // per-op errors are returned.
 func (e *Executor) applyReversible(tenant string, ops []*op, st *turnState) []*errcode.Error {
-	ix := e.cfg.Index
+	ix := e.ix()
 	ix.BeginJournal()
 	for i, o := range ops {
 		if !o.kind.reversible() {
@@ -79,7 +79,7 @@ func (e *Executor) applyReversible(tenant string, ops []*op, st *turnState) []*e
 
 // applyOne applies a reversible op and sets its effect.
 func (e *Executor) applyOne(tenant string, o *op) *errcode.Error {
-	ix := e.cfg.Index
+	ix := e.ix()
 	tgt := o.target(tenant)
 	o.eff.Missing = o.missing
 	switch o.kind {
@@ -111,7 +111,7 @@ func (e *Executor) applyOne(tenant string, o *op) *errcode.Error {
 // op of this step removed counts as missing. Any other failure is a bug,
 // reported as internal on that op and as the turn's error.
 func (e *Executor) applyCommit(tenant string, ops []*op, st *turnState) (trans []cache.Transition, freed []cache.Freed, turnErr *errcode.Error) {
-	ix := e.cfg.Index
+	ix := e.ix()
 	if len(st.groups) > 0 {
 		turnErr = e.applySplices(st)
 	}

@@ -78,7 +78,7 @@ func (tc *turnCheck) op(o *op, st *turnState) *errcode.Error {
 // resolvePages finds the op's cached pages, by block hashes or by tokens,
 // and refuses the op when none of them is cached.
 func (tc *turnCheck) resolvePages(o *op) *errcode.Error {
-	ix := tc.e.cfg.Index
+	ix := tc.e.ix()
 	if o.tokens != nil {
 		o.seqs, o.missing, o.total = resolveTokens(ix, tc.tenant, tc.e.cfg.Salt(tc.tenant), o.tokens)
 	} else {
@@ -101,7 +101,7 @@ func (tc *turnCheck) lease(id string) *leaseView {
 		return v
 	}
 	v := &leaseView{}
-	if li, ok := tc.e.cfg.Index.Lease(id); ok {
+	if li, ok := tc.e.ix().Lease(id); ok {
 		v.exists, v.tenant = true, li.Tenant
 	}
 	tc.leases[id] = v
@@ -121,7 +121,7 @@ func (tc *turnCheck) ownLease(id string) (*leaseView, *errcode.Error) {
 }
 
 func (tc *turnCheck) present(t tier.Tier) bool {
-	return tc.e.cfg.Index.Config().Tiers[t].Capacity > 0
+	return tc.e.ix().Config().Tiers[t].Capacity > 0
 }
 
 func (tc *turnCheck) resume(o *op) *errcode.Error {
@@ -162,7 +162,7 @@ func (tc *turnCheck) pause(o *op) *errcode.Error {
 	// Refused here, whole and at once, when the pause tier cannot take the
 	// pages: an "ok" whose copies then fail in the background left a
 	// worker's device full of leased pages.
-	need, err := e.cfg.Index.PauseRoom(o.target(tc.tenant), e.cfg.PauseTier, tc.pauseClaim)
+	need, err := e.ix().PauseRoom(o.target(tc.tenant), e.cfg.PauseTier, tc.pauseClaim)
 	if err != nil {
 		return fromCache(err)
 	}
@@ -201,7 +201,7 @@ func (o *op) ttlOr0() time.Duration {
 // empty replacement (checkThinkSplice). Children inside the purge go first
 // (deepest first), so a transient tail is purged whole without a splice.
 func (e *Executor) interiorPurge(tenant string, o *op) []uint64 {
-	ix := e.cfg.Index
+	ix := e.ix()
 	inPurge := make(map[uint64]int, len(o.seqs)) // seq -> children of it in the purge
 	for _, s := range o.seqs {
 		inPurge[s] += 0

@@ -40,12 +40,12 @@ package executor
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/splice"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
@@ -55,11 +55,10 @@ import (
 
 // Config configures an Executor.
 type Config struct {
-	// Index is the cache index the directives act on. Required.
-	Index *cache.Index
-	// Lock guards Index; the host shares one lock between the executor and
-	// the engine service. Nil: the executor's own mutex.
-	Lock sync.Locker
+	// Index is the cache index the directives act on, with the lock the
+	// host shares between the executor, the engine service and the
+	// splicer. Required.
+	Index *guarded.Index
 	// Limits bound requests and set the protected sink prefix.
 	Limits directive.Limits
 	// PinTTL resolves pin TTLs (0 = its default) and clamps them.
@@ -108,7 +107,6 @@ var DefaultLeaseTTL = ttl.Policy{Default: time.Hour, Min: time.Second, Max: 7 * 
 // Executor applies turns. It is safe for concurrent use.
 type Executor struct {
 	cfg Config
-	mu  sync.Locker
 	// attached holds the parts that exist only once the pools are open
 	// (Config's Transitions, Free and Splicer, or a later Attach).
 	attached atomic.Pointer[Attachments]
@@ -128,10 +126,10 @@ type Attachments struct {
 
 // Attach replaces the attachments. Hosts attach once, when the pools open,
 // before an engine can send requests; a turn that races an Attach may see
-// either set. The splicer must share the executor's index lock.
+// either set. The splicer must share the executor's index.
 func (e *Executor) Attach(a Attachments) error {
-	if a.Splicer != nil && a.Splicer.Locker() != e.mu {
-		return fmt.Errorf("executor: the splicer must share the executor's index lock")
+	if a.Splicer != nil && a.Splicer.Index() != e.cfg.Index {
+		return fmt.Errorf("executor: the splicer must share the executor's guarded index")
 	}
 	e.attached.Store(&a)
 	return nil
@@ -163,22 +161,15 @@ func New(cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("executor: pause tier %v is not a tier", cfg.PauseTier)
 	}
 	if cfg.Salt == nil {
-		cfg.Salt = cfg.Index.Salt
+		cfg.Salt = cfg.Index.Held().Salt
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	e := &Executor{cfg: cfg, mu: cfg.Lock}
-	if sp := cfg.Splicer; sp != nil {
-		// One lock for the index: the splicer commits fills under its own.
-		if e.mu == nil {
-			e.mu = sp.Locker()
-		} else if e.mu != sp.Locker() {
-			return nil, fmt.Errorf("executor: the splicer must share the executor's index lock")
-		}
-	}
-	if e.mu == nil {
-		e.mu = new(sync.Mutex)
+	e := &Executor{cfg: cfg}
+	if sp := cfg.Splicer; sp != nil && sp.Index() != cfg.Index {
+		// One lock for the index: the splicer commits fills under it.
+		return nil, fmt.Errorf("executor: the splicer must share the executor's guarded index")
 	}
 	e.attached.Store(&Attachments{Transitions: cfg.Transitions, Free: cfg.Free, Splicer: cfg.Splicer})
 	return e, nil
@@ -251,3 +242,6 @@ func verbOf(d directive.Directive) directive.Verb {
 	}
 	return d.Verb()
 }
+
+// ix is the index, for the steps that run under the lock run takes.
+func (e *Executor) ix() *cache.Index { return e.cfg.Index.Held() }

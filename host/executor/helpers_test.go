@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -46,7 +47,7 @@ func newEnv(t testing.TB, mod ...func(*Config)) *env {
 	}
 	e := &env{t: t, ix: ix, clock: clock, ring: NewRing(64)}
 	cfg := Config{
-		Index: ix, WorkerID: "42", Audit: e.ring,
+		Index: guarded.New(ix), WorkerID: "42", Audit: e.ring,
 		Transitions: func(ts []cache.Transition) { e.trans = append(e.trans, ts...) },
 		Free:        func(fs []cache.Freed) { e.freed = append(e.freed, fs...) },
 		Now:         func() time.Time { return time.Unix(1700000000, 0).UTC() },
@@ -100,9 +101,9 @@ func (e *env) apply(tenant string, ds ...directive.Directive) directive.TurnRepl
 	if len(r.Results) != len(ds) {
 		e.t.Fatalf("%d results for %d directives", len(r.Results), len(ds))
 	}
-	e.ex.mu.Lock() // background splice fills commit under the same lock
-	err := e.ix.Check()
-	e.ex.mu.Unlock()
+	ix := e.ex.cfg.Index.Lock() // background splice fills commit under the same lock
+	err := ix.Check()
+	e.ex.cfg.Index.Unlock()
 	if err != nil {
 		e.t.Fatalf("index invariants after turn: %v", err)
 	}

@@ -108,8 +108,8 @@ func (e *Executor) checkSpan(tenant string, o *op, st *turnState) *errcode.Error
 	case opPin:
 		o.tokens = sess.Tokens[:o.end]
 	case opRetain:
-		P := e.cfg.Index.PageSize()
-		seqs, _, _ := resolveTokens(e.cfg.Index, tenant, e.cfg.Salt(tenant), sess.Tokens[:o.end])
+		P := e.ix().PageSize()
+		seqs, _, _ := resolveTokens(e.ix(), tenant, e.cfg.Salt(tenant), sess.Tokens[:o.end])
 		if first := int(o.start) / P; first < len(seqs) {
 			o.seqs = seqs[first:]
 		}
@@ -141,10 +141,10 @@ func (e *Executor) checkThinkSplice(tenant string, o *op, interior []uint64, st 
 	if e.att().Splicer == nil {
 		return errcode.New(errcode.NotSupportedYet, "Think: block %d is an interior transient block; purging it is a splice, and no device pool is attached to splice", interior[0])
 	}
-	P := e.cfg.Index.PageSize()
+	P := e.ix().PageSize()
 	purge := map[uint64]bool{} // the purge's transient pages: what the splices remove
 	for _, s := range o.seqs {
-		if p, ok := e.cfg.Index.Lookup(tenant, s); ok && p.Transient {
+		if p, ok := e.ix().Lookup(tenant, s); ok && p.Transient {
 			purge[s] = true
 		}
 	}
@@ -210,7 +210,7 @@ func (e *Executor) applySplices(st *turnState) *errcode.Error {
 		for _, o := range g.ops {
 			o.eff.Blocks += res.NewPages
 			o.eff.Skip(directive.SkipShared, res.Shared)
-			o.eff.Tokens += int64(res.MovedRows + res.InPlace*e.cfg.Index.PageSize())
+			o.eff.Tokens += int64(res.MovedRows + res.InPlace*e.ix().PageSize())
 		}
 		if err != nil && first == nil {
 			first = errcode.Wrap(errcode.Internal, err, "splice").At(g.ops[0].index)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/pool/memfd"
@@ -45,16 +46,13 @@ func newSpanEnv(t *testing.T, devPages int, mod ...func(*Config)) *spanEnv {
 		t.Fatal(err)
 	}
 	se := &spanEnv{arena: arena, sess: splice.NewMemorySessions(page, nil)}
-	lock := new(sync.Mutex)
-	var ix *cache.Index
+	var g *guarded.Index // the executor's, which the splicer must share
 	se.env = newEnv(t, func(c *Config) {
-		ix = c.Index
-		c.Lock = lock
+		g = c.Index
 		for _, m := range mod {
 			m(c)
 		}
 	})
-	_ = ix
 	free := func(fs []cache.Freed) {
 		for _, f := range fs {
 			if f.Tier == tier.Device {
@@ -64,7 +62,7 @@ func newSpanEnv(t *testing.T, devPages int, mod ...func(*Config)) *spanEnv {
 			}
 		}
 	}
-	se.sp, err = splice.New(splice.Config{Index: se.ix, Lock: lock, Device: dev, Sessions: se.sess, Free: free,
+	se.sp, err = splice.New(splice.Config{Index: g, Device: dev, Sessions: se.sess, Free: free,
 		Fill: func(_ context.Context, o splice.FillOrder) error {
 			se.mu.Lock()
 			defer se.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
@@ -33,7 +33,7 @@ func newEnv(t *testing.T, mod func(*Config)) env {
 		t.Fatal(err)
 	}
 	e := env{ring: executor.NewRing(16), m: metrics.New()}
-	ex, err := executor.New(executor.Config{Index: ix, Lock: new(sync.Mutex), WorkerID: "9", Audit: e.ring})
+	ex, err := executor.New(executor.Config{Index: guarded.New(ix), WorkerID: "9", Audit: e.ring})
 	if err != nil {
 		t.Fatal(err)
 	}

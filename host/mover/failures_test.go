@@ -60,7 +60,7 @@ func TestFailingPauseBacksOffCountedAndQuiet(t *testing.T) {
 	var failures atomic.Int64
 	var logs syncBuffer
 	var err error
-	h.mv, err = New(Options{Index: h.ix, Lock: &h.mu, Pools: brokenDisk{h.pools}, Workers: 4, Retries: -1,
+	h.mv, err = New(Options{Index: h.g, Pools: brokenDisk{h.pools}, Workers: 4, Retries: -1,
 		OnFailure: func(from, to tier.Tier) {
 			if from == tier.Device && to == tier.Disk {
 				failures.Add(1)
@@ -92,9 +92,9 @@ func TestFailingPauseBacksOffCountedAndQuiet(t *testing.T) {
 		h.clock.Advance(wait)
 		h.mv.Step(ctx)
 	}
-	h.mu.Lock()
+	h.g.Lock()
 	li, _ := h.ix.Lease("L")
-	h.mu.Unlock()
+	h.g.Unlock()
 	if !li.Degraded || !strings.Contains(li.Reason, "disk") {
 		t.Fatalf("lease after failed attempts: %+v", li)
 	}

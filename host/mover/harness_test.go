@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/binary"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/natsembed"
 	"github.com/kvpilot/kvpilot/host/pool"
@@ -28,7 +28,7 @@ var testLayout = layout.MHA("mover-test", pageTokens, layout.BF16, 2, 2, 32, 32,
 // host arenas, a page file, the JetStream bucket), an index and a mover.
 type host struct {
 	t     *testing.T
-	mu    sync.Mutex
+	g     *guarded.Index // ix with the lock the mover takes
 	ix    *cache.Index
 	clock *cache.ManualClock
 	pools *tiers.Set
@@ -71,8 +71,8 @@ func newHost(t *testing.T, c hostConfig) *host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &host{t: t, ix: ix, clock: clock, pools: pools}
-	h.mv, err = New(Options{Index: ix, Lock: &h.mu, Pools: pools, Workers: 4, RetryBackoff: time.Millisecond})
+	h := &host{t: t, ix: ix, g: guarded.New(ix), clock: clock, pools: pools}
+	h.mv, err = New(Options{Index: h.g, Pools: pools, Workers: 4, RetryBackoff: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,9 +142,9 @@ func (h *host) commit(tenant string, base, pages int) session {
 		locs[i] = uint64(s)
 	}
 	var res cache.CommitResult
-	h.mu.Lock()
+	h.g.Lock()
 	err = h.ix.Commit(tenant, hs, locs, &res)
-	h.mu.Unlock()
+	h.g.Unlock()
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -156,8 +156,8 @@ func (h *host) commit(tenant string, base, pages int) session {
 
 // tiersOf returns where the index has a page.
 func (h *host) tiersOf(tenant string, seq uint64) (cache.PageInfo, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.g.Lock()
+	defer h.g.Unlock()
 	return h.ix.Lookup(tenant, seq)
 }
 
@@ -203,8 +203,8 @@ func (h *host) only(s session, want ...tier.Tier) {
 // check runs the index's invariant check and accounting against the pools.
 func (h *host) check() {
 	h.t.Helper()
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.g.Lock()
+	defer h.g.Unlock()
 	if err := h.ix.Check(); err != nil {
 		h.t.Fatalf("index inconsistent: %v", err)
 	}

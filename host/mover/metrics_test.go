@@ -16,7 +16,7 @@ func TestTransferMetricsByTierPair(t *testing.T) {
 	h := newHost(t, hostConfig{dataDir: t.TempDir()})
 	m := metrics.New()
 	var err error
-	h.mv, err = New(Options{Index: h.ix, Lock: &h.mu, Pools: brokenDisk{h.pools}, Workers: 4, Retries: -1,
+	h.mv, err = New(Options{Index: h.g, Pools: brokenDisk{h.pools}, Workers: 4, Retries: -1,
 		OnFailure: func(from, to tier.Tier) { m.CountTransferFailure(from.String(), to.String()) },
 		OnCopy: func(from, to tier.Tier, n int64, took time.Duration) {
 			m.ObserveCopy(from.String(), to.String(), n, took)

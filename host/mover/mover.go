@@ -5,9 +5,9 @@
 // completion fence: a Fence is done when every transition in it was
 // completed, refused by the index, or failed and reported.
 //
-// The index is not safe for concurrent use; the mover takes Options.Lock
-// (the host's index mutex) around every index call and never holds it
-// during I/O.
+// The index is not safe for concurrent use; the mover takes the guarded
+// index's lock (the host's one index lock) around every index call and
+// never holds it during I/O.
 //
 // Rules that keep the index consistent whatever fails:
 //   - A copy writes the destination first and calls CompleteCopy after; if
@@ -41,6 +41,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/tier"
 )
@@ -64,10 +65,9 @@ type Pools interface {
 
 // Options configure a Mover.
 type Options struct {
-	// Index is the cache index; Lock serializes every call to it and must
-	// be the lock the rest of the host uses for the index.
-	Index *cache.Index
-	Lock  sync.Locker
+	// Index is the cache index with the lock the rest of the host uses for
+	// it; the mover takes it around every index call.
+	Index *guarded.Index
 	// Pools are the tiers' pools, all of one layout.
 	Pools Pools
 	// Workers bounds concurrent transfers (default 8).
@@ -97,8 +97,7 @@ type Options struct {
 
 // Mover executes transitions. It is safe for concurrent use.
 type Mover struct {
-	ix    *cache.Index
-	lock  sync.Locker
+	ix    *guarded.Index
 	pools Pools
 	o     Options
 	log   hclog.Logger
@@ -124,8 +123,8 @@ type flight struct {
 
 // New returns a Mover.
 func New(o Options) (*Mover, error) {
-	if o.Index == nil || o.Lock == nil || o.Pools == nil {
-		return nil, fmt.Errorf("mover: index, lock and pools are required")
+	if o.Index == nil || o.Pools == nil {
+		return nil, fmt.Errorf("mover: index and pools are required")
 	}
 	if o.Workers <= 0 {
 		o.Workers = 8
@@ -145,7 +144,7 @@ func New(o Options) (*Mover, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	m := &Mover{ix: o.Index, lock: o.Lock, pools: o.Pools, o: o, log: log.Named("mover"),
+	m := &Mover{ix: o.Index, pools: o.Pools, o: o, log: log.Named("mover"),
 		sem: make(chan struct{}, o.Workers), done: map[uint64]*flight{}, failures: failureLog{now: time.Now}}
 	for _, t := range tier.All {
 		var p pool.Pool
@@ -317,8 +316,4 @@ func (m *Mover) getBuf() *[]byte  { return m.bufs.Get().(*[]byte) }
 func (m *Mover) putBuf(b *[]byte) { m.bufs.Put(b) }
 
 // withIndex runs fn under the index lock.
-func (m *Mover) withIndex(fn func(ix *cache.Index)) {
-	m.lock.Lock()
-	defer m.lock.Unlock()
-	fn(m.ix)
-}
+func (m *Mover) withIndex(fn func(ix *cache.Index)) { m.ix.Do(fn) }

@@ -86,9 +86,9 @@ func TestBytesThroughEveryTier(t *testing.T) {
 
 	// Revoke purges every copy; Release frees the pool side.
 	var pr cache.PurgeResult
-	h.mu.Lock()
+	h.g.Lock()
 	pr, err = h.ix.RevokeLease("lease-b")
-	h.mu.Unlock()
+	h.g.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,9 +162,9 @@ func TestPausedSessionSurvivesRestart(t *testing.T) {
 	h2.only(a, tier.Disk)
 	// The engine matches the same tokens and finds the whole path.
 	var m cache.MatchResult
-	h2.mu.Lock()
+	h2.g.Lock()
 	h2.ix.MatchHashes("tenant", cacheHashes(h2, a), &m)
-	h2.mu.Unlock()
+	h2.g.Unlock()
 	if len(m.Pages) != 6 {
 		t.Fatalf("match after restart: %d pages", len(m.Pages))
 	}
@@ -327,9 +327,9 @@ func TestDropsAcrossBatches(t *testing.T) {
 		t.Fatalf("write-through: %+v", r)
 	}
 	var ts []cache.Transition
-	h.mu.Lock()
+	h.g.Lock()
 	ts = h.ix.Plan(h.clock.Now(), nil)
-	h.mu.Unlock()
+	h.g.Unlock()
 	if len(ts) != 10 || ts[0].Seq != s.seqs[11] || ts[9].Seq != s.seqs[2] {
 		t.Fatalf("plan %v, want the drops of pages 11..2, deepest first", ts)
 	}
@@ -373,11 +373,11 @@ func TestFailedTransferLeavesIndexConsistent(t *testing.T) {
 	if err == nil || r.Failed == 0 || !errors.Is(r.Err(), pool.ErrClosed) {
 		t.Fatalf("pause to a closed disk: %v %+v", err, r)
 	}
-	h.mu.Lock()
+	h.g.Lock()
 	if err := h.ix.Check(); err != nil || h.ix.InFlight() != 0 {
 		t.Fatalf("index: %v, %d in flight", err, h.ix.InFlight())
 	}
-	h.mu.Unlock()
+	h.g.Unlock()
 	// The pages are still on the device, untouched.
 	h.verify(a, tier.Device)
 

@@ -40,8 +40,8 @@ func (m *Mover) Restore(ctx context.Context, t tier.Tier) (RestoreResult, error)
 	}
 	var res RestoreResult
 	state := make(map[pool.Key]int8, len(entries)) // 0 new, 1 in progress, 2 inserted, 3 failed
-	m.lock.Lock()
-	defer m.lock.Unlock()
+	ix := m.ix.Lock()
+	defer m.ix.Unlock()
 	var insert func(e pool.Entry) bool
 	insert = func(e pool.Entry) bool {
 		switch state[e.Key] {
@@ -55,7 +55,7 @@ func (m *Mover) Restore(ctx context.Context, t tier.Tier) (RestoreResult, error)
 			pk := pool.Key{Namespace: e.Namespace, Seq: e.Parent}
 			parent, stored := byKey[pk]
 			onTier := false
-			if pi, ok := m.ix.Lookup(e.Namespace, e.Parent); ok && pi.Tiers.Has(t) {
+			if pi, ok := ix.Lookup(e.Namespace, e.Parent); ok && pi.Tiers.Has(t) {
 				onTier = true
 			}
 			if !onTier && (!stored || !insert(parent)) {
@@ -75,7 +75,7 @@ func (m *Mover) Restore(ctx context.Context, t tier.Tier) (RestoreResult, error)
 }
 
 func (m *Mover) insertLocked(t tier.Tier, e pool.Entry, res *RestoreResult) bool {
-	seq, stored, err := m.ix.Insert(e.Namespace, e.Parent, e.HasParent, e.Local, t, 0)
+	seq, stored, err := m.ix.Held().Insert(e.Namespace, e.Parent, e.HasParent, e.Local, t, 0)
 	if err == nil && seq != e.Seq {
 		err = fmt.Errorf("links of %v chain to %x", e.Key, seq)
 	}
@@ -103,7 +103,7 @@ func (m *Mover) Import(ctx context.Context, t tier.Tier, tenant string, seqs []u
 		return RestoreResult{}, fmt.Errorf("import from %s: %w", t, ErrNoPool)
 	}
 	var res RestoreResult
-	ns := m.ix.Namespace(tenant) // stores key pages by namespace, not tenant
+	ns := m.ix.Held().Namespace(tenant) // stores key pages by namespace, not tenant
 	for _, seq := range seqs {
 		var chain []pool.Entry
 		key := pool.Key{Namespace: ns, Seq: seq}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/pool/memfd"
@@ -56,7 +57,7 @@ func BenchmarkSplice32K(b *testing.B) {
 					}
 				}
 			}
-			sp, err := New(Config{Index: ix, Device: dev, Sessions: sess, Free: free,
+			sp, err := New(Config{Index: guarded.New(ix), Device: dev, Sessions: sess, Free: free,
 				Fill: func(context.Context, FillOrder) error { return nil }})
 			if err != nil {
 				b.Fatal(err)

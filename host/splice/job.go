@@ -61,7 +61,7 @@ func (s *Splicer) Plan(snap Snapshot, edits []Edit) (*Job, error) {
 	for _, e := range edits {
 		req.Edits = append(req.Edits, cache.SpliceEdit{Start: e.Start, End: e.End, Replacement: e.Replacement, Forget: e.Mode == Forget})
 	}
-	plan, err := s.cfg.Index.PlanSplice(req)
+	plan, err := s.ix().PlanSplice(req)
 	if err != nil {
 		return nil, fmt.Errorf("splice session %q: %w", sess.ID, err)
 	}
@@ -126,7 +126,7 @@ func (j *Job) Cancel() {
 // pages already, drops the edited pages instead of keeping them under
 // their old hashes.
 func (j *Job) Apply() error {
-	s, ix, p := j.s, j.s.cfg.Index, j.plan
+	s, ix, p := j.s, j.s.ix(), j.plan
 	if err := ix.ValidateSplice(p); err != nil {
 		return fmt.Errorf("splice session %q: %w", j.snap.Session.ID, err)
 	}
@@ -162,7 +162,7 @@ func (j *Job) Apply() error {
 func (j *Job) abort(kerr error) error {
 	cut := *j.plan
 	cut.Pages, cut.Runs, cut.Fills, cut.FirstFill = nil, nil, nil, 0
-	commit, err := j.s.cfg.Index.ApplySplice(&cut)
+	commit, err := j.s.ix().ApplySplice(&cut)
 	j.applied = true
 	j.freed = commit.Freed
 	j.freeDevice(commit.Unused)
@@ -243,19 +243,19 @@ func (s *Splicer) runFills(ctx context.Context, j *Job) error {
 		}
 	}
 	var commit cache.SpliceCommit
-	s.mu.Lock()
+	ix := s.cfg.Index.Lock()
 	if err == nil {
-		commit, err = s.cfg.Index.CommitSpliceRest(p)
+		commit, err = ix.CommitSpliceRest(p)
 	} else {
 		commit.Unused = j.restLocs()
 	}
 	if j.hasLock {
-		if _, uerr := s.cfg.Index.Unlock(p.Tenant, j.locked); uerr != nil {
+		if _, uerr := ix.Unlock(p.Tenant, j.locked); uerr != nil {
 			err = errors.Join(err, uerr)
 		}
 		j.hasLock = false
 	}
-	s.mu.Unlock()
+	s.cfg.Index.Unlock()
 	j.freeDevice(commit.Unused)
 	cached := (p.Keep + p.FirstFill) * p.PageSize
 	if err == nil {

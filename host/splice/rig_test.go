@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/pool/memfd"
@@ -85,7 +86,7 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	}
 	r := &rig{t: t, lay: arena.Layout(), arena: arena, ix: ix, clock: clock, rot: rot,
 		sess: NewMemorySessions(rigPage, nil)}
-	cfg := Config{Index: ix, Device: dev, Sessions: r.sess, SinkTokens: o.sink, Free: r.free}
+	cfg := Config{Index: guarded.New(ix), Device: dev, Sessions: r.sess, SinkTokens: o.sink, Free: r.free}
 	if !o.noFill {
 		cfg.Fill = r.fill
 	}

@@ -40,6 +40,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 )
 
 // Errors, wrapped with context.
@@ -98,10 +99,8 @@ type FillOrder struct {
 
 // Config configures a Splicer.
 type Config struct {
-	// Index is the cache index. Required.
-	Index *cache.Index
-	// Lock guards Index (the host's index lock). Nil: the splicer's own.
-	Lock sync.Locker
+	// Index is the cache index with the host's index lock. Required.
+	Index *guarded.Index
 	// Device is the device pool and its kernels. Nil: splices are refused
 	// with ErrNoDevice.
 	Device *Device
@@ -128,7 +127,6 @@ type Config struct {
 // Splicer executes splices. It is safe for concurrent use.
 type Splicer struct {
 	cfg Config
-	mu  sync.Locker
 	wg  sync.WaitGroup
 }
 
@@ -137,28 +135,27 @@ func New(cfg Config) (*Splicer, error) {
 	if cfg.Index == nil || cfg.Sessions == nil {
 		return nil, fmt.Errorf("splicer: Index and Sessions are required")
 	}
-	if cfg.Device != nil && cfg.Device.Layout().PageSize != cfg.Index.PageSize() {
-		return nil, fmt.Errorf("splicer: device pages of %d tokens, index pages of %d", cfg.Device.Layout().PageSize, cfg.Index.PageSize())
+	if cfg.Device != nil && cfg.Device.Layout().PageSize != cfg.Index.Held().PageSize() {
+		return nil, fmt.Errorf("splicer: device pages of %d tokens, index pages of %d", cfg.Device.Layout().PageSize, cfg.Index.Held().PageSize())
 	}
 	if cfg.SinkTokens < 0 {
 		return nil, fmt.Errorf("splicer: sink tokens %d must not be negative", cfg.SinkTokens)
 	}
 	if cfg.Salt == nil {
-		cfg.Salt = cfg.Index.Salt
+		cfg.Salt = cfg.Index.Held().Salt
 	}
 	if cfg.FillTimeout <= 0 {
 		cfg.FillTimeout = 2 * time.Minute
 	}
-	s := &Splicer{cfg: cfg, mu: cfg.Lock}
-	if s.mu == nil {
-		s.mu = new(sync.Mutex)
-	}
-	return s, nil
+	return &Splicer{cfg: cfg}, nil
 }
 
-// Locker returns the index lock the splicer takes (Config.Lock or its
-// own); the executor must run its turns under the same lock.
-func (s *Splicer) Locker() sync.Locker { return s.mu }
+// Index returns the guarded index the splicer takes; the executor must run
+// its turns under the same one.
+func (s *Splicer) Index() *guarded.Index { return s.cfg.Index }
+
+// ix is the index, for steps that run under the lock a caller took.
+func (s *Splicer) ix() *cache.Index { return s.cfg.Index.Held() }
 
 // Sessions returns the configured session resolver.
 func (s *Splicer) Sessions() Sessions { return s.cfg.Sessions }
@@ -189,14 +186,14 @@ func (s *Splicer) Splice(ctx context.Context, id string, edits []Edit) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	s.mu.Lock()
+	s.cfg.Index.Lock()
 	j, err := s.Plan(snap, edits)
 	if err == nil {
 		if err = j.Apply(); err != nil {
 			j.Cancel()
 		}
 	}
-	s.mu.Unlock()
+	s.cfg.Index.Unlock()
 	if j != nil {
 		s.complete(j) // an applied job, even a failed one, updates the session and frees
 	}

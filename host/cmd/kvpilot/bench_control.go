@@ -73,10 +73,9 @@ func startControlHost(dir string, adjust ...func(*config.Config)) (*controlHost,
 	ddone := make(chan struct{})
 	var p *plane.Plane
 	if h.socket == "" {
-		ix, lock := d.Index()
 		p, err = plane.New(dctx, plane.Config{
 			Socket:   uds.Options{Path: cfg.ControlSocket()},
-			Executor: d.Executor(), Index: ix, Lock: lock, Events: d.Events(), NATS: d.NATS().Conn(),
+			Executor: d.Executor(), Index: d.Index(), Events: d.Events(), NATS: d.NATS().Conn(),
 			WorkerID: cfg.WorkerID, EventsSubject: cfg.EventsSubject(), EventsFormat: publish.Format(cfg.Events.Format),
 			WorkerSubject: cfg.WorkerSubject(), BroadcastSubject: cfg.NATS.BroadcastSubject,
 			RateLimit: cfg.NATS.RateLimit, RateBurst: cfg.NATS.RateBurst, Metrics: d.Metrics(),
@@ -111,9 +110,8 @@ func startControlHost(dir string, adjust ...func(*config.Config)) (*controlHost,
 // commit caches tokens on the device for tenant, as an engine would, and
 // returns the pages' sequence hashes.
 func (h *controlHost) commit(tenant string, tokens []uint32) ([]uint64, error) {
-	ix, lock := h.d.Index()
-	lock.Lock()
-	defer lock.Unlock()
+	ix := h.d.Index().Lock()
+	defer h.d.Index().Unlock()
 	var m cache.MatchResult
 	ix.Match(tenant, blockid.Salt{Namespace: tenant}, tokens, &m)
 	locs := make([]uint64, len(m.Hashes.Local))

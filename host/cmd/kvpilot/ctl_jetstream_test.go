@@ -32,7 +32,7 @@ func TestCtlOverNATSSaysWhatJetStreamDid(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "accepted: stored in JetStream stream") || !strings.Contains(out, "--jetstream") {
 		t.Fatalf("plain request to a JetStream host: %d %q", code, out)
 	}
-	ix, lock := h.d.Index()
+	ix, lock := h.d.Index().Held(), h.d.Index() // the index and the guard that locks it
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		lock.Lock()

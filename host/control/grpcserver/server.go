@@ -29,9 +29,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 
-	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/control/publish"
 	"github.com/kvpilot/kvpilot/host/ingress"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/rpcpeer"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
@@ -43,10 +43,8 @@ type Config struct {
 	// every call per peer uid (its ingress.Socket limit:
 	// control.rate_limit). Required.
 	Ingress *ingress.Ingress
-	// Index and Lock answer Stats; Lock must be the lock the executor
-	// holds. Required.
-	Index *cache.Index
-	Lock  sync.Locker
+	// Index answers Stats, under the lock the executor takes. Required.
+	Index *guarded.Index
 	// Hub feeds WatchEvents; nil answers WatchEvents with unavailable.
 	Hub *publish.Hub
 	// WatchBuffer is the events one watcher may have waiting before its
@@ -94,8 +92,8 @@ func New(cfg Config) (*Server, error) {
 	switch {
 	case cfg.Ingress == nil:
 		return nil, errors.New("grpcserver: Ingress is required")
-	case cfg.Index == nil || cfg.Lock == nil:
-		return nil, errors.New("grpcserver: Index and Lock are required (for Stats)")
+	case cfg.Index == nil:
+		return nil, errors.New("grpcserver: Index is required (for Stats)")
 	}
 	if cfg.Log == nil {
 		cfg.Log = hclog.NewNullLogger()

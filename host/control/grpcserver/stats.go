@@ -29,16 +29,16 @@ func (s *Server) Stats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsResp
 	}
 	var st cache.Stats
 	var ts cache.TenantStats
-	s.cfg.Lock.Lock()
+	ix := s.cfg.Index.Lock()
 	if all {
-		st = s.cfg.Index.Stats()
+		st = ix.Stats()
 	} else {
-		ts = s.cfg.Index.TenantStats(tenant)
+		ts = ix.TenantStats(tenant)
 	}
-	pageSize := s.cfg.Index.PageSize()
-	pins := s.cfg.Index.PinCount(tenant, all)
-	degraded := s.cfg.Index.DegradedLeases()
-	s.cfg.Lock.Unlock()
+	pageSize := ix.PageSize()
+	pins := ix.PinCount(tenant, all)
+	degraded := ix.DegradedLeases()
+	s.cfg.Index.Unlock()
 	tiers, leases := st.Tiers, st.Leases
 	if !all {
 		tiers, leases = ts.Tiers, ts.Leases

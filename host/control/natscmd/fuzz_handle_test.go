@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -12,6 +11,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/natsembed"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
@@ -24,7 +24,6 @@ import (
 // input: no panic, an answer that is JSON with status ok or error, every
 // error carries a registered code, and the index keeps its invariants.
 func FuzzHandle(f *testing.F) {
-	var mu sync.Mutex
 	ix, err := cache.New(cache.Config{PageSize: 4, Clock: cache.NewManualClock(0), TenantPinQuota: 8,
 		Tiers: [tier.Count]cache.TierConfig{
 			tier.Device: {Capacity: 64, High: 0.9, Low: 0.8, PinFraction: 0.5},
@@ -33,7 +32,8 @@ func FuzzHandle(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	ex, err := executor.New(executor.Config{Index: ix, Lock: &mu, WorkerID: "3", PauseTier: tier.Host})
+	g := guarded.New(ix)
+	ex, err := executor.New(executor.Config{Index: g, WorkerID: "3", PauseTier: tier.Host})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -99,8 +99,8 @@ func FuzzHandle(f *testing.F) {
 		default:
 			t.Fatalf("answer status %q: %s", reply.Status, out)
 		}
-		mu.Lock()
-		defer mu.Unlock()
+		g.Lock()
+		defer g.Unlock()
 		if err := ix.Check(); err != nil {
 			t.Fatalf("index invariants after %q: %v", payload, err)
 		}

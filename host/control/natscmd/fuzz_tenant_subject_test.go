@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -14,6 +13,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/natsembed"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
@@ -33,7 +33,6 @@ var fuzzTenants = []string{"", "a", "b"}
 // page or lease changed; a command claiming another tenant never
 // succeeds.
 func FuzzHandleTenantSubject(f *testing.F) {
-	var mu sync.Mutex
 	ix, err := cache.New(cache.Config{PageSize: 4, Clock: cache.NewManualClock(0), TenantPinQuota: 8,
 		Tiers: [tier.Count]cache.TierConfig{
 			tier.Device: {Capacity: 64, High: 0.9, Low: 0.8, PinFraction: 0.5},
@@ -42,7 +41,8 @@ func FuzzHandleTenantSubject(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	ex, err := executor.New(executor.Config{Index: ix, Lock: &mu, WorkerID: "3", PauseTier: tier.Host})
+	g := guarded.New(ix)
+	ex, err := executor.New(executor.Config{Index: g, WorkerID: "3", PauseTier: tier.Host})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -72,8 +72,8 @@ func FuzzHandleTenantSubject(f *testing.F) {
 	// state is one tenant's pages and leases, as far as a command can
 	// change them.
 	state := func(tenant string) string {
-		mu.Lock()
-		defer mu.Unlock()
+		g.Lock()
+		defer g.Unlock()
 		var b strings.Builder
 		for _, q := range pages[tenant] {
 			p, ok := ix.Lookup(tenant, q)
@@ -140,8 +140,8 @@ func FuzzHandleTenantSubject(f *testing.F) {
 		default:
 			t.Fatalf("answer status %q: %s", reply.Status, out)
 		}
-		mu.Lock()
-		defer mu.Unlock()
+		g.Lock()
+		defer g.Unlock()
 		if err := ix.Check(); err != nil {
 			t.Fatalf("index invariants after %q on %q: %v", payload, subject, err)
 		}

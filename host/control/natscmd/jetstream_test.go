@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/natsembed"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
@@ -24,7 +24,7 @@ import (
 // test can stop and restart the NATS server on the same data.
 type host struct {
 	t    *testing.T
-	mu   sync.Mutex
+	g    *guarded.Index // ix with the lock the executor takes
 	ix   *cache.Index
 	ex   *executor.Executor
 	dir  string
@@ -40,7 +40,8 @@ func newHost(t *testing.T) *host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.ex, err = executor.New(executor.Config{Index: h.ix, Lock: &h.mu, WorkerID: "3"}); err != nil {
+	h.g = guarded.New(h.ix)
+	if h.ex, err = executor.New(executor.Config{Index: h.g, WorkerID: "3"}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.stop)
@@ -86,15 +87,15 @@ func (h *host) stop() {
 }
 
 func (h *host) pins(seq uint64) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.g.Lock()
+	defer h.g.Unlock()
 	p, _ := h.ix.Lookup("", seq)
 	return p.PinCount
 }
 
 func (h *host) commit(tokens []uint32) []uint64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.g.Lock()
+	defer h.g.Unlock()
 	var m cache.MatchResult
 	h.ix.Match("", blockid.Salt{}, tokens, &m)
 	locs := make([]uint64, len(m.Hashes.Local))

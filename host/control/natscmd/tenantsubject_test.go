@@ -16,6 +16,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
 	"github.com/kvpilot/kvpilot/sdk/directive"
@@ -52,7 +53,7 @@ func (a *memAudit) find(match func(executor.Record) bool) (executor.Record, bool
 // replies on _INBOX.>.
 type tenantEnv struct {
 	t     *testing.T
-	mu    sync.Mutex
+	g     *guarded.Index // ix with the lock the executor takes
 	ix    *cache.Index
 	audit *memAudit
 	url   string
@@ -87,7 +88,8 @@ func newTenantEnv(t *testing.T, jet bool) *tenantEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex, err := executor.New(executor.Config{Index: e.ix, Lock: &e.mu, WorkerID: "7", Audit: e.audit})
+	e.g = guarded.New(e.ix)
+	ex, err := executor.New(executor.Config{Index: e.g, WorkerID: "7", Audit: e.audit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,8 +148,8 @@ func (e *tenantEnv) client(conn *nats.Conn, subject string, jet bool) *controlcl
 
 // state is every tenant's pin counts, page by page.
 func (e *tenantEnv) state() string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.g.Lock()
+	defer e.g.Unlock()
 	var b strings.Builder
 	for _, name := range []string{"", "alice", "bob"} {
 		fmt.Fprintf(&b, "%q:", name)
@@ -161,8 +163,8 @@ func (e *tenantEnv) state() string {
 }
 
 func (e *tenantEnv) pins(tenant string) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.g.Lock()
+	defer e.g.Unlock()
 	p, _ := e.ix.Lookup(tenant, e.pages[tenant][0])
 	return p.PinCount
 }

@@ -23,14 +23,14 @@ func TestStatsReportDegradedLeases(t *testing.T) {
 	}
 	// The mover's copies fail, attempt after attempt.
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		e.mu.Lock()
+		e.g.Lock()
 		for _, tr := range e.ix.Plan(e.ix.Config().Clock.Now(), nil) {
 			if err := e.ix.FailTransition(tr); err != nil {
 				t.Fatal(err)
 			}
 		}
 		li, _ := e.ix.Lease("L")
-		e.mu.Unlock()
+		e.g.Unlock()
 		if li.Degraded {
 			break
 		}

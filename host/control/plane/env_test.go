@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/natsembed"
 	"github.com/kvpilot/kvpilot/host/tier"
@@ -28,7 +28,7 @@ const pageSize = 4
 // transport.
 type env struct {
 	t       testing.TB
-	mu      sync.Mutex
+	g       *guarded.Index // ix with the lock the executor takes
 	ix      *cache.Index
 	ex      *executor.Executor
 	ring    *executor.Ring
@@ -64,8 +64,9 @@ func newEnv(t testing.TB, mods ...func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.g = guarded.New(e.ix)
 	e.ex, err = executor.New(executor.Config{
-		Index: e.ix, Lock: &e.mu, WorkerID: "42", Audit: e.ring,
+		Index: e.g, WorkerID: "42", Audit: e.ring,
 		Transitions: func(ts []cache.Transition) { e.trans += len(ts) },
 		Free:        func([]cache.Freed) {},
 	})
@@ -80,7 +81,7 @@ func newEnv(t testing.TB, mods ...func(*Config)) *env {
 	t.Cleanup(func() { e.nats.Close() })
 	cfg := Config{
 		Socket:   uds.Options{Path: filepath.Join(dir, "run", "control.sock")},
-		Executor: e.ex, Index: e.ix, Lock: &e.mu, Events: e.q, NATS: e.nats.Conn(),
+		Executor: e.ex, Index: e.g, Events: e.q, NATS: e.nats.Conn(),
 		WorkerID: 42, EventsSubject: events.Subject("dynamo", "backend"),
 		WorkerSubject: "kv-control-42", BroadcastSubject: "kv-control-broadcast",
 		Metrics: e.metrics, Audit: e.ring,
@@ -152,8 +153,8 @@ func toks(base, n int) []uint32 {
 // would, and returns their hashes.
 func (e *env) commit(tenant string, tokens []uint32) blockid.Hashes {
 	e.t.Helper()
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.g.Lock()
+	defer e.g.Unlock()
 	var m cache.MatchResult
 	e.ix.Match(tenant, blockid.Salt{Namespace: tenant}, tokens, &m)
 	locs := make([]uint64, len(m.Hashes.Local))
@@ -169,21 +170,21 @@ func (e *env) commit(tenant string, tokens []uint32) blockid.Hashes {
 }
 
 func (e *env) page(tenant string, seq uint64) (cache.PageInfo, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.g.Lock()
+	defer e.g.Unlock()
 	return e.ix.Lookup(tenant, seq)
 }
 
 func (e *env) lease(id string) (cache.LeaseInfo, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.g.Lock()
+	defer e.g.Unlock()
 	return e.ix.Lease(id)
 }
 
 // snapshot is everything a refused request must leave unchanged.
 func (e *env) snapshot(tenant string, seqs ...uint64) string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.g.Lock()
+	defer e.g.Unlock()
 	s := fmt.Sprintf("%+v", e.ix.Stats())
 	for _, q := range seqs {
 		p, ok := e.ix.Lookup(tenant, q)

@@ -18,13 +18,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go"
 
-	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/control/grpcserver"
 	"github.com/kvpilot/kvpilot/host/control/natscmd"
 	"github.com/kvpilot/kvpilot/host/control/publish"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/ingress"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/uds"
 )
@@ -38,11 +38,10 @@ type Config struct {
 	// (benchmarks and tests). The daemon passes the host's one ingress,
 	// and then those fields are not read.
 	Ingress *ingress.Ingress
-	// Executor, Index and Lock are the host's core. Index and Lock are
-	// required; so is Executor without an Ingress.
+	// Executor and Index are the host's core. Index is required; so is
+	// Executor without an Ingress.
 	Executor *executor.Executor
-	Index    *cache.Index
-	Lock     sync.Locker
+	Index    *guarded.Index
 	// Events is the index's event queue; nil publishes no events.
 	Events *events.Queue
 	// NATS is the host's connection; nil runs the socket only.
@@ -130,7 +129,7 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 		}
 	}
 	p.srv, err = grpcserver.New(grpcserver.Config{
-		Ingress: ing, Index: cfg.Index, Lock: cfg.Lock, Hub: p.hub, WatchBuffer: cfg.WatchBuffer,
+		Ingress: ing, Index: cfg.Index, Hub: p.hub, WatchBuffer: cfg.WatchBuffer,
 		WorkerID: cfg.WorkerID, BytesPerPage: cfg.BytesPerPage, Sessions: cfg.Sessions, Saved: cfg.Saved, Log: cfg.Log.Named("control"),
 		Tenants: cfg.ControlTenants,
 	})

@@ -24,6 +24,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/engine"
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/ingress"
+	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/pool/disk"
@@ -111,9 +112,9 @@ func (o *Options) defaults() {
 
 // Host is a running test host.
 type Host struct {
-	Service  *engine.Service
-	Index    *cache.Index
-	Lock     *sync.Mutex
+	Service *engine.Service
+	// Index is the host's cache index with its one lock.
+	Index    *guarded.Index
 	Executor *executor.Executor
 	Audit    *executor.Ring
 	// Socket and FDSocket are the engine socket and the side channel.
@@ -147,15 +148,16 @@ func Start(o Options) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{Lock: &sync.Mutex{}, Audit: executor.NewRing(1024), opts: o}
+	h := &Host{Audit: executor.NewRing(1024), opts: o}
 	var tcs [tier.Count]cache.TierConfig
 	for t, pages := range map[tier.Tier]int{tier.Device: o.DevicePages, tier.Host: o.HostPages, tier.Disk: o.DiskPages} {
 		tcs[t] = cache.TierConfig{Capacity: pages, High: o.High, Low: o.Low, PinFraction: o.PinFraction}
 	}
-	h.Index, err = cache.New(cache.Config{PageSize: o.PageSize, Tiers: tcs, DeviceWrite: wp, Clock: cache.NewMonotonicClock()})
+	ix, err := cache.New(cache.Config{PageSize: o.PageSize, Tiers: tcs, DeviceWrite: wp, Clock: cache.NewMonotonicClock()})
 	if err != nil {
 		return nil, err
 	}
+	h.Index = guarded.New(ix)
 	var pools *engine.Pools
 	var poolsMu sync.Mutex
 	open := func(ctx context.Context, l *layout.Layout, _ engine.Mode) (*engine.Pools, error) {
@@ -166,7 +168,7 @@ func Start(o Options) (*Host, error) {
 		if err != nil {
 			return nil, err
 		}
-		m, err := mover.New(mover.Options{Index: h.Index, Lock: h.Lock, Pools: set, Logger: log.Named("mover")})
+		m, err := mover.New(mover.Options{Index: h.Index, Pools: set, Logger: log.Named("mover")})
 		if err != nil {
 			_ = set.Close()
 			return nil, err
@@ -184,7 +186,7 @@ func Start(o Options) (*Host, error) {
 		return p, nil
 	}
 	h.Executor, err = executor.New(executor.Config{
-		Index: h.Index, Lock: h.Lock, WorkerID: "7", Audit: h.Audit,
+		Index: h.Index, WorkerID: "7", Audit: h.Audit,
 		Limits: directive.Limits{SinkTokens: int64(o.SinkTokens)},
 		Free: func(freed []cache.Freed) {
 			poolsMu.Lock()
@@ -210,7 +212,7 @@ func Start(o Options) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := engine.Config{Index: h.Index, Lock: h.Lock, Ingress: in, WorkerID: o.WorkerID,
+	cfg := engine.Config{Index: h.Index, Ingress: in, WorkerID: o.WorkerID,
 		LoadBackDeadline: o.LoadBackDeadline, Log: log.Named("engine"), AutoSplice: o.AutoSplice,
 		// The splicer of each registered layout, as the daemon builds it.
 		OnRegister: func(reg engine.Registration, p *engine.Pools) {
@@ -219,8 +221,8 @@ func Start(o Options) (*Host, error) {
 				log.Warn("no splice device for this layout", "error", err)
 				dev = nil
 			}
-			sp, err := splice.New(splice.Config{Index: h.Index, Lock: h.Lock, Device: dev, Sessions: h.Service.SpliceSessions(),
-				Salt: h.Index.Salt, SinkTokens: o.SinkTokens, Fill: h.Service.SpliceFill, Free: free})
+			sp, err := splice.New(splice.Config{Index: h.Index, Device: dev, Sessions: h.Service.SpliceSessions(),
+				Salt: h.Index.Held().Salt, SinkTokens: o.SinkTokens, Fill: h.Service.SpliceFill, Free: free})
 			if err == nil {
 				err = h.Executor.Attach(executor.Attachments{Free: free, Splicer: sp})
 			}
@@ -314,23 +316,23 @@ func (h *Host) Close() error {
 
 // Page returns what the index knows of a tenant's page.
 func (h *Host) Page(tenant string, seq uint64) (cache.PageInfo, bool) {
-	h.Lock.Lock()
-	defer h.Lock.Unlock()
-	return h.Index.Lookup(tenant, seq)
+	ix := h.Index.Lock()
+	defer h.Index.Unlock()
+	return ix.Lookup(tenant, seq)
 }
 
 // IndexStats is the index's snapshot.
 func (h *Host) IndexStats() cache.Stats {
-	h.Lock.Lock()
-	defer h.Lock.Unlock()
-	return h.Index.Stats()
+	ix := h.Index.Lock()
+	defer h.Index.Unlock()
+	return ix.Stats()
 }
 
 // Check runs the index's invariant check.
 func (h *Host) Check() error {
-	h.Lock.Lock()
-	defer h.Lock.Unlock()
-	if err := h.Index.Check(); err != nil {
+	ix := h.Index.Lock()
+	defer h.Index.Unlock()
+	if err := ix.Check(); err != nil {
 		return fmt.Errorf("index invariants: %w", err)
 	}
 	return nil
