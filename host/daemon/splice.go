@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"sync"
 
@@ -93,6 +94,7 @@ func (d *Daemon) attachLocked(p *engine.Pools, sp *splice.Splicer, closeKernels 
 		Transitions: d.transitionsHook(p.Mover),
 		Free:        d.freeHook(p.Mover),
 		Splicer:     sp,
+		Import:      d.importHook(p.Mover),
 	})
 	if err != nil {
 		if closeKernels != nil {
@@ -182,6 +184,24 @@ func (d *Daemon) freeHook(m *mover.Mover) func([]cache.Freed) {
 	return func(freed []cache.Freed) {
 		if err := m.Release(d.life, freed); err != nil {
 			d.log.Warn("releasing freed pages failed", "pages", len(freed), "error", err)
+		}
+	}
+}
+
+// importHook indexes remote-tier pages another host paused, for a Warm that
+// names them; nil without a remote tier.
+func (d *Daemon) importHook(m *mover.Mover) func(context.Context, string, []uint64) {
+	if m == nil || d.cfg.Tiers.Remote.CapacityPages <= 0 {
+		return nil
+	}
+	return func(ctx context.Context, tenant string, seqs []uint64) {
+		res, err := m.Import(ctx, tier.Remote, tenant, seqs)
+		if err != nil {
+			d.log.Warn("importing shared pages for a Warm failed", "tenant", tenant, "pages", len(seqs), "error", err)
+			return
+		}
+		if res.Inserted > 0 {
+			d.log.Debug("imported shared pages for a Warm", "tenant", tenant, "inserted", res.Inserted, "orphans", res.Orphans)
 		}
 	}
 }

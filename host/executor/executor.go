@@ -122,6 +122,12 @@ type Attachments struct {
 	Free func([]cache.Freed)
 	// Splicer runs the span verbs (nil: they are refused as unavailable).
 	Splicer *splice.Splicer
+	// Import indexes pages of the shared remote tier that another host
+	// stored (its pauses) and this index has not seen, by sequence hash, so
+	// a Warm naming them can fetch them. It is called before the index lock
+	// is taken, since it reads the remote store. Nil: Warm acts on indexed
+	// pages only.
+	Import func(ctx context.Context, tenant string, seqs []uint64)
 }
 
 // Attach replaces the attachments. Hosts attach once, when the pools open,
@@ -199,7 +205,24 @@ func (e *Executor) Apply(ctx context.Context, t directive.Turn) directive.TurnRe
 		return e.finish(t.ID, t.Source, t.Tenant, opsOf(t), te.Each)
 	}
 	ops := opsOf(t)
+	e.importWarmed(ctx, t.Tenant, ops)
 	return e.run(t.ID, t.Source, t.Tenant, ops)
+}
+
+// importWarmed lets a Warm name pages that only the shared remote tier
+// holds: another host paused them there. Pages this index knows are
+// skipped by the importer; pages it cannot find stay unknown, and check
+// counts them as missing.
+func (e *Executor) importWarmed(ctx context.Context, tenant string, ops []*op) {
+	imp := e.att().Import
+	if imp == nil {
+		return
+	}
+	for _, o := range ops {
+		if o.kind == opWarm && len(o.hashes) > 0 {
+			imp(ctx, tenant, o.hashes)
+		}
+	}
 }
 
 // ApplyJSON decodes a turn in any directive.DecodeTurn form and applies it

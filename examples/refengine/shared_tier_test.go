@@ -1,0 +1,107 @@
+package refengine_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvpilot/kvpilot/examples/refengine"
+	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/daemon"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+)
+
+// sharedConfig is a host whose Pause keeps pages on the remote tier, the
+// JetStream bucket every host on natsURL shares ("" runs the embedded
+// server, listening on loopback so a second host can join it).
+func sharedConfig(dataDir, natsURL string, worker uint64, replicas int) config.Config {
+	c := restartConfig(dataDir)
+	c.WorkerID = worker
+	c.Tiers.Remote.CapacityPages = 4096
+	c.Index.PauseTier = "remote"
+	c.Pools.RemoteReplicas = replicas
+	c.NATS.URL = natsURL
+	if natsURL == "" {
+		c.NATS.Listen = "127.0.0.1:0"
+	}
+	return c
+}
+
+// waitLeaseSettled waits until a lease's pages sit on its pause tier alone.
+func waitLeaseSettled(t *testing.T, d *daemon.Daemon, id string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ix := d.Index().Lock()
+		li, ok := ix.Lease(id)
+		d.Index().Unlock()
+		if ok && li.Settled {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease %s did not settle (found %v: %+v)", id, ok, li)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// pauseSessions runs each session on engine e of host c, then pauses it to
+// the remote tier under a lease named for it and waits until it is there.
+func pauseSessions(t *testing.T, d *daemon.Daemon, c config.Config, e *refengine.Engine, sessions map[string][]uint32) {
+	t.Helper()
+	ctl := controlFor(t, c)
+	for s, toks := range sessions {
+		if _, err := e.Turn(ctxT(t), s, "", toks); err != nil {
+			t.Fatal(err)
+		}
+		apply(t, ctl, directive.Pause{BlockHashes: hashesOf(toks, ""), TTL: directive.TTLOf(time.Hour), LeaseID: "lease-" + s})
+	}
+	for s := range sessions {
+		waitLeaseSettled(t, d, "lease-"+s)
+	}
+}
+
+// warmAndResume warms each session's pages on host c from the shared tier
+// and runs the session again on engine e: every full page must be a hit,
+// loaded back and checked row by row by the reference engine.
+func warmAndResume(t *testing.T, c config.Config, e *refengine.Engine, sessions map[string][]uint32) {
+	t.Helper()
+	ctl := controlFor(t, c)
+	for s, toks := range sessions {
+		hs := hashesOf(toks, "")
+		keys := make([]directive.BlockKey, len(hs))
+		for i, h := range hs {
+			keys[i] = directive.BlockKey(h.String())
+		}
+		reply, err := ctl.Apply(ctxT(t), directive.Turn{Directives: []directive.Directive{directive.Warm{BlockKeys: keys, TargetTier: "host"}}})
+		if err != nil || !reply.OK() || reply.Results[0].Effect.Missing != 0 {
+			t.Fatalf("warm %s from the shared tier: %+v %v", s, reply, err)
+		}
+		st, err := e.Turn(ctxT(t), s, "", toks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("session %s on the second host: %+v", s, st)
+		full := len(toks) / hostPage * hostPage
+		if st.Cached != full || st.LoadedPages != full/hostPage || st.CheckedRows == 0 {
+			t.Fatalf("session %s on the second host: cached %d of %d, %d pages loaded, %d rows checked",
+				s, st.Cached, full, st.LoadedPages, st.CheckedRows)
+		}
+	}
+}
+
+// Host A pauses sessions to the remote tier; host B, sharing A's NATS
+// server and bucket, has never seen them, warms them by block hash and
+// serves them as hits, byte-identical by the reference engine's check.
+func TestSecondHostResumesSessionsPausedToTheSharedTier(t *testing.T) {
+	ca := sharedConfig(t.TempDir(), "", 1, 1)
+	da, _ := runDaemon(t, ca)
+	ea := newEngine(t, ca.EngineSocket(), refengine.GQA(hostPage))
+	g := &tokens{next: 101}
+	sessions := map[string][]uint32{"s1": g.take(5*hostPage + 3), "s2": g.take(3 * hostPage)}
+	pauseSessions(t, da, ca, ea, sessions)
+
+	cb := sharedConfig(t.TempDir(), da.NATS().ClientURL(), 2, 1)
+	_, _ = runDaemon(t, cb)
+	eb := newEngine(t, cb.EngineSocket(), refengine.GQA(hostPage))
+	warmAndResume(t, cb, eb, sessions)
+}
