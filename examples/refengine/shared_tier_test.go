@@ -1,12 +1,15 @@
 package refengine_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/daemon"
+	"github.com/kvpilot/kvpilot/host/natsembed/natscluster"
+	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 )
 
@@ -60,10 +63,12 @@ func pauseSessions(t *testing.T, d *daemon.Daemon, c config.Config, e *refengine
 	}
 }
 
-// warmAndResume warms each session's pages on host c from the shared tier
-// and runs the session again on engine e: every full page must be a hit,
-// loaded back and checked row by row by the reference engine.
-func warmAndResume(t *testing.T, c config.Config, e *refengine.Engine, sessions map[string][]uint32) {
+// warmAndResume warms each session's pages on host d (config c) from the
+// shared tier and runs the session again on engine e: every full page must
+// be a hit, loaded back and checked row by row by the reference engine.
+// Like a harness, it warms again until the pages arrive: a cluster that
+// just lost a node answers nothing while its streams elect leaders.
+func warmAndResume(t *testing.T, d *daemon.Daemon, c config.Config, e *refengine.Engine, sessions map[string][]uint32) {
 	t.Helper()
 	ctl := controlFor(t, c)
 	for s, toks := range sessions {
@@ -72,21 +77,41 @@ func warmAndResume(t *testing.T, c config.Config, e *refengine.Engine, sessions 
 		for i, h := range hs {
 			keys[i] = directive.BlockKey(h.String())
 		}
-		reply, err := ctl.Apply(ctxT(t), directive.Turn{Directives: []directive.Directive{directive.Warm{BlockKeys: keys, TargetTier: "host"}}})
-		if err != nil || !reply.OK() || reply.Results[0].Effect.Missing != 0 {
-			t.Fatalf("warm %s from the shared tier: %+v %v", s, reply, err)
+		deadline := time.Now().Add(60 * time.Second)
+		for !onTier(d, hs, tier.Host) {
+			if time.Now().After(deadline) {
+				t.Fatalf("session %s never arrived on the second host's host tier", s)
+			}
+			reply, err := ctl.Apply(ctxT(t), directive.Turn{Directives: []directive.Directive{directive.Warm{BlockKeys: keys, TargetTier: "host"}}})
+			if err != nil || !reply.OK() || reply.Results[0].Effect.Missing != 0 {
+				t.Fatalf("warm %s from the shared tier: %+v %v", s, reply, err)
+			}
+			for wait := time.Now().Add(3 * time.Second); time.Now().Before(wait) && !onTier(d, hs, tier.Host); {
+				time.Sleep(20 * time.Millisecond)
+			}
 		}
 		st, err := e.Turn(ctxT(t), s, "", toks)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("session %s on the second host: %+v", s, st)
 		full := len(toks) / hostPage * hostPage
 		if st.Cached != full || st.LoadedPages != full/hostPage || st.CheckedRows == 0 {
 			t.Fatalf("session %s on the second host: cached %d of %d, %d pages loaded, %d rows checked",
 				s, st.Cached, full, st.LoadedPages, st.CheckedRows)
 		}
 	}
+}
+
+// onTier reports whether every page is indexed on tier t.
+func onTier(d *daemon.Daemon, hs []directive.Hash, t tier.Tier) bool {
+	ix := d.Index().Lock()
+	defer d.Index().Unlock()
+	for _, h := range hs {
+		if p, ok := ix.Lookup("", uint64(h)); !ok || !p.Tiers.Has(t) {
+			return false
+		}
+	}
+	return true
 }
 
 // Host A pauses sessions to the remote tier; host B, sharing A's NATS
@@ -101,7 +126,59 @@ func TestSecondHostResumesSessionsPausedToTheSharedTier(t *testing.T) {
 	pauseSessions(t, da, ca, ea, sessions)
 
 	cb := sharedConfig(t.TempDir(), da.NATS().ClientURL(), 2, 1)
-	_, _ = runDaemon(t, cb)
+	db, _ := runDaemon(t, cb)
 	eb := newEngine(t, cb.EngineSocket(), refengine.GQA(hostPage))
-	warmAndResume(t, cb, eb, sessions)
+	warmAndResume(t, db, cb, eb, sessions)
+}
+
+// The shared tier on a real NATS cluster: three nats-server processes with
+// the bucket at three replicas. Host A pauses sessions to it; one node is
+// SIGKILLed; host B warms and serves half of them. The node comes back,
+// every node is restarted in turn (a rolling restart), and host C serves
+// the other half: no paused page was lost, every row checked.
+func TestSharedTierOnANATSClusterSurvivesNodeLossAndRollingRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node nats-server cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl, err := natscluster.Start(ctx, t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+
+	ca := sharedConfig(t.TempDir(), cl.URL(), 1, 3)
+	da, _ := runDaemon(t, ca)
+	ea := newEngine(t, ca.EngineSocket(), refengine.GQA(hostPage))
+	g := &tokens{next: 7}
+	early := map[string][]uint32{"a1": g.take(6*hostPage + 5), "a2": g.take(4 * hostPage)}
+	late := map[string][]uint32{"b1": g.take(5 * hostPage), "b2": g.take(7*hostPage + 1)}
+	all := map[string][]uint32{}
+	for s, toks := range early {
+		all[s] = toks
+	}
+	for s, toks := range late {
+		all[s] = toks
+	}
+	pauseSessions(t, da, ca, ea, all)
+
+	cl.Kill(0)
+	cb := sharedConfig(t.TempDir(), cl.URL(), 2, 3)
+	db, _ := runDaemon(t, cb)
+	eb := newEngine(t, cb.EngineSocket(), refengine.GQA(hostPage))
+	warmAndResume(t, db, cb, eb, early)
+
+	if err := cl.Revive(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range cl.Nodes {
+		if err := cl.Restart(ctx, i); err != nil {
+			t.Fatalf("rolling restart of node %d: %v", i, err)
+		}
+	}
+	cc := sharedConfig(t.TempDir(), cl.URL(), 3, 3)
+	dc, _ := runDaemon(t, cc)
+	ec := newEngine(t, cc.EngineSocket(), refengine.GQA(hostPage))
+	warmAndResume(t, dc, cc, ec, late)
 }

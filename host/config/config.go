@@ -198,6 +198,10 @@ type NATS struct {
 	JetStreamCommands bool `koanf:"jetstream_commands"`
 	// CommandStream names that stream.
 	CommandStream string `koanf:"command_stream"`
+	// CommandReplicas is the command stream's replicas when it is created:
+	// 3 on a three-node cluster keeps commands through a node's loss and a
+	// rolling restart.
+	CommandReplicas int `koanf:"command_replicas"`
 	// RateLimit is commands per second per source; 0 disables limiting.
 	RateLimit float64 `koanf:"rate_limit"`
 	// RateBurst is the burst each source may send at once.
@@ -337,6 +341,7 @@ func Default() Config {
 			WorkerSubject:    "kv-control-{worker_id}",
 			BroadcastSubject: "kv-control-broadcast",
 			CommandStream:    "KVPILOT_COMMANDS",
+			CommandReplicas:  1,
 			RateLimit:        1000,
 			RateBurst:        200,
 		},

@@ -99,6 +99,9 @@ func (c Config) Validate() error {
 	if c.NATS.RateBurst < 1 {
 		bad("nats.rate_burst", "must be at least 1, got %d", c.NATS.RateBurst)
 	}
+	if c.NATS.CommandReplicas < 1 || c.NATS.CommandReplicas > 5 {
+		bad("nats.command_replicas", "%d is not in 1..5", c.NATS.CommandReplicas)
+	}
 	if c.NATS.JetStreamCommands && c.NATS.CommandStream == "" {
 		bad("nats.command_stream", "must name a stream when nats.jetstream_commands is on")
 	}

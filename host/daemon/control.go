@@ -38,6 +38,7 @@ func (d *Daemon) buildControl() error {
 		BroadcastSubject:  d.cfg.NATS.BroadcastSubject,
 		JetStream:         d.cfg.NATS.JetStreamCommands,
 		Stream:            d.cfg.NATS.CommandStream,
+		StreamReplicas:    d.cfg.NATS.CommandReplicas,
 		TenantSubjects:    d.cfg.NATS.TenantSubjects,
 		// The Control socket's tenant binding; the ingress limits and
 		// audits.

@@ -61,6 +61,7 @@ func (s *Server) ensureStream(ctx context.Context, js jetstream.JetStream) (jets
 			Description: "kvpilot directive commands (kv-control-*)",
 			Subjects:    s.subjects(),
 			Storage:     jetstream.FileStorage,
+			Replicas:    max(s.cfg.StreamReplicas, 1),
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      s.cfg.MaxAge,
 			Duplicates:  s.cfg.DuplicateWindow,

@@ -81,6 +81,9 @@ type Config struct {
 	JetStream bool
 	// Stream names the command stream (default "KVPILOT_COMMANDS").
 	Stream string
+	// StreamReplicas is the stream's replicas when this host creates it
+	// (default 1).
+	StreamReplicas int
 	// Durable names this worker's consumer (default "kvpilot-worker-<id>").
 	Durable string
 	// DuplicateWindow is how long the stream remembers Nats-Msg-Ids

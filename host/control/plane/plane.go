@@ -61,6 +61,8 @@ type Config struct {
 	// JetStream, Stream: durable, deduplicated commands (natscmd).
 	JetStream bool
 	Stream    string
+	// StreamReplicas is the command stream's replicas when it is created.
+	StreamReplicas int
 	// TenantSubjects binds tenants to command subjects (natscmd;
 	// nats.tenant_subjects).
 	TenantSubjects bool
@@ -144,7 +146,7 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 		p.cmds, err = natscmd.New(natscmd.Config{
 			Conn: cfg.NATS, Ingress: ing, WorkerID: cfg.WorkerID,
 			WorkerSubject: cfg.WorkerSubject, BroadcastSubject: cfg.BroadcastSubject,
-			JetStream: cfg.JetStream, Stream: cfg.Stream, Log: cfg.Log.Named("natscmd"),
+			JetStream: cfg.JetStream, Stream: cfg.Stream, StreamReplicas: cfg.StreamReplicas, Log: cfg.Log.Named("natscmd"),
 			TenantSubjects: cfg.TenantSubjects,
 		})
 		if err == nil {

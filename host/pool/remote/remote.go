@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go"
@@ -110,18 +111,14 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	obs, err := bucket(ctx, o)
-	if err != nil {
-		return nil, err
-	}
 	lay := o.Layout.Clone()
 	fp := lay.Fingerprint()
-	s := &Store{obs: obs, bucket: o.Bucket, lay: lay, fp: fp, prefix: fp.String() + "/", pb: lay.PageBytes(),
+	s := &Store{bucket: o.Bucket, lay: lay, fp: fp, prefix: fp.String() + "/", pb: lay.PageBytes(),
 		chunk: o.ChunkSize, log: log.Named("remote")}
 	if o.MaxBytes > 0 {
 		s.capacity = o.MaxBytes / int64(s.pb)
 	}
-	if _, err := s.List(ctx); err != nil {
+	if err := s.bind(ctx, o); err != nil {
 		return nil, err
 	}
 	s.log.Info("remote store opened", "bucket", o.Bucket, "layout", fp.String(), "pages", s.used.Load())
@@ -151,6 +148,42 @@ func bucket(ctx context.Context, o Options) (jetstream.ObjectStore, error) {
 		return nil, fmt.Errorf("remote store: create bucket %s: %w", o.Bucket, err)
 	}
 	return obs, nil
+}
+
+// A clustered JetStream answers nothing for a few seconds after it lost a
+// node or during a rolling restart, while its streams elect leaders. Open
+// retries for up to openPatience, each attempt with its own deadline, so a
+// request stuck on a route to the lost node does not use up the caller's.
+const (
+	openAttempt  = 3 * time.Second
+	openPatience = 30 * time.Second
+)
+
+// bind binds to (creating if needed) the bucket and counts this layout's
+// pages, retrying while JetStream is between leaders.
+func (s *Store) bind(ctx context.Context, o Options) error {
+	give := time.Now().Add(openPatience)
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, openAttempt)
+		obs, err := bucket(actx, o)
+		if err == nil {
+			s.obs = obs
+			_, err = s.List(actx)
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(give) {
+			return fmt.Errorf("remote store: %d attempts: %w", attempt, err)
+		}
+		s.log.Warn("remote bucket not answering yet; retrying", "bucket", o.Bucket, "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("remote store: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // ObjectName is the name a key's page has in the bucket.
