@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"time"
+	"unsafe"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/tier"
@@ -237,6 +238,11 @@ type IndexMemory struct {
 	// including what the index reserves for its tiers' capacity.
 	BytesPerPage float64 `json:"bytes_per_page"`
 	HeapBytes    uint64  `json:"heap_bytes"`
+	// PageRecordBytes is one page's own record (pages that are pinned,
+	// retained or leased hold a second, small one). It is most of
+	// BytesPerPage; the rest is the sequence-hash map's entry and bucket
+	// overhead.
+	PageRecordBytes int `json:"page_record_bytes"`
 }
 
 // indexMemoryChain is the length of the prompts committed to fill the
@@ -275,7 +281,8 @@ func MeasureIndexMemory(pages int) (IndexMemory, error) {
 	after := liveHeap()
 	runtime.KeepAlive(ix)
 	held := after - min(before, after)
-	return IndexMemory{Pages: pages, HeapBytes: held, BytesPerPage: float64(held) / float64(pages)}, nil
+	return IndexMemory{Pages: pages, HeapBytes: held, BytesPerPage: float64(held) / float64(pages),
+		PageRecordBytes: int(unsafe.Sizeof(node{}))}, nil
 }
 
 // liveHeap is the heap still reachable after a full collection.

@@ -23,6 +23,9 @@ func (ix *Index) Check() error {
 		c.bad("resident counters %v, pages say %v", ix.resident, c.resident)
 	}
 	c.pinnedList()
+	if noRare != (rare{}) {
+		c.bad("the shared empty rare record was written: %+v", noRare)
+	}
 	return errors.Join(c.errs...)
 }
 
@@ -202,25 +205,25 @@ func (c *checker) pageCounters(n *node) {
 	}
 	if n.pinCount > 0 {
 		c.pinned++
-		if n.pinExpiry <= 0 || n.pinTTL <= 0 {
+		if n.r().pinExpiry <= 0 || n.r().pinTTL <= 0 {
 			c.bad("page %d: pinned without ttl or expiry", n.seq)
 		}
-	} else if n.pinPrev != nil || n.pinNext != nil || n.pinExpiry != 0 {
+	} else if n.r().pinPrev != nil || n.r().pinNext != nil || n.r().pinExpiry != 0 {
 		c.bad("page %d: unpinned but linked or with an expiry", n.seq)
 	}
 	const huge = 1 << 30 // an unsigned counter that went below zero
-	if n.pinCount > huge || n.lockRef > huge || n.leaseRefs > huge || n.pending > huge {
+	if n.pinCount > huge || n.lockRef > huge || n.r().leaseRefs > huge || n.pending > huge {
 		c.bad("page %d: counter underflow (pin %d, lock %d, lease %d, pending %d)",
-			n.seq, n.pinCount, n.lockRef, n.leaseRefs, n.pending)
+			n.seq, n.pinCount, n.lockRef, n.r().leaseRefs, n.pending)
 	}
 	if n.priority > MaxPriority {
 		c.bad("page %d: priority %d", n.seq, n.priority)
 	}
-	if n.leaseRefs != c.leaseRefs[n] {
-		c.bad("page %d: leaseRefs %d, leases hold it %d times", n.seq, n.leaseRefs, c.leaseRefs[n])
+	if n.r().leaseRefs != c.leaseRefs[n] {
+		c.bad("page %d: leaseRefs %d, leases hold it %d times", n.seq, n.r().leaseRefs, c.leaseRefs[n])
 	}
-	if n.degradedRefs != c.degradedRefs[n] {
-		c.bad("page %d: degradedRefs %d, degraded leases hold it %d times", n.seq, n.degradedRefs, c.degradedRefs[n])
+	if n.r().degradedRefs != c.degradedRefs[n] {
+		c.bad("page %d: degradedRefs %d, degraded leases hold it %d times", n.seq, n.r().degradedRefs, c.degradedRefs[n])
 	}
 	if n.pending != c.pendingOf[n] {
 		c.bad("page %d: pending %d, live transitions %d", n.seq, n.pending, c.pendingOf[n])
@@ -237,7 +240,7 @@ func (c *checker) pageCounters(n *node) {
 func (c *checker) pinnedList() {
 	ix := c.ix
 	listed := 0
-	for n := ix.pinnedHead; n != nil; n = n.pinNext {
+	for n := ix.pinnedHead; n != nil; n = n.r().pinNext {
 		listed++
 		if n.pinCount == 0 || n.dead {
 			c.bad("page %d on the pinned list with count %d (removed %v)", n.seq, n.pinCount, n.dead)

@@ -26,11 +26,11 @@ func TestCheckDetectsCorruption(t *testing.T) {
 		"bad chain":            func(h *harness, leaf, mid *node) { leaf.local++ },
 		"children count":       func(h *harness, leaf, mid *node) { mid.childrenOn[tier.Device]++ },
 		"pending count":        func(h *harness, leaf, mid *node) { leaf.pending++ },
-		"lease refs":           func(h *harness, leaf, mid *node) { mid.leaseRefs++ },
+		"lease refs":           func(h *harness, leaf, mid *node) { mid.w().leaseRefs++ },
 		"stale location":       func(h *harness, leaf, mid *node) { leaf.loc[tier.Remote] = 9 },
 		"pin budget":           func(h *harness, leaf, mid *node) { h.ix.pinBudget = 0 },
 		"tenant quota":         func(h *harness, leaf, mid *node) { leaf.tenant.quota = 1 },
-		"unpinned with expiry": func(h *harness, leaf, mid *node) { leaf.pinExpiry = time.Hour },
+		"unpinned with expiry": func(h *harness, leaf, mid *node) { leaf.w().pinExpiry = time.Hour },
 		"depth":                func(h *harness, leaf, mid *node) { leaf.depth = 9 },
 	}
 	for name, corrupt := range cases {

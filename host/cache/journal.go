@@ -59,7 +59,11 @@ func (ix *Index) RollbackJournal() {
 		case !was && is:
 			ix.clearPin(n)
 		}
-		n.pinCount, n.pinTTL, n.pinExpiry, n.transient = s.pinCount, s.pinTTL, s.pinExpiry, s.transient
+		n.pinCount, n.transient = s.pinCount, s.transient
+		if s.pinTTL != 0 || s.pinExpiry != 0 || n.rare != nil {
+			w := n.w()
+			w.pinTTL, w.pinExpiry = s.pinTTL, s.pinExpiry
+		}
 	}
 	ix.CommitJournal()
 	ix.afterMutation()
@@ -72,5 +76,5 @@ func (ix *Index) journalPage(n *node) {
 		return
 	}
 	n.journalGen = ix.jr.gen
-	ix.jr.saved = append(ix.jr.saved, savedPin{n: n, pinCount: n.pinCount, pinTTL: n.pinTTL, pinExpiry: n.pinExpiry, transient: n.transient})
+	ix.jr.saved = append(ix.jr.saved, savedPin{n: n, pinCount: n.pinCount, pinTTL: n.r().pinTTL, pinExpiry: n.r().pinExpiry, transient: n.transient})
 }

@@ -17,7 +17,7 @@ func snapshotPins(ix *Index, tenant string, seqs []uint64) []pinState {
 	out := make([]pinState, len(seqs))
 	for i, s := range seqs {
 		n := ix.tenants[tenant].bySeq[s]
-		out[i] = pinState{n.pinCount, n.pinTTL, n.pinExpiry, n.transient}
+		out[i] = pinState{n.pinCount, n.r().pinTTL, n.r().pinExpiry, n.transient}
 	}
 	return out
 }

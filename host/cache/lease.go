@@ -95,8 +95,8 @@ func (ix *Index) Pause(t Target, id string, pauseTier tier.Tier, ttl time.Durati
 	l := &lease{id: id, tenant: t.Tenant, tier: pauseTier, expiry: ix.clock.Now() + ttl,
 		pages: append([]*node(nil), pages...)}
 	for _, n := range l.pages {
-		n.leaseRefs++
-		n.lease = l
+		n.w().leaseRefs++
+		n.w().lease = l
 	}
 	ix.leases[id] = l
 	ix.leaseOrder = append(ix.leaseOrder, l)
@@ -139,7 +139,7 @@ func (ix *Index) RevokeLease(id string) (PurgeResult, error) {
 			res.Locked++
 		case n.pinned(now):
 			res.Pinned++
-		case n.leaseRefs > 0:
+		case n.r().leaseRefs > 0:
 			res.Leased++
 		case n.nchildren > 0:
 			res.Kept++
@@ -193,9 +193,10 @@ func (ix *Index) endLease(l *lease) {
 		if n.dead {
 			continue
 		}
-		n.leaseRefs--
-		if n.lease == l {
-			n.lease = nil
+		n.w().leaseRefs--
+		if n.r().lease == l {
+			n.w().lease = nil
 		}
+		n.tidy()
 	}
 }

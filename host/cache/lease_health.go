@@ -25,7 +25,7 @@ const (
 
 // leaseHeld reports whether a healthy lease holds n, which keeps its last
 // copy and makes it unevictable.
-func (n *node) leaseHeld() bool { return n.leaseRefs > n.degradedRefs }
+func (n *node) leaseHeld() bool { return n.r().leaseRefs > n.r().degradedRefs }
 
 // leaseSetback records a failed attempt to settle l: it backs off, and
 // degrades once it failed leaseDegradeAfter times in a row.
@@ -38,7 +38,7 @@ func (ix *Index) leaseSetback(l *lease, now time.Duration, reason string) {
 		l.degraded = true
 		for _, n := range l.pages {
 			if !n.dead {
-				n.degradedRefs++
+				n.w().degradedRefs++
 			}
 		}
 	}
@@ -58,7 +58,7 @@ func (ix *Index) undegrade(l *lease) {
 	l.degraded = false
 	for _, n := range l.pages {
 		if !n.dead {
-			n.degradedRefs--
+			n.w().degradedRefs--
 		}
 	}
 }

@@ -74,18 +74,18 @@ func (ix *Index) LoseCopy(tenant string, seq uint64, t tier.Tier) (LossResult, e
 		res.Freed = append(res.Freed, Freed{Tenant: m.tenant.name, Seq: m.seq, Tier: t, Loc: m.loc[t]})
 		res.Copies++
 		if m.resident != TierSet(0).with(t) {
-			unsettle = unsettle || m.leaseRefs > 0
+			unsettle = unsettle || m.r().leaseRefs > 0
 			ix.removeResidency(m, t)
 			continue
 		}
 		res.Removed++
-		if m.pinned(now) || m.leaseRefs > 0 || m.lockRef > 0 {
+		if m.pinned(now) || m.r().leaseRefs > 0 || m.lockRef > 0 {
 			res.Lost++
 		}
 		if m.pinned(now) {
 			res.Pinned++
 		}
-		if m.leaseRefs > 0 {
+		if m.r().leaseRefs > 0 {
 			res.Leased++
 		}
 		if m.lockRef > 0 {

@@ -78,12 +78,12 @@ func (ix *Index) touch(n *node, now time.Duration) {
 	if n.pinCount == 0 {
 		return
 	}
-	if now >= n.pinExpiry {
+	if now >= n.r().pinExpiry {
 		ix.clearPin(n) // lazy expiry
 		return
 	}
-	if e := now + n.pinTTL; e > n.pinExpiry {
-		n.pinExpiry = e
+	if e := now + n.r().pinTTL; e > n.r().pinExpiry {
+		n.w().pinExpiry = e
 	}
 }
 
@@ -136,18 +136,18 @@ func (n *node) info() PageInfo {
 		Children:     int(n.nchildren),
 		LockRef:      int(n.lockRef),
 		PinCount:     int(n.pinCount),
-		PinTTL:       n.pinTTL,
-		PinExpiry:    n.pinExpiry,
+		PinTTL:       n.r().pinTTL,
+		PinExpiry:    n.r().pinExpiry,
 		Priority:     int(n.priority),
-		RetainExpiry: n.retainExpiry,
+		RetainExpiry: n.r().retainExpiry,
 		Transient:    n.transient,
-		Leases:       int(n.leaseRefs),
+		Leases:       int(n.r().leaseRefs),
 		LastAccess:   n.lastAccess,
 		InFlight:     int(n.pending),
 	}
 	pi.Parent, pi.HasParent = n.parentSeq()
-	if n.lease != nil && n.leaseRefs > 0 {
-		pi.Lease = n.lease.id
+	if n.r().lease != nil && n.r().leaseRefs > 0 {
+		pi.Lease = n.r().lease.id
 	}
 	return pi
 }

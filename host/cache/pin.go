@@ -53,8 +53,8 @@ func (ix *Index) Pin(t Target, ttl time.Duration) (PinResult, error) {
 			ix.addPinned(n)
 		}
 		n.pinCount++
-		n.pinTTL = max(n.pinTTL, ttl)
-		n.pinExpiry = max(n.pinExpiry, expiry)
+		n.w().pinTTL = max(n.r().pinTTL, ttl)
+		n.w().pinExpiry = max(n.r().pinExpiry, expiry)
 	}
 	res.Pages, res.NewlyPinned = len(pages), fresh
 	ix.afterMutation()
@@ -66,7 +66,7 @@ func (ix *Index) Pin(t Target, ttl time.Duration) (PinResult, error) {
 func (ix *Index) countUnpinned(pages []*node, now time.Duration) int {
 	fresh := 0
 	for _, n := range pages {
-		if n.pinCount > 0 && now >= n.pinExpiry {
+		if n.pinCount > 0 && now >= n.r().pinExpiry {
 			ix.clearPin(n)
 		}
 		if n.pinCount == 0 {
@@ -121,7 +121,7 @@ func (ix *Index) Unpin(t Target) (UnpinResult, error) {
 	nodes = ix.dedup(nodes)
 	live := nodes[:0]
 	for _, n := range nodes {
-		if n.pinCount > 0 && now >= n.pinExpiry {
+		if n.pinCount > 0 && now >= n.r().pinExpiry {
 			ix.clearPin(n)
 		}
 		if n.pinCount == 0 {
@@ -134,7 +134,7 @@ func (ix *Index) Unpin(t Target) (UnpinResult, error) {
 		if n.pinCount == 0 {
 			continue
 		}
-		if now >= n.pinExpiry {
+		if now >= n.r().pinExpiry {
 			ix.clearPin(n)
 			continue
 		}
@@ -151,10 +151,10 @@ func (ix *Index) Unpin(t Target) (UnpinResult, error) {
 }
 
 func (ix *Index) addPinned(n *node) {
-	n.pinPrev = nil
-	n.pinNext = ix.pinnedHead
+	n.w().pinPrev = nil
+	n.w().pinNext = ix.pinnedHead
 	if ix.pinnedHead != nil {
-		ix.pinnedHead.pinPrev = n
+		ix.pinnedHead.w().pinPrev = n
 	}
 	ix.pinnedHead = n
 	ix.pinnedPages++
@@ -165,16 +165,20 @@ func (ix *Index) addPinned(n *node) {
 // clearPin drops n's pin entirely (count to zero, off the pinned list).
 func (ix *Index) clearPin(n *node) {
 	ix.journalPage(n)
-	if n.pinPrev != nil {
-		n.pinPrev.pinNext = n.pinNext
+	if n.r().pinPrev != nil {
+		n.r().pinPrev.w().pinNext = n.r().pinNext
 	} else {
-		ix.pinnedHead = n.pinNext
+		ix.pinnedHead = n.r().pinNext
 	}
-	if n.pinNext != nil {
-		n.pinNext.pinPrev = n.pinPrev
+	if n.r().pinNext != nil {
+		n.r().pinNext.w().pinPrev = n.r().pinPrev
 	}
-	n.pinPrev, n.pinNext = nil, nil
-	n.pinCount, n.pinTTL, n.pinExpiry = 0, 0, 0
+	n.pinCount = 0
+	if w := n.rare; w != nil {
+		w.pinPrev, w.pinNext = nil, nil
+		w.pinTTL, w.pinExpiry = 0, 0
+	}
+	n.tidy()
 	ix.pinnedPages--
 	n.tenant.pinned--
 }
@@ -183,8 +187,8 @@ func (ix *Index) clearPin(n *node) {
 func (ix *Index) sweepPins(now time.Duration) int {
 	cleared := 0
 	for n := ix.pinnedHead; n != nil; {
-		next := n.pinNext
-		if now >= n.pinExpiry {
+		next := n.r().pinNext
+		if now >= n.r().pinExpiry {
 			ix.clearPin(n)
 			cleared++
 		}

@@ -31,7 +31,7 @@ func (ix *Index) planPinDurable(now time.Duration, dst []Transition) []Transitio
 		return dst
 	}
 	done := true
-	for n := ix.pinnedHead; n != nil; n = n.pinNext {
+	for n := ix.pinnedHead; n != nil; n = n.r().pinNext {
 		if n.dead || n.transient || n.resident.Has(D) || n.inbound.Has(D) {
 			continue
 		}

@@ -21,8 +21,8 @@ type PinRecord struct {
 // Lapsed pins are left out.
 func (ix *Index) Pins(now time.Duration) []PinRecord {
 	var out []PinRecord
-	for n := ix.pinnedHead; n != nil; n = n.pinNext {
-		if now >= n.pinExpiry {
+	for n := ix.pinnedHead; n != nil; n = n.r().pinNext {
+		if now >= n.r().pinExpiry {
 			continue
 		}
 		own := int(n.pinCount)
@@ -30,7 +30,7 @@ func (ix *Index) Pins(now time.Duration) []PinRecord {
 			own -= int(c.pinCount) // every reference on a child is also on n
 		}
 		if own > 0 {
-			out = append(out, PinRecord{Tenant: n.tenant.name, Seq: n.seq, Count: own, TTL: n.pinTTL, Expiry: n.pinExpiry})
+			out = append(out, PinRecord{Tenant: n.tenant.name, Seq: n.seq, Count: own, TTL: n.r().pinTTL, Expiry: n.r().pinExpiry})
 		}
 	}
 	return out
@@ -66,7 +66,7 @@ func (ix *Index) RestorePin(t Target, count int, ttl, expiry time.Duration) erro
 	}
 	nodes, _ := ix.resolve(t)
 	for _, n := range ix.closureOf(nodes) {
-		n.pinTTL = max(n.pinTTL, ttl)
+		n.w().pinTTL = max(n.r().pinTTL, ttl)
 	}
 	ix.CommitJournal()
 	ix.afterMutation()

@@ -36,10 +36,11 @@ func (ix *Index) Retain(t Target, priority int, d time.Duration) (Result, error)
 	pages := ix.closureOf(nodes)
 	for _, n := range pages {
 		n.priority = uint8(priority)
-		n.retainExpiry = 0
+		n.w().retainExpiry = 0
 		if priority > 0 {
-			n.retainExpiry = now + d
+			n.w().retainExpiry = now + d
 		}
+		n.tidy()
 	}
 	res.Pages = len(pages)
 	ix.afterMutation()

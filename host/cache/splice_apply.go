@@ -50,7 +50,7 @@ func (ix *Index) ValidateSplice(p *SplicePlan) error {
 		switch {
 		case c == nil:
 			return stale("page %d is gone", seq)
-		case c.lockRef > 0 || c.pinned(now) || c.leaseRefs > 0 || c.pending > 0:
+		case c.lockRef > 0 || c.pinned(now) || c.r().leaseRefs > 0 || c.pending > 0:
 			return stale("page %d is now in use", seq)
 		}
 	}

@@ -228,7 +228,7 @@ func (ix *Index) exclusive(path []*node, keep int, tenant string, sharedLeaves [
 	now := ix.clock.Now()
 	for k := n - 1; k >= keep; k-- {
 		c := path[k]
-		ok := c.lockRef == 0 && !c.pinned(now) && c.leaseRefs == 0 && c.pending == 0 && c.mark != epoch
+		ok := c.lockRef == 0 && !c.pinned(now) && c.r().leaseRefs == 0 && c.pending == 0 && c.mark != epoch
 		if k == n-1 {
 			ok = ok && c.nchildren == 0
 		} else {

@@ -53,7 +53,7 @@ func (ix *Index) Stats() Stats {
 	for _, ts := range ix.tenants {
 		s.Pages += len(ts.bySeq)
 	}
-	for n := ix.pinnedHead; n != nil; n = n.pinNext {
+	for n := ix.pinnedHead; n != nil; n = n.r().pinNext {
 		for _, t := range n.resident.Tiers() {
 			s.Tiers[t].Pinned++
 		}

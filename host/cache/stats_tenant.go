@@ -52,7 +52,7 @@ func (ix *Index) TenantStats(tenant string) TenantStats {
 		if n.dead {
 			continue
 		}
-		pinned, leased := n.pinCount > 0, n.leaseRefs > 0
+		pinned, leased := n.pinCount > 0, n.r().leaseRefs > 0
 		for _, t := range tier.All {
 			if !n.resident.Has(t) {
 				continue

@@ -72,7 +72,7 @@ func (ix *Index) PurgeTransientLeaves(t Target) (PurgeResult, error) {
 			res.Locked++
 		case n.pinned(now):
 			res.Pinned++
-		case n.leaseRefs > 0:
+		case n.r().leaseRefs > 0:
 			res.Leased++
 		default:
 			res.Freed = ix.purgeEverywhere(n, res.Freed)
