@@ -35,6 +35,9 @@ func DecodeTurn(data []byte, l Limits) (Turn, error) {
 	if err := checkSize(data, l); err != nil {
 		return Turn{}, err
 	}
+	if t, ok := decodeEnvelope(data, l); ok {
+		return t, nil
+	}
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) > 0 && trimmed[0] == '[' {
 		var raws []json.RawMessage
@@ -59,12 +62,7 @@ func DecodeTurn(data []byte, l Limits) (Turn, error) {
 		}
 		return Turn{Directives: []Directive{d}}, nil
 	case p.Directives != nil:
-		var env struct {
-			ID         string            `json:"id"`
-			Source     string            `json:"source"`
-			Tenant     string            `json:"tenant"`
-			Directives []json.RawMessage `json:"directives"`
-		}
+		var env turnEnvelope
 		if err := strictDecode(data, &env); err != nil {
 			return Turn{}, err
 		}
@@ -72,6 +70,30 @@ func DecodeTurn(data []byte, l Limits) (Turn, error) {
 		return Turn{ID: env.ID, Source: env.Source, Tenant: env.Tenant, Directives: ds}, err
 	}
 	return Turn{}, errcode.New(errcode.BadRequest, "want a command with \"type\", a turn with \"directives\", or an array of commands")
+}
+
+// turnEnvelope is a turn's wire form with its directives still raw.
+type turnEnvelope struct {
+	ID         string            `json:"id"`
+	Source     string            `json:"source"`
+	Tenant     string            `json:"tenant"`
+	Directives []json.RawMessage `json:"directives"`
+}
+
+// decodeEnvelope is DecodeTurn's fast path for what clients send, an
+// envelope: one strict decode of it, then one of each directive. It
+// reports false for any other form and for any failure, and DecodeTurn then
+// goes the general way, which gives the canonical errors.
+func decodeEnvelope(data []byte, l Limits) (Turn, bool) {
+	var env turnEnvelope
+	if strictDecode(data, &env) != nil || env.Directives == nil {
+		return Turn{}, false
+	}
+	ds, err := decodeList(env.Directives, l)
+	if err != nil {
+		return Turn{}, false
+	}
+	return Turn{ID: env.ID, Source: env.Source, Tenant: env.Tenant, Directives: ds}, true
 }
 
 // DecodeCacheControl decodes a router cache_control request.
@@ -113,8 +135,22 @@ func checkSize(data []byte, l Limits) error {
 }
 
 // decodeCommand reads the tag, then decodes strictly into the verb's type
-// (see wireCodec for how required fields are told from zero ones).
+// (see wireCodec for how required fields are told from zero ones). The
+// plain case, a "type" found by a shallow scan, takes one strict decode;
+// anything else, and every failure, goes the general way, which gives the
+// canonical errors.
 func decodeCommand(data []byte) (Directive, error) {
+	if v, ok := typeTag(data); ok {
+		if d := byVerb[Verb(v)]; d != nil {
+			if dir, err := d.decode(data); err == nil {
+				return dir, nil
+			}
+		}
+	}
+	return decodeCommandSlow(data)
+}
+
+func decodeCommandSlow(data []byte) (Directive, error) {
 	var t struct {
 		Type *string `json:"type"`
 	}

@@ -3,6 +3,7 @@ package directive
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -44,6 +45,25 @@ func FuzzDecodeCommand(f *testing.F) {
 		}
 		requireRegistered(t, "validate", d.Validate(Limits{}))
 		requireStable(t, d)
+	})
+}
+
+// The shallow "type" scan is only a shortcut: whatever it finds, a command
+// decodes exactly as the general path decodes it, and fails where it fails.
+func FuzzTypeTagShortcutAgrees(f *testing.F) {
+	fuzzSeeds(f)
+	f.Add([]byte(`{"type":"Cache","TYPE":"Pin","block_hashes":[1],"pin":true}`))
+	f.Add([]byte(`{"pin":true,"block_hashes":[1,{"type":"x"}],"type":"Cache"}`))
+	f.Add([]byte(`{"session":"s\"}","type":"Pin","end":64}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fast, ferr := decodeCommand(data)
+		slow, serr := decodeCommandSlow(data)
+		if (ferr == nil) != (serr == nil) || !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%q: shortcut %#v, %v; general %#v, %v", data, fast, ferr, slow, serr)
+		}
+		if ferr != nil && ferr.Error() != serr.Error() {
+			t.Fatalf("%q: shortcut error %v, general %v", data, ferr, serr)
+		}
 	})
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+
+	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
 // wireCodec reads and writes one verb's JSON object, {"type":"Cache",...},
@@ -59,6 +61,11 @@ func (c *wireCodec) decode(data []byte, dst reflect.Value) error {
 		return err
 	}
 	w = w.Elem()
+	if Verb(w.Field(0).String()) != c.verb {
+		// Only typeTag's guess can disagree with the decoded tag (a
+		// duplicate "type" member); the general path then decides.
+		return errcode.New(errcode.BadRequest, "type %s is not %s", quoteShort(w.Field(0).String()), c.verb)
+	}
 	for i, req := range c.required {
 		f := w.Field(i + 1)
 		if req {
