@@ -8,7 +8,7 @@ import (
 	"io"
 	"sort"
 
-	"github.com/kvpilot/kvpilot/host/bench"
+	"github.com/kvpilot/kvpilot/host/bench/scenario"
 )
 
 // benchScenario is one `kvpilot bench <name>` scenario. Run receives the
@@ -118,11 +118,11 @@ func reportTargetsOf(ctx context.Context, report any) {
 	walk(v)
 }
 
-// benchOutput prints a scenario's report (bench.Output) and records its
+// benchOutput prints a scenario's report (scenario.Output) and records its
 // targets for --check.
-func benchOutput(ctx context.Context, stdout io.Writer, rep bench.Report, asJSON bool, plot, title string) error {
+func benchOutput(ctx context.Context, stdout io.Writer, rep scenario.Report, asJSON bool, plot, title string) error {
 	reportTargetsOf(ctx, rep)
-	return bench.Output(stdout, rep, asJSON, plot, title)
+	return scenario.Output(stdout, rep, asJSON, plot, title)
 }
 
 // withoutFlag removes a boolean flag (-name, --name, --name=true|false)

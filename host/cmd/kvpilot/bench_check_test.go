@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvpilot/kvpilot/host/bench"
+	"github.com/kvpilot/kvpilot/host/bench/scenario"
 )
 
 type fakeReport struct {
@@ -17,7 +17,7 @@ type fakeReport struct {
 }
 
 func (fakeReport) WriteTable(w io.Writer) error { _, err := fmt.Fprintln(w, "fake table"); return err }
-func (fakeReport) Charts() []bench.Chart        { return nil }
+func (fakeReport) Charts() []scenario.Chart     { return nil }
 
 func init() {
 	for name, met := range map[string]bool{"fake-met": true, "fake-missed": false} {

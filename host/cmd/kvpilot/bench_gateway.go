@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/kvpilot/kvpilot/host/bench"
+	"github.com/kvpilot/kvpilot/host/bench/scenario"
 )
 
 func init() {
@@ -30,25 +30,25 @@ func runBenchGateway(ctx context.Context, args []string, stdout io.Writer) error
 			"re-prefill spends after edits.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	plot := fs.String("plot", "", "write an SVG bar chart of the arms to this file")
-	traces := fs.String("trace", strings.Join([]string{bench.TraceDebugGym, bench.TraceSWEAgent, bench.TraceOpus}, ","), "comma-separated trace files")
+	traces := fs.String("trace", strings.Join([]string{scenario.TraceDebugGym, scenario.TraceSWEAgent, scenario.TraceOpus}, ","), "comma-separated trace files")
 	olderThan := fs.Int("older-than", 2, "clear tool results older than this many assistant turns")
 	maxChars := fs.Int("max-chars", 200, "head/tail stub length in characters")
-	var p bench.GatewayParams
+	var p scenario.GatewayParams
 	fs.IntVar(&p.MaxRequests, "requests", 30, "requests per session (0: all)")
 	fs.IntVar(&p.PageSize, "page-size", 16, "tokens per page")
 	fs.Float64Var(&p.TimeScale, "time-scale", 1, "the engine waits its modelled TTFT times this before answering")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	ts, err := bench.LoadTraces(strings.Split(*traces, ",")...)
+	ts, err := scenario.LoadTraces(strings.Split(*traces, ",")...)
 	if err != nil {
 		return err
 	}
 	p.Traces = ts
 	p.Policy = map[string]any{"older_than": *olderThan, "max_chars": *maxChars}
-	prog := bench.TerminalProgress(os.Stderr)
-	rep, err := bench.RunGateway(ctx, p, prog)
-	bench.EndProgress(os.Stderr, prog)
+	prog := scenario.TerminalProgress(os.Stderr)
+	rep, err := scenario.RunGateway(ctx, p, prog)
+	scenario.EndProgress(os.Stderr, prog)
 	if err != nil {
 		return fmt.Errorf("bench gateway: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/kvpilot/kvpilot/host/bench"
+	"github.com/kvpilot/kvpilot/host/bench/scenario"
 )
 
 func init() {
@@ -27,8 +27,8 @@ func runBenchIdlePause(ctx context.Context, args []string, stdout io.Writer) err
 			"return), drop (paused then revoked, so the return re-prefills).", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	plot := fs.String("plot", "", "write an SVG bar chart of the arms to this file")
-	traces := fs.String("trace", strings.Join([]string{bench.TraceSWESmith, bench.TraceSWEAgent, bench.TraceDebugGym, bench.TraceSubagent, bench.TraceOpus}, ","), "comma-separated trace files")
-	var p bench.IdlePauseParams
+	traces := fs.String("trace", strings.Join([]string{scenario.TraceSWESmith, scenario.TraceSWEAgent, scenario.TraceDebugGym, scenario.TraceSubagent, scenario.TraceOpus}, ","), "comma-separated trace files")
+	var p scenario.IdlePauseParams
 	fs.IntVar(&p.Sessions, "sessions", 32, "sessions")
 	fs.IntVar(&p.Idle, "idle", 24, "sessions that go idle")
 	fs.IntVar(&p.Turns, "turns", 4, "turns each session runs before the idle period")
@@ -37,14 +37,14 @@ func runBenchIdlePause(ctx context.Context, args []string, stdout io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	ts, err := bench.LoadTraces(strings.Split(*traces, ",")...)
+	ts, err := scenario.LoadTraces(strings.Split(*traces, ",")...)
 	if err != nil {
 		return err
 	}
 	p.Traces = ts
-	prog := bench.TerminalProgress(os.Stderr)
-	rep, err := bench.RunIdlePause(ctx, p, prog)
-	bench.EndProgress(os.Stderr, prog)
+	prog := scenario.TerminalProgress(os.Stderr)
+	rep, err := scenario.RunIdlePause(ctx, p, prog)
+	scenario.EndProgress(os.Stderr, prog)
 	if err != nil {
 		return fmt.Errorf("bench idle-pause: %w", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"os"
 	"text/tabwriter"
 
-	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/bench/cachebench"
 )
 
 func init() {
@@ -37,11 +37,11 @@ func runBenchIndex(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	r, err := cache.RunIndexBench(*pages, *pageSize, *iters)
+	r, err := cachebench.Run(*pages, *pageSize, *iters)
 	if err != nil {
 		return fmt.Errorf("bench index: %w", err)
 	}
-	mem, err := cache.MeasureIndexMemory(*memPages)
+	mem, err := cachebench.MeasureMemory(*memPages)
 	if err != nil {
 		return fmt.Errorf("bench index: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/kvpilot/kvpilot/host/bench"
+	"github.com/kvpilot/kvpilot/host/bench/scenario"
 )
 
 func init() {
@@ -28,9 +28,9 @@ func runBenchPinFlood(ctx context.Context, args []string, stdout io.Writer) erro
 			"pinned full pages, baseline ~0, modelled TTFT speedup >= 5x.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	plot := fs.String("plot", "", "write an SVG bar chart of the arms to this file")
-	vip := fs.String("trace", bench.TraceDebugGym, "the VIP session's trace file")
-	flood := fs.String("flood-trace", strings.Join([]string{bench.TraceSWESmith, bench.TraceSWEAgent, bench.TraceSubagent, bench.TraceOpus}, ","), "comma-separated flood trace files")
-	var p bench.PinFloodParams
+	vip := fs.String("trace", scenario.TraceDebugGym, "the VIP session's trace file")
+	flood := fs.String("flood-trace", strings.Join([]string{scenario.TraceSWESmith, scenario.TraceSWEAgent, scenario.TraceSubagent, scenario.TraceOpus}, ","), "comma-separated flood trace files")
+	var p scenario.PinFloodParams
 	fs.IntVar(&p.PageSize, "page-size", 16, "tokens per page")
 	fs.IntVar(&p.DevicePages, "device-pages", 2048, "device tier capacity in pages")
 	fs.IntVar(&p.HostPages, "host-pages", 4096, "host tier capacity in pages")
@@ -43,18 +43,18 @@ func runBenchPinFlood(ctx context.Context, args []string, stdout io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	vt, err := bench.LoadTraces(*vip)
+	vt, err := scenario.LoadTraces(*vip)
 	if err != nil {
 		return err
 	}
-	ft, err := bench.LoadTraces(strings.Split(*flood, ",")...)
+	ft, err := scenario.LoadTraces(strings.Split(*flood, ",")...)
 	if err != nil {
 		return err
 	}
 	p.VIP, p.Flood = vt[0], ft
-	prog := bench.TerminalProgress(os.Stderr)
-	rep, err := bench.RunPinFlood(ctx, p, prog)
-	bench.EndProgress(os.Stderr, prog)
+	prog := scenario.TerminalProgress(os.Stderr)
+	rep, err := scenario.RunPinFlood(ctx, p, prog)
+	scenario.EndProgress(os.Stderr, prog)
 	if err != nil {
 		return fmt.Errorf("bench pin-flood: %w", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kvpilot/kvpilot/host/bench"
+	"github.com/kvpilot/kvpilot/host/bench/scenario"
 )
 
 func init() {
@@ -29,7 +29,7 @@ func runBenchRealModel(ctx context.Context, args []string, stdout io.Writer) err
 			"the re-prefill; layer-0 keys exact after the splice.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	plot := fs.String("plot", "", "write an SVG bar chart of the arms to this file")
-	var o bench.RealModelOptions
+	var o scenario.RealModelOptions
 	fs.IntVar(&o.Tokens, "tokens", 4096, "approximate prompt length")
 	fs.StringVar(&o.Model, "model", "", "the tiny model (the Python side's default when empty)")
 	fs.IntVar(&o.PageSize, "page-size", 16, "tokens per page")
@@ -39,7 +39,7 @@ func runBenchRealModel(ctx context.Context, args []string, stdout io.Writer) err
 		return err
 	}
 	// The traces directory: any trace file resolves it (FindTrace).
-	p, err := bench.FindTrace(bench.TraceDebugGym)
+	p, err := scenario.FindTrace(scenario.TraceDebugGym)
 	if err != nil {
 		return err
 	}
@@ -47,7 +47,7 @@ func runBenchRealModel(ctx context.Context, args []string, stdout io.Writer) err
 	if *verbose {
 		o.Stderr = os.Stderr
 	}
-	rep, err := bench.RunRealModel(ctx, o)
+	rep, err := scenario.RunRealModel(ctx, o)
 	if err != nil {
 		return fmt.Errorf("bench real-model: %w", err)
 	}

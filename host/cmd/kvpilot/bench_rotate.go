@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/kvpilot/kvpilot/host/bench/rotatebench"
 	"github.com/kvpilot/kvpilot/kernels"
-	"github.com/kvpilot/kvpilot/kernels/rotatebench"
 )
 
 func init() {

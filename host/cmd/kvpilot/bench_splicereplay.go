@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/kvpilot/kvpilot/host/bench"
+	"github.com/kvpilot/kvpilot/host/bench/scenario"
 )
 
 func init() {
@@ -28,8 +28,8 @@ func runBenchSpliceReplay(ctx context.Context, args []string, stdout io.Writer) 
 			"Target: splice >= 95% replay hit, radix lower.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	plot := fs.String("plot", "", "write an SVG bar chart of the arms to this file")
-	trace := fs.String("trace", bench.TraceDebugGym, "trace whose messages supply the answers")
-	var p bench.SpliceReplayParams
+	trace := fs.String("trace", scenario.TraceDebugGym, "trace whose messages supply the answers")
+	var p scenario.SpliceReplayParams
 	fs.IntVar(&p.Turns, "turns", 6, "user turns")
 	fs.IntVar(&p.EditTurn, "edit-turn", 0, "the edited turn (from 0)")
 	fs.IntVar(&p.AnswerChars, "answer-chars", 8000, "characters per answer")
@@ -38,14 +38,14 @@ func runBenchSpliceReplay(ctx context.Context, args []string, stdout io.Writer) 
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	ts, err := bench.LoadTraces(*trace)
+	ts, err := scenario.LoadTraces(*trace)
 	if err != nil {
 		return err
 	}
 	p.Answers = ts[0]
-	prog := bench.TerminalProgress(os.Stderr)
-	rep, err := bench.RunSpliceReplay(ctx, p, prog)
-	bench.EndProgress(os.Stderr, prog)
+	prog := scenario.TerminalProgress(os.Stderr)
+	rep, err := scenario.RunSpliceReplay(ctx, p, prog)
+	scenario.EndProgress(os.Stderr, prog)
 	if err != nil {
 		return fmt.Errorf("bench splice-replay: %w", err)
 	}

@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/kvpilot/kvpilot/host/bench"
+	"github.com/kvpilot/kvpilot/host/bench/scenario"
 )
 
 func init() {
@@ -25,8 +25,8 @@ func runBenchThinkStrip(ctx context.Context, args []string, stdout io.Writer) er
 			"strip as a Splice with an empty replacement, so the answer after it stays cached).", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	plot := fs.String("plot", "", "write an SVG bar chart of the arms to this file")
-	trace := fs.String("trace", bench.TraceOpus, "a trace with thinking")
-	var p bench.ThinkStripParams
+	trace := fs.String("trace", scenario.TraceOpus, "a trace with thinking")
+	var p scenario.ThinkStripParams
 	fs.IntVar(&p.MaxRequests, "requests", 80, "requests of the session to replay")
 	fs.IntVar(&p.MaxMessageChars, "max-message-chars", 3000, "cut every message to this many characters (0: whole)")
 	fs.IntVar(&p.PageSize, "page-size", 16, "tokens per page")
@@ -34,14 +34,14 @@ func runBenchThinkStrip(ctx context.Context, args []string, stdout io.Writer) er
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	ts, err := bench.LoadTraces(*trace)
+	ts, err := scenario.LoadTraces(*trace)
 	if err != nil {
 		return err
 	}
 	p.Trace = ts[0]
-	prog := bench.TerminalProgress(os.Stderr)
-	rep, err := bench.RunThinkStrip(ctx, p, prog)
-	bench.EndProgress(os.Stderr, prog)
+	prog := scenario.TerminalProgress(os.Stderr)
+	rep, err := scenario.RunThinkStrip(ctx, p, prog)
+	scenario.EndProgress(os.Stderr, prog)
 	if err != nil {
 		return fmt.Errorf("bench think-strip: %w", err)
 	}

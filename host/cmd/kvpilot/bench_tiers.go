@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/kvpilot/kvpilot/host/mover/tierbench"
+	"github.com/kvpilot/kvpilot/host/bench/tierbench"
 )
 
 func init() {

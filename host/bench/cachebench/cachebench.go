@@ -1,4 +1,9 @@
-package cache
+// Package cachebench holds the cache index workloads shared by the index's
+// Go benchmarks (host/cache) and `kvpilot bench index` (targets: ≤ 50 µs
+// per 32K-token match+commit, ≥ 2M block ops/s per core). Timing uses the
+// wall clock, which is why it lives here and not in the deterministic
+// index; the index under test still runs on a ManualClock.
+package cachebench
 
 import (
 	"fmt"
@@ -6,25 +11,24 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/tier"
 )
 
-// This file holds the index workloads shared by the Go benchmarks and
-// `kvpilot bench index` (targets: ≤ 50 µs per 32K-token match+commit,
-// ≥ 2M block ops/s per core). Timing uses the wall clock; the index under
-// test still runs on a ManualClock.
-
-// benchIndex returns an index big enough never to evict during a run.
-func benchIndex(pageSize, pages int) *Index {
+// benchIndex returns an index big enough never to evict during a run. Its
+// events are handed to a no-op instead of buffered, as an engine's
+// publisher would take them: nothing piles up between runs.
+func benchIndex(pageSize, pages int) *cache.Index {
 	capacity := max(pages*4, 1<<16)
-	ix, err := New(Config{
+	ix, err := cache.New(cache.Config{
 		PageSize: pageSize,
-		Tiers: [tier.Count]TierConfig{
+		Tiers: [tier.Count]cache.TierConfig{
 			tier.Device: {Capacity: capacity, High: 1, Low: 1, PinFraction: 1},
 			tier.Host:   {Capacity: capacity, High: 1, Low: 1, PinFraction: 1},
 		},
-		DeviceWrite: WriteNone,
-		Clock:       NewManualClock(time.Second),
+		DeviceWrite: cache.WriteNone,
+		Clock:       cache.NewManualClock(time.Second),
+		OnEvent:     func(cache.Event) {},
 	})
 	if err != nil {
 		panic(err) // the config above is valid by construction
@@ -32,18 +36,20 @@ func benchIndex(pageSize, pages int) *Index {
 	return ix
 }
 
-// matchCommit is one request: Match a prompt, then Commit its pages.
-type matchCommit struct {
-	ix   *Index
+// MatchCommit is one request: Match a prompt, then Commit its pages.
+type MatchCommit struct {
+	ix   *cache.Index
 	salt blockid.Salt
 	toks []uint32
 	locs []uint64
-	m    MatchResult
-	res  CommitResult
+	m    cache.MatchResult
+	res  cache.CommitResult
 }
 
-func newMatchCommit(pages, pageSize int) *matchCommit {
-	w := &matchCommit{ix: benchIndex(pageSize, pages), salt: blockid.Salt{Namespace: "bench"}}
+// NewMatchCommit builds the workload: a prompt of pages pages of pageSize
+// tokens over an index that never evicts.
+func NewMatchCommit(pages, pageSize int) *MatchCommit {
+	w := &MatchCommit{ix: benchIndex(pageSize, pages), salt: blockid.Salt{Namespace: "bench"}}
 	w.toks = make([]uint32, pages*pageSize)
 	for i := range w.toks {
 		w.toks[i] = uint32(i*7919 + 13)
@@ -55,41 +61,42 @@ func newMatchCommit(pages, pageSize int) *matchCommit {
 	return w
 }
 
-// run matches and commits the prompt once. With fresh set, the first token
-// changes so every page is new (a cold prompt); events are drained.
-func (w *matchCommit) run(fresh uint32) error {
+// Run matches and commits the prompt once. With fresh set, the first token
+// changes so every page is new (a cold prompt).
+func (w *MatchCommit) Run(fresh uint32) error {
 	if fresh != 0 {
 		w.toks[0] = fresh
 	}
 	w.ix.Match("bench", w.salt, w.toks, &w.m)
-	if err := w.ix.Commit("bench", w.m.Hashes, w.locs, &w.res); err != nil {
-		return err
-	}
-	w.ix.events = w.ix.events[:0]
-	return nil
+	return w.ix.Commit("bench", w.m.Hashes, w.locs, &w.res)
 }
 
-// blockOps drives single-block operations over a forest of short chains:
+// Reset empties the index, so that cold prompts keep being inserted
+// without filling it.
+func (w *MatchCommit) Reset() { w.ix.Reset() }
+
+// BlockOps drives single-block operations over a forest of short chains:
 // lookup, pin, lock, match of one page, unlock, unpin per round.
-type blockOps struct {
-	ix     *Index
+type BlockOps struct {
+	ix     *cache.Index
 	seqs   []uint64
 	hashes blockid.Hashes
 	buf    []uint64
-	m      MatchResult
+	m      cache.MatchResult
 	i      int
 }
 
-// blockOpsPerRound is the number of block operations one round performs.
-const blockOpsPerRound = 6
+// BlockOpsPerRound is the number of block operations one round performs.
+const BlockOpsPerRound = 6
 
-func newBlockOps(chains, depth int) *blockOps {
+// NewBlockOps caches chains chains of depth pages of 16 tokens.
+func NewBlockOps(chains, depth int) *BlockOps {
 	const pageSize = 16
-	w := &blockOps{ix: benchIndex(pageSize, chains*depth), buf: make([]uint64, 1)}
+	w := &BlockOps{ix: benchIndex(pageSize, chains*depth), buf: make([]uint64, 1)}
 	toks := make([]uint32, depth*pageSize)
 	locs := make([]uint64, depth)
-	var res CommitResult
-	var m MatchResult
+	var res cache.CommitResult
+	var m cache.MatchResult
 	for c := 0; c < chains; c++ {
 		for i := range toks {
 			toks[i] = uint32(c*1_000_003 + i)
@@ -106,11 +113,11 @@ func newBlockOps(chains, depth int) *blockOps {
 			w.hashes = blockid.Hashes{Local: m.Hashes.Local[:1:1], Sequence: m.Hashes.Sequence[:1:1]}
 		}
 	}
-	w.ix.events = w.ix.events[:0]
 	return w
 }
 
-func (w *blockOps) round() error {
+// Round performs BlockOpsPerRound operations on the next page.
+func (w *BlockOps) Round() error {
 	seq := w.seqs[w.i]
 	w.i++
 	if w.i == len(w.seqs) {
@@ -120,7 +127,7 @@ func (w *blockOps) round() error {
 		return fmt.Errorf("bench page %d missing", seq)
 	}
 	w.buf[0] = seq
-	t := Target{Tenant: "bench", Hashes: w.buf}
+	t := cache.Target{Tenant: "bench", Hashes: w.buf}
 	if _, err := w.ix.Pin(t, time.Minute); err != nil {
 		return err
 	}
@@ -135,8 +142,8 @@ func (w *blockOps) round() error {
 	return err
 }
 
-// IndexBenchResult is what `kvpilot bench index` reports.
-type IndexBenchResult struct {
+// Result is what `kvpilot bench index` reports.
+type Result struct {
 	Pages    int `json:"pages"`
 	PageSize int `json:"page_size"`
 	Iters    int `json:"iters"`
@@ -155,24 +162,24 @@ type IndexBenchResult struct {
 	MapOpsPerSec float64 `json:"map_ops_per_sec"`
 }
 
-// RunIndexBench measures the index workloads. pages and pageSize shape
-// the prompt (512 and 64 make the 32K-token target); iters is the number
-// of timed repetitions of each workload.
-func RunIndexBench(pages, pageSize, iters int) (IndexBenchResult, error) {
+// Run measures the index workloads. pages and pageSize shape the prompt
+// (512 and 64 make the 32K-token target); iters is the number of timed
+// repetitions of each workload.
+func Run(pages, pageSize, iters int) (Result, error) {
 	if pages <= 0 || pageSize <= 0 || iters <= 0 {
-		return IndexBenchResult{}, fmt.Errorf("index bench: pages %d, page size %d and iters %d must be positive: %w",
-			pages, pageSize, iters, ErrBadArgument)
+		return Result{}, fmt.Errorf("index bench: pages %d, page size %d and iters %d must be positive: %w",
+			pages, pageSize, iters, cache.ErrBadArgument)
 	}
-	r := IndexBenchResult{Pages: pages, PageSize: pageSize, Iters: iters}
+	r := Result{Pages: pages, PageSize: pageSize, Iters: iters}
 	perOp := func(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(n) }
 
-	w := newMatchCommit(pages, pageSize)
-	if err := w.run(0); err != nil { // warm: the prompt is cached from here on
+	w := NewMatchCommit(pages, pageSize)
+	if err := w.Run(0); err != nil { // warm: the prompt is cached from here on
 		return r, err
 	}
 	start := time.Now()
 	for i := 0; i < iters; i++ {
-		if err := w.run(0); err != nil {
+		if err := w.Run(0); err != nil {
 			return r, err
 		}
 	}
@@ -186,36 +193,38 @@ func RunIndexBench(pages, pageSize, iters int) (IndexBenchResult, error) {
 	}
 	r.HashMicros = perOp(time.Since(start), iters)
 
-	cold := newMatchCommit(pages, pageSize)
+	cold := NewMatchCommit(pages, pageSize)
 	var coldTime time.Duration
 	for i := 0; i < iters; i++ {
 		if i%64 == 0 {
-			cold.ix.Reset()
+			cold.Reset()
 		}
 		start = time.Now()
-		if err := cold.run(uint32(1_000_000 + i)); err != nil {
+		if err := cold.Run(uint32(1_000_000 + i)); err != nil {
 			return r, err
 		}
 		coldTime += time.Since(start)
 	}
 	r.MatchCommitColdMicros = perOp(coldTime, iters)
 
-	ops := newBlockOps(4096, 8)
+	ops := NewBlockOps(4096, 8)
 	rounds := max(iters*100, 10000)
 	start = time.Now()
 	for i := 0; i < rounds; i++ {
-		if err := ops.round(); err != nil {
+		if err := ops.Round(); err != nil {
 			return r, err
 		}
 	}
-	r.BlockOpsPerSec = float64(rounds*blockOpsPerRound) / time.Since(start).Seconds()
+	r.BlockOpsPerSec = float64(rounds*BlockOpsPerRound) / time.Since(start).Seconds()
 
-	plain := make(map[uint64]*node, len(ops.seqs))
+	// The baseline's values are records the size of the index's own, so
+	// the map spreads over as much memory as the index's records do.
+	plain := make(map[uint64]*[cache.PageRecordBytes]byte, len(ops.seqs))
 	for _, s := range ops.seqs {
-		plain[s] = &node{}
+		plain[s] = new([cache.PageRecordBytes]byte)
 	}
 	hits := 0
-	n := rounds * blockOpsPerRound
+	n := rounds * BlockOpsPerRound
 	start = time.Now()
 	for i := 0; i < n; i++ {
 		if plain[ops.seqs[i%len(ops.seqs)]] != nil {
@@ -229,8 +238,8 @@ func RunIndexBench(pages, pageSize, iters int) (IndexBenchResult, error) {
 	return r, nil
 }
 
-// IndexMemory is the index's heap per cached page at a given size.
-type IndexMemory struct {
+// Memory is the index's heap per cached page at a given size.
+type Memory struct {
 	Pages int `json:"pages"`
 	// BytesPerPage is the live heap the index holds (after a forced GC)
 	// divided by its cached pages: every map, list and per-page record,
@@ -243,19 +252,19 @@ type IndexMemory struct {
 // index: long enough that per-chain costs are small, like agent contexts.
 const indexMemoryChain = 64
 
-// MeasureIndexMemory fills a fresh index with pages cached pages (chains of
-// 64 pages of 16 tokens) and reports the heap it then holds.
-func MeasureIndexMemory(pages int) (IndexMemory, error) {
+// MeasureMemory fills a fresh index with pages cached pages (chains of 64
+// pages of 16 tokens) and reports the heap it then holds.
+func MeasureMemory(pages int) (Memory, error) {
 	if pages <= 0 {
-		return IndexMemory{}, fmt.Errorf("index memory: pages %d must be positive: %w", pages, ErrBadArgument)
+		return Memory{}, fmt.Errorf("index memory: pages %d must be positive: %w", pages, cache.ErrBadArgument)
 	}
 	const pageSize = 16
 	before := liveHeap()
 	ix := benchIndex(pageSize, pages/4+1) // capacity max(4x, 64K) covers pages
 	toks := make([]uint32, indexMemoryChain*pageSize)
 	locs := make([]uint64, indexMemoryChain)
-	var m MatchResult
-	var res CommitResult
+	var m cache.MatchResult
+	var res cache.CommitResult
 	for done := 0; done < pages; {
 		n := min(indexMemoryChain, pages-done)
 		for i := range toks[:n*pageSize] {
@@ -266,16 +275,15 @@ func MeasureIndexMemory(pages int) (IndexMemory, error) {
 			locs[i] = uint64(done + i + 1)
 		}
 		if err := ix.Commit("bench", m.Hashes, locs[:n], &res); err != nil {
-			return IndexMemory{}, fmt.Errorf("index memory: commit at page %d: %w", done, err)
+			return Memory{}, fmt.Errorf("index memory: commit at page %d: %w", done, err)
 		}
-		ix.events = ix.events[:0]
 		done += n
 	}
-	toks, locs, m, res = nil, nil, MatchResult{}, CommitResult{}
+	toks, locs, m, res = nil, nil, cache.MatchResult{}, cache.CommitResult{}
 	after := liveHeap()
 	runtime.KeepAlive(ix)
 	held := after - min(before, after)
-	return IndexMemory{Pages: pages, HeapBytes: held, BytesPerPage: float64(held) / float64(pages)}, nil
+	return Memory{Pages: pages, HeapBytes: held, BytesPerPage: float64(held) / float64(pages)}, nil
 }
 
 // liveHeap is the heap still reachable after a full collection.
