@@ -31,14 +31,8 @@ func registerBench(s benchScenario) {
 	benchScenarios[s.Name] = s
 }
 
-func init() {
-	registerCommand(command{
-		Name:    "bench",
-		Summary: "run a benchmark scenario and print its table (or --json)",
-		Run:     runBench,
-	})
-}
-
+// runBench runs the scenario args[0] names with the rest of args; with no
+// name (or list, or --help) it lists the scenarios on stdout.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "list" {
 		benchUsage(stdout)

@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,13 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	"github.com/kvpilot/kvpilot/host/blockid"
-	"github.com/kvpilot/kvpilot/host/cache"
-	"github.com/kvpilot/kvpilot/host/config"
-	"github.com/kvpilot/kvpilot/host/control/plane"
-	"github.com/kvpilot/kvpilot/host/control/publish"
-	"github.com/kvpilot/kvpilot/host/daemon"
-	"github.com/kvpilot/kvpilot/host/uds"
+	"github.com/kvpilot/kvpilot/host/bench/controlhost"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 )
@@ -37,91 +30,6 @@ func init() {
 		Summary: "directive round trip over the Control socket (gRPC) and NATS request/reply",
 		Run:     runBenchControl,
 	})
-}
-
-// controlHost is a real host for control benchmarks and ctl tests: the
-// daemon with its index, executor, audit log and embedded NATS (listening
-// on a free loopback port), and its control plane.
-type controlHost struct {
-	d       *daemon.Daemon
-	socket  string
-	natsURL string
-	subject string
-	stop    func()
-}
-
-// startControlHost starts a host under dir; adjust, when given, edits its
-// configuration last. When the daemon does not build its control plane
-// itself (not wired yet), the plane is assembled here over the daemon's
-// parts, exactly as the daemon would.
-func startControlHost(dir string, adjust ...func(*config.Config)) (*controlHost, error) {
-	cfg := config.Default()
-	cfg.DataDir = dir
-	cfg.HTTP.Listen = ""
-	cfg.NATS.Listen = "127.0.0.1:0"
-	cfg.NATS.RateLimit = 0 // the benchmark is one source sending as fast as it can
-	cfg.Control.RateLimit = 0
-	for _, f := range adjust {
-		f(&cfg)
-	}
-	d, err := daemon.New(cfg, hclog.NewNullLogger())
-	if err != nil {
-		return nil, err
-	}
-	h := &controlHost{d: d, socket: d.ControlSocket(), natsURL: d.NATS().ClientURL(), subject: cfg.WorkerSubject()}
-	dctx, dcancel := context.WithCancel(context.Background())
-	ddone := make(chan struct{})
-	var p *plane.Plane
-	if h.socket == "" {
-		ix, lock := d.Index()
-		p, err = plane.New(dctx, plane.Config{
-			Socket:   uds.Options{Path: cfg.ControlSocket()},
-			Executor: d.Executor(), Index: ix, Lock: lock, Events: d.Events(), NATS: d.NATS().Conn(),
-			WorkerID: cfg.WorkerID, EventsSubject: cfg.EventsSubject(), EventsFormat: publish.Format(cfg.Events.Format),
-			WorkerSubject: cfg.WorkerSubject(), BroadcastSubject: cfg.NATS.BroadcastSubject,
-			RateLimit: cfg.NATS.RateLimit, RateBurst: cfg.NATS.RateBurst, Metrics: d.Metrics(),
-		})
-		if err != nil {
-			dcancel()
-			d.Run(dctx) // closes what New opened
-			return nil, err
-		}
-		h.socket = p.SocketPath()
-	}
-	go func() { defer close(ddone); d.Run(dctx) }()
-	// The plane stops first: it publishes the events left while the
-	// daemon's NATS connection is still open.
-	pctx, pcancel := context.WithCancel(context.Background())
-	pdone := make(chan struct{})
-	go func() {
-		defer close(pdone)
-		if p != nil {
-			p.Run(pctx)
-		}
-	}()
-	h.stop = func() {
-		pcancel()
-		<-pdone
-		dcancel()
-		<-ddone
-	}
-	return h, nil
-}
-
-// commit caches tokens on the device for tenant, as an engine would, and
-// returns the pages' sequence hashes.
-func (h *controlHost) commit(tenant string, tokens []uint32) ([]uint64, error) {
-	ix, lock := h.d.Index()
-	lock.Lock()
-	defer lock.Unlock()
-	var m cache.MatchResult
-	ix.Match(tenant, blockid.Salt{Namespace: tenant}, tokens, &m)
-	locs := make([]uint64, len(m.Hashes.Local))
-	var res cache.CommitResult
-	if err := ix.Commit(tenant, m.Hashes, locs, &res); err != nil {
-		return nil, err
-	}
-	return append([]uint64(nil), m.Hashes.Sequence...), nil
 }
 
 type latencyArm struct {
@@ -153,12 +61,12 @@ func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error
 		return err
 	}
 	defer os.RemoveAll(dir)
-	h, err := startControlHost(filepath.Join(dir, "d"))
+	h, err := controlhost.Start(filepath.Join(dir, "d"))
 	if err != nil {
 		return fmt.Errorf("bench control: start host: %w", err)
 	}
-	defer h.stop()
-	seqs, err := h.commit("", make([]uint32, 64))
+	defer h.Stop()
+	seqs, err := h.Commit("", make([]uint32, 64))
 	if err != nil {
 		return fmt.Errorf("bench control: %w", err)
 	}
@@ -176,27 +84,27 @@ func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error
 		return nil
 	}
 
-	uc, err := controlclient.DialUnix(h.socket, controlclient.UnixOptions{Source: "bench"})
+	uc, err := controlclient.DialUnix(h.Socket, controlclient.UnixOptions{Source: "bench"})
 	if err != nil {
 		return err
 	}
 	defer uc.Close()
-	raw, err := grpc.NewClient("unix:"+h.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	raw, err := grpc.NewClient("unix:"+h.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
 	defer raw.Close()
-	nc, err := controlclient.ConnectNATS(h.natsURL, controlclient.NATSOptions{Subject: h.subject, Source: "bench"})
+	nc, err := controlclient.ConnectNATS(h.NATSURL, controlclient.NATSOptions{Subject: h.Subject, Source: "bench"})
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	echo, err := h.d.NATS().Conn().Subscribe("kvpilot.bench.echo", func(m *nats.Msg) { m.Respond(m.Data) })
+	echo, err := h.Daemon.NATS().Conn().Subscribe("kvpilot.bench.echo", func(m *nats.Msg) { m.Respond(m.Data) })
 	if err != nil {
 		return err
 	}
 	defer echo.Unsubscribe()
-	h.d.NATS().Conn().Flush()
+	h.Daemon.NATS().Conn().Flush()
 	payload, _ := json.Marshal(turns[0])
 
 	arms := []*latencyArm{

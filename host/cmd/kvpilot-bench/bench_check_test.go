@@ -39,10 +39,10 @@ func TestBenchCheckExitStatus(t *testing.T) {
 		code int
 		out  string
 	}{
-		{[]string{"bench", "fake-met", "--check"}, 0, "fake table"},
-		{[]string{"bench", "fake-missed", "--check"}, 1, "targets missed"},
-		{[]string{"bench", "fake-missed"}, 0, "fake table"},
-		{[]string{"bench", "fake-untargeted", "--check"}, 1, "no targets"},
+		{[]string{"fake-met", "--check"}, 0, "fake table"},
+		{[]string{"fake-missed", "--check"}, 1, "targets missed"},
+		{[]string{"fake-missed"}, 0, "fake table"},
+		{[]string{"fake-untargeted", "--check"}, 1, "no targets"},
 	} {
 		code, out, errs := runCLI(c.args...)
 		if code != c.code || !strings.Contains(out+errs, c.out) {
@@ -54,7 +54,7 @@ func TestBenchCheckExitStatus(t *testing.T) {
 // bench rotate reports its target (a ratio to memcpy of the same bytes),
 // so --check tells; whether this busy machine meets it is not asserted.
 func TestBenchRotateHasTargets(t *testing.T) {
-	code, out, errs := runCLI("bench", "rotate", "--slots", "64", "--layers", "1", "--iters", "1", "--check")
+	code, out, errs := runCLI("rotate", "--slots", "64", "--layers", "1", "--iters", "1", "--check")
 	if (code != 0 && code != 1) || strings.Contains(errs, "no targets") || !strings.Contains(out, "targets met: ") {
 		t.Fatalf("bench rotate --check: status %d, stdout %q, stderr %q", code, out, errs)
 	}
@@ -67,9 +67,9 @@ func TestBenchRotateHasTargets(t *testing.T) {
 // tells.
 func TestBenchIndexHasTargets(t *testing.T) {
 	if invariantsOn {
-		t.Skip("the index benchmark's workloads take minutes with the invariant checker on every step; run it without: go test -run TestBenchIndexHasTargets ./host/cmd/kvpilot")
+		t.Skip("the index benchmark's workloads take minutes with the invariant checker on every step; run it without: go test -run TestBenchIndexHasTargets ./host/cmd/kvpilot-bench")
 	}
-	code, out, errs := runCLI("bench", "index", "--pages", "8", "--iters", "2", "--memory-pages", "4096", "--json", "--check")
+	code, out, errs := runCLI("index", "--pages", "8", "--iters", "2", "--memory-pages", "4096", "--json", "--check")
 	if (code != 0 && code != 1) || strings.Contains(errs, "no targets") || !strings.Contains(out, `"bytes_per_page"`) {
 		t.Fatalf("bench index --check: status %d, stdout %q, stderr %q", code, out, errs)
 	}
