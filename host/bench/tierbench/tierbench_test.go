@@ -78,7 +78,7 @@ func benchArmAfter(b *testing.B, prep, arm func(f *Fixture) func(int) error, rem
 // The Go benchmarks measure the same arms; compare each pair with its
 // baseline in one run, e.g.
 //
-//	go test -run X -bench 'Tier' ./host/mover/tierbench
+//	go test -run X -bench 'Tier' ./host/bench/tierbench
 func BenchmarkTierMemcpy(b *testing.B) {
 	benchArm(b, func(f *Fixture) func(int) error { return f.Memcpy }, false)
 }
