@@ -5,6 +5,7 @@
 GO        ?= go
 PKGS      ?= ./...
 BIN       := bin/kvpilot
+BENCH_BIN := bin/kvpilot-bench
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 PYTHON    ?= python3
@@ -18,9 +19,11 @@ VERSION   := $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 
 all: build
 
-## build: compile the kvpilot command (no cgo) into bin/
+## build: compile the kvpilot command and kvpilot-bench, the benchmark
+## scenarios `kvpilot bench` runs from beside it (no cgo), into bin/
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o $(BIN) ./host/cmd/kvpilot
+	CGO_ENABLED=0 $(GO) build -o $(BENCH_BIN) ./host/cmd/kvpilot-bench
 
 ## run: start the host on embedded defaults (Ctrl-C stops it)
 run: build

@@ -26,7 +26,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/kvpilot/kvpilot/host/bench"
+	"github.com/kvpilot/kvpilot/host/bench/scenario"
 )
 
 func main() {
@@ -86,39 +86,39 @@ func demo(ctx context.Context, o options) (*report, error) {
 
 type session struct {
 	id    string
-	turns []bench.Turn
+	turns []scenario.Turn
 }
 
 // demoSessions: three working sessions (Claude Code with its thinking,
 // debug-gym, SWE-agent) and one that goes idle after three requests and
 // comes back at the end.
 func demoSessions(o options) ([]session, error) {
-	system := bench.SystemBlock("agent", 4000)
+	system := scenario.SystemBlock("agent", 4000)
 	specs := []struct {
 		id, trace string
 		n         int
 	}{
-		{"idle", bench.TraceSWESmith, 4},
-		{"claude-code", bench.TraceOpus, o.requests},
-		{"debug-gym", bench.TraceDebugGym, o.requests},
-		{"swe-agent", bench.TraceSWEAgent, o.requests},
+		{"idle", scenario.TraceSWESmith, 4},
+		{"claude-code", scenario.TraceOpus, o.requests},
+		{"debug-gym", scenario.TraceDebugGym, o.requests},
+		{"swe-agent", scenario.TraceSWEAgent, o.requests},
 	}
 	var out []session
 	for _, s := range specs {
-		ts, err := bench.LoadTraces(s.trace)
+		ts, err := scenario.LoadTraces(s.trace)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, session{id: s.id, turns: bench.ChatTurns(cutTrace(ts[0], 3000), system, s.n)})
+		out = append(out, session{id: s.id, turns: scenario.ChatTurns(cutTrace(ts[0], 3000), system, s.n)})
 	}
 	return out, nil
 }
 
 // cutTrace cuts every message to its first n bytes (a rune boundary), as
 // the demo always has, so a session fits the demo's tiers.
-func cutTrace(tr bench.Trace, n int) bench.Trace {
+func cutTrace(tr scenario.Trace, n int) scenario.Trace {
 	out := tr
-	out.Messages = make([]bench.Message, len(tr.Messages))
+	out.Messages = make([]scenario.Message, len(tr.Messages))
 	for i, m := range tr.Messages {
 		m.Content, m.Thinking = cut(m.Content, n), cut(m.Thinking, n)
 		out.Messages[i] = m

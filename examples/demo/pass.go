@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
-	"github.com/kvpilot/kvpilot/host/bench"
+	"github.com/kvpilot/kvpilot/host/bench/scenario"
 )
 
 // result is one pass: what the clients saw, the engine's totals, what the
@@ -23,7 +23,7 @@ type result struct {
 	ttftMs, modelledMs       float64
 	engine                   refengine.Totals
 	fillTokens               int64
-	idleReturn               bench.ChatResult
+	idleReturn               scenario.ChatResult
 	upstream                 upstreamStats
 	directives               []auditRecord
 	pageBytes                int64
@@ -116,12 +116,12 @@ func pass(ctx context.Context, o options, pc passConfig, sessions []session) (*r
 // replay sends every session's requests through the front door, in
 // rounds, with the idle session away until the end.
 func replay(ctx context.Context, o options, url string, sessions []session, rec *recorder, res *result) error {
-	prog := bench.TerminalProgress(os.Stderr)
-	defer bench.EndProgress(os.Stderr, prog)
-	turn := func(s session, i int) (bench.ChatResult, error) {
+	prog := scenario.TerminalProgress(os.Stderr)
+	defer scenario.EndProgress(os.Stderr, prog)
+	turn := func(s session, i int) (scenario.ChatResult, error) {
 		t := s.turns[i]
 		rec.expect(t.Messages)
-		r, err := bench.StreamChat(ctx, url, s.id, t.Messages)
+		r, err := scenario.StreamChat(ctx, url, s.id, t.Messages)
 		if err != nil {
 			return r, fmt.Errorf("session %s request %d: %w", s.id, i+1, err)
 		}

@@ -234,7 +234,7 @@ func (tr *tour) stop() {
 // edit starts the policies it names, and step 4's benchmarks all run.
 func TestReadmeTourRunsAsWritten(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds two binaries and runs every benchmark")
+		t.Skip("builds three binaries and runs every benchmark")
 	}
 	repo, err := filepath.Abs("../..")
 	if err != nil {
@@ -250,6 +250,7 @@ func TestReadmeTourRunsAsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr.build("bin/kvpilot", "./host/cmd/kvpilot")
+	tr.build("bin/kvpilot-bench", "./host/cmd/kvpilot-bench") // what `kvpilot bench` runs, as make build puts it
 	tr.build("refengine", "./examples/refengine/cmd/refengine")
 	tr.serve("bin/kvpilot serve") // what `make run` runs
 

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/kvpilot/kvpilot/host/bench/controlhost"
 )
 
 func runCLI(args ...string) (code int, stdout, stderr string) {
@@ -20,6 +22,7 @@ func runCLI(args ...string) (code int, stdout, stderr string) {
 // with status 0, there is a version command, bench lists its scenarios,
 // and flags may follow the positional arguments.
 func TestCLIHabits(t *testing.T) {
+	benchOnPath(t) // bench is kvpilot-bench's, run through kvpilot
 	for _, args := range [][]string{{"--help"}, {"hash", "--help"}, {"ctl", "--help"}, {"ctl", "cache", "--help"}, {"bench"}, {"bench", "rotate", "--help"}} {
 		code, out, errs := runCLI(args...)
 		if code != 0 || !strings.Contains(out, "Usage") || errs != "" {
@@ -44,16 +47,16 @@ func TestCLIHabits(t *testing.T) {
 // ctl's own flags work after the verb, and a negative (signed) hash is an
 // argument, not a flag.
 func TestCtlFlagsAfterTheVerb(t *testing.T) {
-	h, err := startControlHost(filepath.Join(t.TempDir(), "d"))
+	h, err := controlhost.Start(filepath.Join(t.TempDir(), "d"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.stop()
-	code, out, errs := runCLI("ctl", "stats", "--socket", h.socket, "--json")
+	defer h.Stop()
+	code, out, errs := runCLI("ctl", "stats", "--socket", h.Socket, "--json")
 	if code != 0 || !json.Valid([]byte(out)) {
 		t.Fatalf("ctl stats --socket S --json: %d %q %q", code, out, errs)
 	}
-	code, out, _ = runCLI("ctl", "cache", "-9143094415614847814", "--socket", h.socket, "--ttl", "5m")
+	code, out, _ = runCLI("ctl", "cache", "-9143094415614847814", "--socket", h.Socket, "--ttl", "5m")
 	if code != 1 || !strings.Contains(out, "unknown_block") {
 		t.Fatalf("ctl cache with a signed hash: %d %q", code, out)
 	}

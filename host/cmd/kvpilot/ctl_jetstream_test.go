@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvpilot/kvpilot/host/bench/controlhost"
 	"github.com/kvpilot/kvpilot/host/config"
 )
 
@@ -16,23 +17,23 @@ import (
 // for the result. --jetstream against a host without the stream fails
 // with a hint naming the setting.
 func TestCtlOverNATSSaysWhatJetStreamDid(t *testing.T) {
-	h, err := startControlHost(filepath.Join(t.TempDir(), "d"), func(c *config.Config) { c.NATS.JetStreamCommands = true })
+	h, err := controlhost.Start(filepath.Join(t.TempDir(), "d"), func(c *config.Config) { c.NATS.JetStreamCommands = true })
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.stop()
-	seqs, err := h.commit("", make([]uint32, 128))
+	defer h.Stop()
+	seqs, err := h.Commit("", make([]uint32, 128))
 	if err != nil {
 		t.Fatal(err)
 	}
 	last := fmt.Sprint(seqs[1])
-	over := []string{"--nats", h.natsURL, "--subject", h.subject}
+	over := []string{"--nats", h.NATSURL, "--subject", h.Subject}
 
 	code, out := ctl(t, append(over, "cache", "--ttl", "5m", last)...)
 	if code != 0 || !strings.HasPrefix(out, "accepted: stored in JetStream stream") || !strings.Contains(out, "--jetstream") {
 		t.Fatalf("plain request to a JetStream host: %d %q", code, out)
 	}
-	ix, lock := h.d.Index().Held(), h.d.Index() // the index and the guard that locks it
+	ix, lock := h.Daemon.Index().Held(), h.Daemon.Index() // the index and the guard that locks it
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		lock.Lock()
@@ -51,12 +52,12 @@ func TestCtlOverNATSSaysWhatJetStreamDid(t *testing.T) {
 		t.Fatalf("--jetstream unpin: %d %q", code, out)
 	}
 
-	plain, err := startControlHost(filepath.Join(t.TempDir(), "p"))
+	plain, err := controlhost.Start(filepath.Join(t.TempDir(), "p"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer plain.stop()
-	code, out = ctl(t, "--nats", plain.natsURL, "--subject", plain.subject, "--jetstream", "--timeout", "3s", "cache", last)
+	defer plain.Stop()
+	code, out = ctl(t, "--nats", plain.NATSURL, "--subject", plain.Subject, "--jetstream", "--timeout", "3s", "cache", last)
 	if code == 0 || !strings.Contains(out, "nats.jetstream_commands") {
 		t.Fatalf("--jetstream to a host without command stream: %d %q", code, out)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvpilot/kvpilot/host/bench/controlhost"
 )
 
 var firstLine = regexp.MustCompile(`^(ok|refused|accepted): \S`)
@@ -19,12 +21,12 @@ var firstLine = regexp.MustCompile(`^(ok|refused|accepted): \S`)
 // code and hint, the host's answer under "reply".
 func TestEveryCtlVerbRepliesInOneShape(t *testing.T) {
 	dir := t.TempDir()
-	h, err := startControlHost(filepath.Join(dir, "d"))
+	h, err := controlhost.Start(filepath.Join(dir, "d"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.stop()
-	seqs, err := h.commit("", make([]uint32, 192))
+	defer h.Stop()
+	seqs, err := h.Commit("", make([]uint32, 192))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func TestEveryCtlVerbRepliesInOneShape(t *testing.T) {
 	seen := map[string]bool{}
 	for verb, args := range calls {
 		seen[verb] = true
-		base := append([]string{"--socket", h.socket, verb}, args...)
+		base := append([]string{"--socket", h.Socket, verb}, args...)
 		code, out, errs := runCLI(append([]string{"ctl"}, base...)...)
 		lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 		if errs != "" || !firstLine.MatchString(lines[0]) {
@@ -111,17 +113,17 @@ func TestEveryCtlVerbRepliesInOneShape(t *testing.T) {
 }
 
 // watch prints one envelope per event with --json.
-func checkWatchEnvelope(t *testing.T, h *controlHost) {
+func checkWatchEnvelope(t *testing.T, h *controlhost.Host) {
 	done := make(chan string, 1)
 	go func() {
-		_, out, _ := runCLI("ctl", "--json", "--socket", h.socket, "watch", "--count", "1")
+		_, out, _ := runCLI("ctl", "--json", "--socket", h.Socket, "watch", "--count", "1")
 		done <- out
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for i := uint32(1); ; i++ {
 		fresh := make([]uint32, 64)
 		fresh[0] = 1000 + i
-		if _, err := h.commit("other", fresh); err != nil {
+		if _, err := h.Commit("other", fresh); err != nil {
 			t.Fatal(err)
 		}
 		select {

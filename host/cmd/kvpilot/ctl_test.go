@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvpilot/kvpilot/host/bench/controlhost"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 )
 
@@ -28,18 +29,18 @@ func TestCtlOverSocketAndNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	h, err := startControlHost(filepath.Join(dir, "d"))
+	h, err := controlhost.Start(filepath.Join(dir, "d"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.stop()
-	seqs, err := h.commit("", make([]uint32, 192)) // 3 pages of 64 tokens
+	defer h.Stop()
+	seqs, err := h.Commit("", make([]uint32, 192)) // 3 pages of 64 tokens
 	if err != nil {
 		t.Fatal(err)
 	}
 	last := fmt.Sprint(seqs[2])
-	sock := []string{"--socket", h.socket}
-	over := []string{"--nats", h.natsURL, "--subject", h.subject}
+	sock := []string{"--socket", h.Socket}
+	over := []string{"--nats", h.NATSURL, "--subject", h.Subject}
 
 	for _, tr := range [][]string{sock, over} {
 		code, out := ctl(t, append(tr, "cache", "--ttl", "5m", last)...)
@@ -112,7 +113,7 @@ func TestCtlOverSocketAndNATS(t *testing.T) {
 	for i := uint32(1); ; i++ {
 		fresh := make([]uint32, 64)
 		fresh[0] = i // a new page each time: a stored event
-		h.commit("other", fresh)
+		h.Commit("other", fresh)
 		select {
 		case out := <-done:
 			if !strings.Contains(out, "#") || !strings.Contains(out, "device stored") {

@@ -17,8 +17,10 @@ import (
 var insiderWords = regexp.MustCompile(`DESIGN\.md|§|Leyline|App\. B|\bseed (PIN|Cache|run|command)`)
 
 // Every help text speaks the user's words: the top-level usage, each
-// command's, each ctl verb's and each bench scenario's.
+// command's, each ctl verb's and each bench scenario's (run through
+// kvpilot-bench, as users run them).
 func TestHelpSpeaksTheUsersWords(t *testing.T) {
+	benchOnPath(t)
 	runs := [][]string{{"--help"}, {"bench"}}
 	for name := range commands {
 		runs = append(runs, []string{name, "--help"})
@@ -26,10 +28,8 @@ func TestHelpSpeaksTheUsersWords(t *testing.T) {
 	for verb := range ctlVerbs {
 		runs = append(runs, []string{"ctl", verb, "--help"})
 	}
-	for name := range benchScenarios {
-		if strings.HasPrefix(name, "fake-") {
-			continue // bench_check_test.go's stand-ins
-		}
+	scenarios := benchScenarios(t)
+	for _, name := range scenarios {
 		runs = append(runs, []string{"bench", name, "--help"})
 	}
 	for _, args := range runs {
@@ -41,6 +41,29 @@ func TestHelpSpeaksTheUsersWords(t *testing.T) {
 			t.Errorf("%v: help says %q, which the user cannot look up:\n%s", args, m, out)
 		}
 	}
+}
+
+// benchScenarios are the scenarios `kvpilot bench` lists: the first word
+// of each line under "Scenarios:".
+func benchScenarios(t *testing.T) []string {
+	t.Helper()
+	code, out, errs := runCLI("bench")
+	_, list, ok := strings.Cut(out, "Scenarios:\n")
+	if code != 0 || !ok {
+		t.Fatalf("bench: status %d, stdout %q, stderr %q", code, out, errs)
+	}
+	var names []string
+	for _, l := range strings.Split(list, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			break
+		}
+		names = append(names, f[0])
+	}
+	if len(names) < 10 {
+		t.Fatalf("bench lists %d scenarios: %q", len(names), names)
+	}
+	return names
 }
 
 // No string the programs can print (help, errors, reports) refers to them

@@ -1,0 +1,5 @@
+//go:build !invariants
+
+package cachebench_test
+
+const invariantsOn = false

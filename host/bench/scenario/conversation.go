@@ -1,0 +1,218 @@
+package scenario
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/kvpilot/kvpilot/sdk/engineclient"
+	"github.com/kvpilot/kvpilot/sdk/policy"
+	"github.com/kvpilot/kvpilot/sdk/policytest"
+)
+
+// Trace is a recorded agent session (the shared/traces JSON Lines format).
+type Trace = policytest.Trace
+
+// Message is one message of a Trace.
+type Message = policytest.TraceMessage
+
+// Tokenize is the benchmarks' tokenizer: policytest's deterministic
+// 4-bytes-a-token stand-in. Its only property that matters here is that it
+// is prefix-stable: a message renders to the same tokens wherever it sits.
+func Tokenize(s string) []uint32 { return policytest.Tokenize(s) }
+
+// TracesEnv names a directory searched first for trace files.
+const TracesEnv = "KVPILOT_TRACES"
+
+// FindTrace resolves a trace file name: a path that exists as given, else
+// the name under $KVPILOT_TRACES, else under shared/traces in the working
+// directory or any parent (the repository sits beside shared/).
+func FindTrace(name string) (string, error) {
+	if _, err := os.Stat(name); err == nil {
+		return name, nil
+	}
+	base := filepath.Base(name)
+	if dir := os.Getenv(TracesEnv); dir != "" {
+		p := filepath.Join(dir, base)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find trace %s: %w", name, err)
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		p := filepath.Join(dir, "shared", "traces", base)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		if filepath.Dir(dir) == dir {
+			break
+		}
+	}
+	return "", fmt.Errorf("find trace %s: %w (pass --trace PATH or set %s to the traces directory)", name, os.ErrNotExist, TracesEnv)
+}
+
+// LoadTraces reads the named trace files (see FindTrace) in order.
+func LoadTraces(names ...string) ([]Trace, error) {
+	var out []Trace
+	for _, n := range names {
+		p, err := FindTrace(n)
+		if err != nil {
+			return nil, err
+		}
+		ts, err := policytest.LoadTraces(p)
+		if err != nil {
+			return nil, err
+		}
+		if len(ts) == 0 {
+			return nil, fmt.Errorf("trace %s holds no sessions", p)
+		}
+		out = append(out, ts...)
+	}
+	return out, nil
+}
+
+// The shared traces the scenarios use by default.
+const (
+	TraceOpus     = "spotter_258c7280-ae70-4798-800f-63464d01a85d.jsonl" // Claude Code, Opus, with thinking
+	TraceSubagent = "spotter_agent-a2898e3.jsonl"
+	TraceSWEAgent = "sweagent_pydicom__pydicom-1458.jsonl"
+	TraceDebugGym = "debuggym_debug_gym.jsonl"
+	TraceSWESmith = "adp_swe-smith_sample_raw.jsonl"
+)
+
+// SystemBlock is a fixed, deterministic system prompt of about tokens
+// tokens (the traces carry none; their README asks benchmarks to
+// prepend their own). Different names give unrelated
+// blocks, so two sessions share a prefix only when they share a name.
+func SystemBlock(name string, tokens int) string {
+	var seed uint64 = 1469598103934665603
+	for _, c := range []byte(name) {
+		seed = (seed ^ uint64(c)) * 1099511628211
+	}
+	r := rand.New(rand.NewPCG(seed, 0x6b7670696c6f74))
+	words := strings.Fields(`the agent must read write edit run test file files directory repository function
+		method class module package build tool tools call result output error errors retry command shell
+		bash python go json schema argument arguments parameter parameters string integer boolean array
+		object required optional description return returns value values path line lines range search
+		pattern replace diff patch commit branch review explain plan step steps context cache token tokens
+		user assistant system message messages answer question careful concise safe never always before
+		after when unless only each every first last next previous`)
+	var b strings.Builder
+	fmt.Fprintf(&b, "# System prompt %q (kvpilot benchmark block, deterministic)\n", name)
+	for tool := 0; b.Len() < 4*tokens; tool++ {
+		fmt.Fprintf(&b, "\n## Tool %s_%d\n", words[r.IntN(len(words))], tool)
+		for s := 0; s < 6 && b.Len() < 4*tokens; s++ {
+			n := 8 + r.IntN(12)
+			for w := 0; w < n; w++ {
+				if w > 0 {
+					b.WriteByte(' ')
+				}
+				b.WriteString(words[r.IntN(len(words))])
+			}
+			b.WriteString(".\n")
+		}
+	}
+	s := b.String()
+	return s[:min(len(s), 4*tokens)]
+}
+
+// RenderOptions shape how a trace becomes requests.
+type RenderOptions struct {
+	// System, when set, is prepended as a system message.
+	System string
+	// Tag, when set, follows the system message as a short user message
+	// of its own, so two renderings of one trace share no page after the
+	// system block.
+	Tag string
+	// Thinking renders each message's thinking as <think>…</think> inside
+	// the assistant turn, as Qwen3- and DeepSeek-style templates do.
+	Thinking bool
+	// MaxMessageChars cuts every message's content to its first so many
+	// characters (0: whole), for flood traffic of a given turn size.
+	MaxMessageChars int
+	// MaxRequests stops after so many requests (0: the whole trace).
+	MaxRequests int
+}
+
+// Request is one request of a rendered session: the prompt (everything
+// before a run of assistant messages), the run as the output, and the
+// prompt's messages with their spans.
+type Request struct {
+	Prompt   []uint32
+	Output   []uint32
+	Messages []policy.Message
+}
+
+// EngineMessages converts the request's messages for the engine protocol.
+func (r Request) EngineMessages() []engineclient.Message { return EngineMessages(r.Messages) }
+
+// EngineMessages converts policy messages (spans over a prompt) to the
+// engine protocol's form.
+func EngineMessages(ms []policy.Message) []engineclient.Message {
+	out := make([]engineclient.Message, len(ms))
+	for i, m := range ms {
+		// The protocol carries text as proto strings, which must be UTF-8;
+		// traces hold some invalid bytes (redactions, cut output).
+		out[i] = engineclient.Message{Role: m.Role, ToolName: m.ToolName, Content: strings.ToValidUTF8(m.Content, "\uFFFD"),
+			Start: int(m.Span.Start), End: int(m.Span.End), ThinkingText: strings.ToValidUTF8(m.ThinkingText, "\uFFFD")}
+		for _, t := range m.Thinking {
+			out[i].Thinking = append(out[i].Thinking, [2]int{int(t.Start), int(t.End)})
+		}
+	}
+	return out
+}
+
+// Render turns a trace into its requests, the way policytest.Replay cuts
+// it: each run of assistant messages is one request's output.
+func Render(tr Trace, o RenderOptions) []Request {
+	sess := policytest.NewSession(tr.SessionID, o.Thinking)
+	if o.System != "" {
+		sess.Append(Message{Role: "system", Content: o.System})
+	}
+	if o.Tag != "" {
+		sess.Append(Message{Role: "user", Content: o.Tag})
+	}
+	msgs := tr.Messages
+	var out []Request
+	for i := 0; i < len(msgs); {
+		if msgs[i].Role != "assistant" {
+			sess.Append(cut(msgs[i], o.MaxMessageChars))
+			i++
+			continue
+		}
+		if o.MaxRequests > 0 && len(out) >= o.MaxRequests {
+			break
+		}
+		prompt := sess.Tokens()
+		r := Request{Prompt: prompt, Messages: sess.Messages()}
+		for ; i < len(msgs) && msgs[i].Role == "assistant"; i++ {
+			sess.Append(cut(msgs[i], o.MaxMessageChars))
+		}
+		r.Output = sess.Tokens()[len(prompt):]
+		out = append(out, r)
+	}
+	return out
+}
+
+func cut(m Message, n int) Message {
+	m.Content = cutString(m.Content, n)
+	m.Thinking = cutString(m.Thinking, n)
+	return m
+}
+
+// cutString keeps s's first n bytes, backing up to a rune boundary.
+func cutString(s string, n int) string {
+	if n <= 0 || len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,285 @@
+package scenario
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/kvpilot/kvpilot/examples/refengine"
+	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/daemon"
+	"github.com/kvpilot/kvpilot/host/gateway"
+	"github.com/kvpilot/kvpilot/sdk/chatwire"
+)
+
+// GatewayParams shape the gateway scenario: real agent sessions resent in
+// full, as a harness sends them, through the front door (OpenAI chat
+// completions, streaming) to the reference engine's HTTP server. Policy is
+// the truncation policy's params, the edits the front door applies.
+type GatewayParams struct {
+	Traces       []Trace             `json:"-"`
+	Policy       map[string]any      `json:"policy"`
+	SystemTokens int                 `json:"system_tokens"`
+	PageSize     int                 `json:"page_size"`
+	MaxRequests  int                 `json:"max_requests"`
+	Cost         refengine.CostModel `json:"cost"`
+	// TimeScale makes the engine wait its modelled TTFT times this before
+	// answering, so the TTFT measured through HTTP carries the prefill.
+	TimeScale float64 `json:"time_scale"`
+}
+
+func (p *GatewayParams) defaults() {
+	if p.Policy == nil {
+		p.Policy = map[string]any{"older_than": 2, "max_chars": 200}
+	}
+	if p.SystemTokens == 0 {
+		p.SystemTokens = 4000
+	}
+	if p.PageSize == 0 {
+		p.PageSize = 16
+	}
+	if p.Cost == (refengine.CostModel{}) {
+		p.Cost = refengine.DefaultCost
+	}
+	if p.TimeScale == 0 {
+		p.TimeScale = 1
+	}
+}
+
+// GatewayArm sums one arm's requests, as the clients saw them through HTTP.
+type GatewayArm struct {
+	Requests     int `json:"requests"`
+	PromptTokens int `json:"prompt_tokens"`
+	CachedTokens int `json:"cached_tokens"`
+	// PrefillTokens are the prompt tokens not cached, plus FillTokens
+	// (splice replacements the engine prefilled).
+	PrefillTokens int `json:"prefill_tokens"`
+	FillTokens    int `json:"fill_tokens"`
+	// EditedRequests carried a new clear; Cleared sums applied_edits.
+	EditedRequests int `json:"edited_requests"`
+	// TTFT is the time to the first streamed byte of each answer,
+	// measured by the client through the front door.
+	TTFTms        Quantiles `json:"ttft_ms"`
+	TTFTTotalMs   float64   `json:"ttft_total_ms"`
+	ModelledTTFTs float64   `json:"modelled_ttft_s"`
+	ContractOK    bool      `json:"contract_ok"`
+	Error         string    `json:"error,omitempty"`
+}
+
+// Quantiles of a sample.
+type Quantiles struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	Mean float64 `json:"mean"`
+}
+
+func quantiles(xs []float64) Quantiles {
+	if len(xs) == 0 {
+		return Quantiles{}
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	sum := 0.0
+	for _, x := range s {
+		sum += x
+	}
+	return Quantiles{P50: s[len(s)/2], P90: s[len(s)*9/10], Mean: sum / float64(len(s))}
+}
+
+// GatewayReport is the scenario's result. Arms: prefix-cache (the history
+// goes unedited: a prefix cache alone), edits-reprefill (the front door's
+// edits, and the cache re-prefills after each, as Anthropic's server
+// does), edits-splice (the same edits, spliced by the host's session diff).
+type GatewayReport struct {
+	Scenario string                `json:"scenario"`
+	Params   GatewayParams         `json:"params"`
+	Sessions []string              `json:"sessions"`
+	Arms     map[string]GatewayArm `json:"arms"`
+	// EditCost is each edit arm's prefill beyond the prefix-cache arm's.
+	EditCost map[string]int `json:"edit_cost"`
+	// Saved is 1 - splice's edit cost / re-prefill's edit cost.
+	Saved   float64       `json:"saved"`
+	Targets SavingTargets `json:"targets"`
+}
+
+// Arm names.
+const (
+	ArmPrefixCache    = "prefix-cache"
+	ArmEditsReprefill = "edits-reprefill"
+	ArmEditsSplice    = "edits-splice"
+)
+
+var gatewayArms = []string{ArmPrefixCache, ArmEditsReprefill, ArmEditsSplice}
+
+// RunGateway runs the three arms, each on a fresh host, in one run.
+func RunGateway(ctx context.Context, p GatewayParams, prog Progress) (*GatewayReport, error) {
+	p.defaults()
+	if len(p.Traces) == 0 {
+		return nil, fmt.Errorf("gateway: at least one trace is required")
+	}
+	rep := &GatewayReport{Scenario: "gateway", Params: p, Arms: map[string]GatewayArm{}, EditCost: map[string]int{}}
+	for _, tr := range p.Traces {
+		rep.Sessions = append(rep.Sessions, tr.SessionID)
+	}
+	for _, arm := range gatewayArms {
+		a, err := gatewayArm(ctx, p, arm, prog)
+		if err != nil {
+			return nil, fmt.Errorf("gateway %s: %w", arm, err)
+		}
+		rep.Arms[arm] = a
+	}
+	base := rep.Arms[ArmPrefixCache].PrefillTokens
+	ok := true
+	for _, arm := range gatewayArms {
+		rep.EditCost[arm] = rep.Arms[arm].PrefillTokens - base
+		ok = ok && rep.Arms[arm].ContractOK
+	}
+	if re := rep.EditCost[ArmEditsReprefill]; re > 0 {
+		rep.Saved = 1 - float64(rep.EditCost[ArmEditsSplice])/float64(re)
+	}
+	rep.Targets = SavingTargets{SavedMin: 0.8, Met: ok && rep.EditCost[ArmEditsReprefill] > 0 && rep.Saved >= 0.8}
+	return rep, nil
+}
+
+// gatewayArm starts a host with the front door and the engine's HTTP
+// server behind it, and replays every session through it.
+func gatewayArm(ctx context.Context, p GatewayParams, arm string, prog Progress) (GatewayArm, error) {
+	a := GatewayArm{ContractOK: true}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return a, err
+	}
+	defer ln.Close()
+	rules := gateway.Rules{}
+	if arm != ArmPrefixCache {
+		if rules, err = gateway.PolicyRules([]config.Policy{{Name: "truncation", Builtin: "truncation", Params: p.Policy}}); err != nil {
+			return a, err
+		}
+	}
+	longest := 0
+	sessions := make([][]Turn, len(p.Traces))
+	system := SystemBlock("agent", p.SystemTokens)
+	for i, tr := range p.Traces {
+		sessions[i] = ChatTurns(tr, system, p.MaxRequests)
+		if n := len(sessions[i]); n > 0 {
+			toks, _ := chatwire.Render(sessions[i][n-1].Messages, Tokenize)
+			longest = max(longest, len(toks))
+		}
+	}
+	pages := 2*len(p.Traces)*longest/p.PageSize + 512
+	rig, err := StartRig(ctx, RigOptions{PageSize: p.PageSize, DevicePages: pages, HostPages: pages, Cost: p.Cost,
+		AutoSplice: arm == ArmEditsSplice, Options: []daemon.Option{daemon.WithGatewayRules(rules)},
+		Adjust: func(c *config.Config) {
+			c.Gateway.Listen = "127.0.0.1:0"
+			c.Gateway.Upstream = "http://" + ln.Addr().String() + "/v1"
+		}})
+	if err != nil {
+		return a, err
+	}
+	defer rig.Close()
+	srv := &http.Server{Handler: refengine.NewServer(rig.Engine, refengine.ServerOptions{TimeScale: p.TimeScale}).Handler()}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	url := "http://" + rig.Daemon.GatewayAddr() + "/v1/chat/completions"
+	var ttfts []float64
+	for si, turns := range sessions {
+		prevCleared := 0
+		for ti, t := range turns {
+			prog.say("gateway %s: session %d/%d request %d/%d", arm, si+1, len(sessions), ti+1, len(turns))
+			fills := rig.Fills.Tokens.Load()
+			r, err := StreamChat(ctx, url, fmt.Sprintf("bench-%d", si), t.Messages)
+			if err != nil {
+				a.ContractOK, a.Error = false, err.Error()
+				return a, nil
+			}
+			fill := int(rig.Fills.Tokens.Load() - fills)
+			a.Requests++
+			a.PromptTokens += r.Prompt
+			a.CachedTokens += r.Cached
+			a.FillTokens += fill
+			a.PrefillTokens += r.Prompt - r.Cached + fill
+			a.ModelledTTFTs += r.ModelledMs / 1e3
+			ttfts = append(ttfts, r.TTFTms)
+			a.TTFTTotalMs += r.TTFTms
+			if r.Cleared > prevCleared {
+				a.EditedRequests++
+			}
+			prevCleared = r.Cleared
+		}
+	}
+	a.TTFTms = quantiles(ttfts)
+	return a, nil
+}
+
+// Turn is one request of a chat session: the full history a harness sends.
+type Turn struct{ Messages []chatwire.Message }
+
+// ChatTurns renders a trace as a harness's chat requests: each run of
+// assistant messages is one request's answer, and every request resends
+// the whole history before it. Tool calls get ids; tool results answer the
+// newest call; thinking becomes reasoning_content.
+func ChatTurns(tr Trace, system string, maxRequests int) []Turn {
+	hist := []chatwire.Message{{Role: "system", Content: chatwire.Content(system)}}
+	var out []Turn
+	lastCall := ""
+	for i, m := range tr.Messages {
+		if m.Role == "assistant" && (i == 0 || tr.Messages[i-1].Role != "assistant") {
+			if maxRequests > 0 && len(out) >= maxRequests {
+				break
+			}
+			out = append(out, Turn{Messages: append([]chatwire.Message(nil), hist...)})
+		}
+		c := chatwire.Message{Role: m.Role, Content: chatwire.Content(m.Content), ReasoningContent: m.Thinking}
+		switch {
+		case m.Role == "assistant" && m.ToolName != "":
+			lastCall = fmt.Sprintf("call_%d", i)
+			args, _ := json.Marshal(map[string]string{"input": m.Content})
+			c.Content = ""
+			c.ToolCalls = []chatwire.ToolCall{{ID: lastCall, Type: "function", Function: chatwire.FunctionCall{Name: m.ToolName, Arguments: string(args)}}}
+		case m.Role == "tool":
+			c.ToolCallID, c.Name = lastCall, m.ToolName
+		case m.Role != "user" && m.Role != "assistant" && m.Role != "system":
+			c.Role = "user"
+		}
+		hist = append(hist, c)
+	}
+	return out
+}
+
+// ChatResult is one streamed answer as the client saw it: the prompt and
+// cached tokens of its usage, the tool uses its applied_edits report
+// cleared, the time to its first chunk and the engine's modelled TTFT.
+type ChatResult struct {
+	Prompt, Cached, Cleared int
+	TTFTms, ModelledMs      float64
+}
+
+// StreamChat sends one streaming chat completions request through the
+// front door at url, in session, and reads it to the end.
+func StreamChat(ctx context.Context, url, session string, msgs []chatwire.Message) (ChatResult, error) {
+	var res ChatResult
+	body, _ := json.Marshal(map[string]any{"model": "ref-gqa", "messages": msgs, "max_tokens": 16, "stream": true,
+		"stream_options": map[string]bool{"include_usage": true}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytesReader(body))
+	if err != nil {
+		return res, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(gateway.SessionHeader, session)
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return res, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return res, fmt.Errorf("front door answered %d: %s", resp.StatusCode, b)
+	}
+	return readChatStream(resp.Body, start)
+}

@@ -1,0 +1,386 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kvpilot/kvpilot/examples/refengine"
+	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/enginewire"
+)
+
+// PinFloodParams shape the pin-flood scenario: a VIP session warmed for
+// WarmupTurns turns, a flood of
+// unrelated multi-turn sessions whose unique tokens add up to FloodFactor
+// times the device plus host capacity, sent by Concurrency clients, then
+// the VIP's next turn.
+type PinFloodParams struct {
+	VIP   Trace   `json:"-"`
+	Flood []Trace `json:"-"`
+
+	PageSize    int `json:"page_size"`
+	DevicePages int `json:"device_pages"`
+	HostPages   int `json:"host_pages"`
+	WarmupTurns int `json:"warmup_turns"`
+	// SystemTokens is the VIP's fixed system block (the reference run's
+	// VIP had a ~3.8K-token system prompt).
+	SystemTokens int     `json:"system_tokens"`
+	FloodFactor  float64 `json:"flood_factor"`
+	Concurrency  int     `json:"concurrency"`
+	// FloodMessageChars cuts flood messages (about 4 characters a token)
+	// and FloodMaxRequests its sessions, to the reference run's flood shape: turns
+	// of ~150 tokens, sessions of 19-31 turns.
+	FloodMessageChars int    `json:"flood_message_chars"`
+	FloodMaxRequests  int    `json:"flood_max_requests"`
+	TTL               string `json:"ttl"`
+	// AdmitTokens bounds the tokens of requests running at once (default
+	// half the device capacity); the rest of the clients queue.
+	AdmitTokens int                 `json:"admit_tokens"`
+	Cost        refengine.CostModel `json:"cost"`
+	// DeviceHigh and DeviceLow override the device tier's watermarks (0:
+	// the host defaults).
+	DeviceHigh float64 `json:"device_high_watermark,omitempty"`
+	DeviceLow  float64 `json:"device_low_watermark,omitempty"`
+}
+
+func (p *PinFloodParams) defaults() {
+	if p.PageSize == 0 {
+		p.PageSize = 16
+	}
+	if p.DevicePages == 0 {
+		p.DevicePages = 2048
+	}
+	if p.HostPages == 0 {
+		p.HostPages = 4096
+	}
+	if p.WarmupTurns == 0 {
+		p.WarmupTurns = 10
+	}
+	if p.SystemTokens == 0 {
+		p.SystemTokens = 4000
+	}
+	if p.FloodFactor == 0 {
+		p.FloodFactor = 5
+	}
+	if p.Concurrency == 0 {
+		p.Concurrency = 128
+	}
+	if p.FloodMessageChars == 0 {
+		p.FloodMessageChars = 600
+	}
+	if p.FloodMaxRequests == 0 {
+		p.FloodMaxRequests = 30
+	}
+	if p.TTL == "" {
+		p.TTL = "5m"
+	}
+	if p.AdmitTokens == 0 {
+		p.AdmitTokens = p.DevicePages * p.PageSize / 2
+	}
+	if p.Cost == (refengine.CostModel{}) {
+		p.Cost = refengine.DefaultCost
+	}
+}
+
+// PinFloodArm is one arm's measurement of the VIP's turn after the flood.
+type PinFloodArm struct {
+	PromptTokens  int `json:"prompt_tokens"`
+	CachedTokens  int `json:"cached_tokens"`
+	PrefillTokens int `json:"prefill_tokens"`
+	// PinnedTokens are the tokens in full pages of the prefix the warm-up
+	// pinned (0 when nothing was pinned); PrefixTokens those of the
+	// warm-up's last committed prefix, pinned or not.
+	PinnedTokens int `json:"pinned_tokens"`
+	PinnedBlocks int `json:"pinned_blocks"`
+	PrefixTokens int `json:"prefix_tokens"`
+	// HitRate is cached/prompt; PinnedHit cached/pinned (the target);
+	// PrefixHit cached/prefix.
+	HitRate     float64 `json:"hit_rate"`
+	PinnedHit   float64 `json:"pinned_hit"`
+	PrefixHit   float64 `json:"prefix_hit"`
+	TTFTms      float64 `json:"ttft_ms"`
+	LoadedPages int     `json:"loaded_pages"`
+	LoadedBytes int64   `json:"loaded_bytes"`
+	// VIPDevicePages and VIPHostPages are where the VIP's prefix pages
+	// were just before its turn.
+	VIPDevicePages int `json:"vip_device_pages"`
+	VIPHostPages   int `json:"vip_host_pages"`
+	// Flood: what the flood sent.
+	FloodSessions     int     `json:"flood_sessions"`
+	FloodRequests     int     `json:"flood_requests"`
+	FloodUniqueTokens int64   `json:"flood_unique_tokens"`
+	FloodCapacityX    float64 `json:"flood_capacity_x"`
+	FloodSeconds      float64 `json:"flood_seconds"`
+	WallSeconds       float64 `json:"wall_seconds"`
+}
+
+// PinFloodReport is the scenario's result.
+type PinFloodReport struct {
+	Scenario string                 `json:"scenario"`
+	Params   PinFloodParams         `json:"params"`
+	Sizes    PinFloodSizes          `json:"sizes"`
+	Arms     map[string]PinFloodArm `json:"arms"`
+	Speedup  float64                `json:"speedup"`
+	Targets  PinFloodTargets        `json:"targets"`
+}
+
+// PinFloodSizes are the scaled sizes, reported so the 5x ratio can be
+// checked: capacity in tokens, and the flood the schedule holds.
+type PinFloodSizes struct {
+	CapacityTokens      int    `json:"capacity_tokens"`
+	FloodUniqueTokens   int64  `json:"flood_unique_tokens"`
+	FloodSessions       int    `json:"flood_sessions"`
+	FloodRequests       int    `json:"flood_requests"`
+	VIPSession          string `json:"vip_session"`
+	VIPTurnPromptTokens int    `json:"vip_turn_prompt_tokens"`
+	SystemPrefix        string `json:"system_prefix"`
+}
+
+// PinFloodTargets are the scenario's targets and whether they were met.
+type PinFloodTargets struct {
+	PinnedHitMin   float64 `json:"pinned_hit_min"`
+	BaselineHitMax float64 `json:"baseline_hit_max"`
+	SpeedupMin     float64 `json:"speedup_min"`
+	Met            bool    `json:"met"`
+}
+
+type floodSession struct {
+	name     string
+	requests []Request
+}
+
+// RunPinFlood runs both arms, baseline then pinned, each on a fresh host.
+func RunPinFlood(ctx context.Context, p PinFloodParams, prog Progress) (*PinFloodReport, error) {
+	p.defaults()
+	if len(p.VIP.Messages) == 0 || len(p.Flood) == 0 {
+		return nil, fmt.Errorf("pin-flood: a VIP trace and at least one flood trace are required")
+	}
+	vip := Render(p.VIP, RenderOptions{System: SystemBlock("vip", p.SystemTokens), MaxRequests: p.WarmupTurns + 1})
+	if len(vip) < p.WarmupTurns+1 {
+		return nil, fmt.Errorf("pin-flood: VIP session %s has %d requests, need %d", p.VIP.SessionID, len(vip), p.WarmupTurns+1)
+	}
+	capTokens := (p.DevicePages + p.HostPages) * p.PageSize
+	flood, unique, nreq := floodSchedule(p, int64(float64(capTokens)*p.FloodFactor))
+	rep := &PinFloodReport{Scenario: "pin-flood", Params: p, Arms: map[string]PinFloodArm{},
+		Sizes: PinFloodSizes{CapacityTokens: capTokens, FloodUniqueTokens: unique, FloodSessions: len(flood), FloodRequests: nreq,
+			VIPSession: p.VIP.SessionID, VIPTurnPromptTokens: len(vip[p.WarmupTurns].Prompt),
+			SystemPrefix: fmt.Sprintf("deterministic %d-token system block prepended to the VIP session", p.SystemTokens)}}
+	for _, arm := range []string{"baseline", "pinned"} {
+		a, err := pinFloodArm(ctx, p, arm == "pinned", vip, flood, prog)
+		if err != nil {
+			return nil, fmt.Errorf("pin-flood %s: %w", arm, err)
+		}
+		a.FloodCapacityX = float64(a.FloodUniqueTokens) / float64(capTokens)
+		rep.Arms[arm] = a
+	}
+	b, pin := rep.Arms["baseline"], rep.Arms["pinned"]
+	if pin.TTFTms > 0 {
+		rep.Speedup = b.TTFTms / pin.TTFTms
+	}
+	rep.Targets = PinFloodTargets{PinnedHitMin: 0.99, BaselineHitMax: 0.01, SpeedupMin: 5}
+	rep.Targets.Met = pin.PinnedHit >= 0.99 && b.HitRate <= 0.01 && rep.Speedup >= 5
+	return rep, nil
+}
+
+// floodSchedule cycles the flood traces, each copy under its own short
+// system header so no two flood sessions share a page, until their unique
+// tokens reach want.
+func floodSchedule(p PinFloodParams, want int64) ([]floodSession, int64, int) {
+	var out []floodSession
+	var unique int64
+	n := 0
+	for cycle := 0; unique < want; cycle++ {
+		for i, tr := range p.Flood {
+			if unique >= want {
+				break
+			}
+			name := fmt.Sprintf("flood-%d-%d", cycle, i)
+			rs := Render(tr, RenderOptions{System: SystemBlock(name, 64), MaxMessageChars: p.FloodMessageChars, MaxRequests: p.FloodMaxRequests})
+			if len(rs) == 0 {
+				continue
+			}
+			last := rs[len(rs)-1]
+			unique += int64(len(last.Prompt) + len(last.Output))
+			n += len(rs)
+			out = append(out, floodSession{name: name, requests: rs})
+		}
+		if cycle > 0 && len(out) == 0 {
+			break // no flood trace renders to a request
+		}
+	}
+	return out, unique, n
+}
+
+func pinFloodArm(ctx context.Context, p PinFloodParams, pinned bool, vip []Request, flood []floodSession, prog Progress) (PinFloodArm, error) {
+	var a PinFloodArm
+	start := time.Now()
+	arm := "baseline"
+	if pinned {
+		arm = "pinned"
+	}
+	rig, err := StartRig(ctx, RigOptions{PageSize: p.PageSize, DevicePages: p.DevicePages, HostPages: p.HostPages, Cost: p.Cost, SkipContract: true,
+		Adjust: func(c *config.Config) {
+			if p.DeviceHigh > 0 {
+				c.Tiers.Device.HighWatermark = p.DeviceHigh
+			}
+			if p.DeviceLow > 0 {
+				c.Tiers.Device.LowWatermark = p.DeviceLow
+			}
+		}})
+	if err != nil {
+		return a, err
+	}
+	defer rig.Close()
+	ttl, err := enginewire.ParseTTL(p.TTL)
+	if err != nil {
+		return a, fmt.Errorf("ttl %q: %w", p.TTL, err)
+	}
+	const tenant = "bench"
+	var lastPrefix []uint32
+	for i := 0; i < p.WarmupTurns; i++ {
+		prog.say("pin-flood %s: VIP warm-up turn %d/%d", arm, i+1, p.WarmupTurns)
+		r := vip[i]
+		tr := refengine.TurnRequest{Session: "vip", Tenant: tenant, Tokens: r.Prompt, Output: r.Output, Messages: r.EngineMessages()}
+		if pinned {
+			tr.CacheControl = &enginewire.CacheControl{Type: "ephemeral", TTL: ttl}
+		}
+		st, err := runTurn(ctx, rig.Engine, nil, tr)
+		if err != nil {
+			return a, fmt.Errorf("VIP turn %d: %w", i+1, err)
+		}
+		if pinned && !st.Pinned {
+			return a, fmt.Errorf("VIP turn %d: cache_control did not pin", i+1)
+		}
+		a.PinnedBlocks = st.PinnedBlocks
+		lastPrefix = append(append(lastPrefix[:0], r.Prompt...), r.Output...)
+	}
+	full := len(lastPrefix) / p.PageSize * p.PageSize
+	a.PrefixTokens = full
+	if pinned {
+		a.PinnedTokens = full
+	}
+	if err := rig.WaitSettled(ctx, 30*time.Second); err != nil {
+		return a, err
+	}
+
+	// The flood: Concurrency clients, each running whole sessions turn by
+	// turn, admitted while their tokens fit.
+	floodStart := time.Now()
+	g := newGate(p.AdmitTokens)
+	work := make(chan floodSession)
+	var done atomic.Int64
+	var unique atomic.Int64
+	errc := make(chan error, p.Concurrency)
+	var wg sync.WaitGroup
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	total := 0
+	for _, f := range flood {
+		total += len(f.requests)
+	}
+	for c := 0; c < p.Concurrency; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for f := range work {
+				for _, r := range f.requests {
+					if _, err := runTurn(fctx, rig.Engine, g, refengine.TurnRequest{Session: f.name, Tenant: tenant, Tokens: r.Prompt, Output: r.Output}); err != nil {
+						errc <- err
+						cancel()
+						return
+					}
+					if n := done.Add(1); n%100 == 0 {
+						prog.say("pin-flood %s: flood %d/%d requests", arm, n, total)
+					}
+				}
+				last := f.requests[len(f.requests)-1]
+				unique.Add(int64(len(last.Prompt) + len(last.Output)))
+			}
+		}()
+	}
+feed:
+	for _, f := range flood {
+		select {
+		case work <- f:
+		case <-fctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return a, fmt.Errorf("flood: %w", err)
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return a, err
+	}
+	a.FloodSessions, a.FloodRequests, a.FloodUniqueTokens = len(flood), int(done.Load()), unique.Load()
+	a.FloodSeconds = time.Since(floodStart).Seconds()
+	if err := rig.WaitSettled(ctx, 30*time.Second); err != nil {
+		return a, err
+	}
+
+	// Turn 11.
+	r := vip[p.WarmupTurns]
+	prefix := hashesOf(lastPrefix[:full], p.PageSize, tenant)
+	res := rig.Residency(tenant, prefix)
+	a.VIPDevicePages, a.VIPHostPages = res[tier.Device], res[tier.Host]
+	prog.say("pin-flood %s: VIP turn %d", arm, p.WarmupTurns+1)
+	st, err := runTurn(ctx, rig.Engine, nil, refengine.TurnRequest{Session: "vip", Tenant: tenant, Tokens: r.Prompt, Output: r.Output, Messages: r.EngineMessages()})
+	if err != nil {
+		return a, fmt.Errorf("VIP turn %d: %w", p.WarmupTurns+1, err)
+	}
+	a.PromptTokens, a.CachedTokens, a.PrefillTokens = st.Prompt, st.Cached, st.Prefilled
+	a.TTFTms, a.LoadedPages, a.LoadedBytes = st.TTFTms, st.LoadedPages, st.LoadedBytes
+	a.HitRate = ratio(st.Cached, st.Prompt)
+	a.PrefixHit = ratio(min(st.Cached, a.PrefixTokens), a.PrefixTokens)
+	if a.PinnedTokens > 0 {
+		a.PinnedHit = ratio(min(st.Cached, a.PinnedTokens), a.PinnedTokens)
+	}
+	a.WallSeconds = time.Since(start).Seconds()
+	return a, nil
+}
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// WriteTable prints the arms side by side.
+func (r *PinFloodReport) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	p, s := r.Params, r.Sizes
+	fmt.Fprintf(tw, "pin-flood: VIP %s, %d warm-up turns (ttl %s in the pinned arm), then turn %d\n", s.VIPSession, p.WarmupTurns, p.TTL, p.WarmupTurns+1)
+	fmt.Fprintf(tw, "capacity %d tokens (device %d + host %d pages of %d); flood %d sessions, %d requests, %d unique tokens (%.1fx capacity), %d clients\n",
+		s.CapacityTokens, p.DevicePages, p.HostPages, p.PageSize, s.FloodSessions, s.FloodRequests, s.FloodUniqueTokens,
+		float64(s.FloodUniqueTokens)/float64(max(1, s.CapacityTokens)), p.Concurrency)
+	fmt.Fprintf(tw, "%s; TTFT modelled: %.2f ms/token prefill, %.0f GB/s load-back, %.0f ms overhead\n\n", s.SystemPrefix, p.Cost.PrefillMsPerToken, p.Cost.LoadBackGBps, p.Cost.OverheadMs)
+	fmt.Fprintf(tw, "arm\tcached/prompt\thit\tpinned tokens\tpinned hit\tloaded pages\tTTFT ms\n")
+	for _, name := range []string{"baseline", "pinned"} {
+		a := r.Arms[name]
+		fmt.Fprintf(tw, "%s\t%d/%d\t%.1f%%\t%d\t%.1f%%\t%d\t%.1f\n", name, a.CachedTokens, a.PromptTokens, 100*a.HitRate, a.PinnedTokens, 100*a.PinnedHit, a.LoadedPages, a.TTFTms)
+	}
+	fmt.Fprintf(tw, "\nspeedup %.1fx (target >= %.0fx); pinned hit %.1f%% (target >= %.0f%%); baseline hit %.1f%% (target <= %.0f%%): met=%v\n",
+		r.Speedup, r.Targets.SpeedupMin, 100*r.Arms["pinned"].PinnedHit, 100*r.Targets.PinnedHitMin,
+		100*r.Arms["baseline"].HitRate, 100*r.Targets.BaselineHitMax, r.Targets.Met)
+	return tw.Flush()
+}
+
+// Charts: TTFT and hit rate per arm.
+func (r *PinFloodReport) Charts() []Chart {
+	b, p := r.Arms["baseline"], r.Arms["pinned"]
+	return []Chart{
+		{Title: "turn TTFT", Unit: "ms, modelled", Bars: []Bar{{"baseline", b.TTFTms}, {"pinned", p.TTFTms}}},
+		{Title: "cache hit", Unit: "%", Bars: []Bar{{"baseline", 100 * b.HitRate}, {"pinned", 100 * p.HitRate}}},
+	}
+}

@@ -1,0 +1,295 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvpilot/kvpilot/examples/refengine"
+	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/daemon"
+	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/policy"
+)
+
+// ErrDirective: the host refused a directive turn a scenario needed.
+var ErrDirective = errors.New("directive turn refused")
+
+// RigOptions shape a benchmark host and its reference engine.
+type RigOptions struct {
+	PageSize    int
+	DevicePages int
+	HostPages   int
+	// DiskPages 0 disables the disk tier (and so Pause to disk).
+	DiskPages int
+	// Model is "gqa" (default) or "mla".
+	Model string
+	Cost  refengine.CostModel
+	// SkipContract turns the reference engine's per-request contract check
+	// off (floods of thousands of requests).
+	SkipContract bool
+	AutoSplice   bool
+	// PauseTier is host, disk (default) or remote.
+	PauseTier string
+	// Adjust, when set, edits the host configuration last.
+	Adjust func(*config.Config)
+	// Log receives the host's warnings (nil: discarded).
+	Log hclog.Logger
+	// Options are passed to daemon.New.
+	Options []daemon.Option
+}
+
+// defaultRigLog is the host logger of rigs whose options name none (tests
+// set it to read what the host warned about).
+var defaultRigLog hclog.Logger
+
+// Rig is a real kvpilot host (the daemon, in this process, on private
+// Unix sockets under a temporary directory) with the reference engine
+// registered over its engine socket. Nothing is mocked: KV bytes live in
+// memfd arenas shared through passed descriptors.
+type Rig struct {
+	Daemon *daemon.Daemon
+	Engine *refengine.Engine
+	// Fills serves the engine's splice fill orders and counts them.
+	Fills  *refengine.FillServer
+	Config config.Config
+
+	dir       string
+	cancel    context.CancelFunc
+	done      chan error
+	fillsDone chan struct{}
+}
+
+// StartRig starts a host and registers a reference engine with it.
+func StartRig(ctx context.Context, o RigOptions) (*Rig, error) {
+	if o.PageSize == 0 {
+		o.PageSize = 16
+	}
+	if o.Cost == (refengine.CostModel{}) {
+		o.Cost = refengine.DefaultCost
+	}
+	dir, err := os.MkdirTemp("", "kvpilot-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("bench rig: %w", err)
+	}
+	c := config.Default()
+	c.DataDir = dir
+	c.HTTP.Listen = ""
+	c.NATS.Listen = ""
+	c.Log.Level = "warn"
+	c.Index.PageSize = o.PageSize
+	c.Index.AutoSplice = o.AutoSplice
+	if o.PauseTier != "" {
+		c.Index.PauseTier = o.PauseTier
+	}
+	c.Tiers.Device.CapacityPages = o.DevicePages
+	c.Tiers.Host.CapacityPages = o.HostPages
+	c.Tiers.Disk.CapacityPages = o.DiskPages
+	c.Tiers.Remote.CapacityPages = 0
+	c.Mover.StepInterval = 20 * time.Millisecond
+	if o.Adjust != nil {
+		o.Adjust(&c)
+	}
+	if err := c.Validate(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("bench rig: %w", err)
+	}
+	log := o.Log
+	if log == nil {
+		log = defaultRigLog
+	}
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	d, err := daemon.New(c, log, o.Options...)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("bench rig: start host: %w", err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	r := &Rig{Daemon: d, Config: c, dir: dir, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- d.Run(rctx) }()
+
+	model := refengine.GQA(o.PageSize)
+	if o.Model == "mla" {
+		model = refengine.MLA(o.PageSize)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer dcancel()
+	r.Engine, err = refengine.New(dctx, refengine.Config{Socket: c.EngineSocket(), EngineID: "bench", Model: model,
+		Cost: o.Cost, Seed: 7, SkipContract: o.SkipContract})
+	if err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("bench rig: register the reference engine: %w", err)
+	}
+	r.Fills, r.fillsDone = &refengine.FillServer{}, make(chan struct{})
+	go func() {
+		defer close(r.fillsDone)
+		if err := r.Fills.ServeFills(rctx, r.Engine); err != nil && rctx.Err() == nil {
+			log.Warn("bench rig: fill stream ended", "error", err)
+		}
+	}()
+	return r, nil
+}
+
+// Close stops the engine and the host and removes the data directory.
+func (r *Rig) Close() error {
+	var errs []error
+	r.cancel()
+	if r.fillsDone != nil {
+		<-r.fillsDone
+	}
+	if r.Engine != nil {
+		errs = append(errs, r.Engine.Close())
+	}
+	select {
+	case err := <-r.done:
+		errs = append(errs, err)
+	case <-time.After(15 * time.Second):
+		errs = append(errs, errors.New("bench rig: host did not stop within 15s"))
+	}
+	errs = append(errs, os.RemoveAll(r.dir))
+	return errors.Join(errs...)
+}
+
+// PageBytes is the size of one page of the engine's layout.
+func (r *Rig) PageBytes() int64 {
+	l := r.Engine.Layout()
+	return int64(l.PageBytes())
+}
+
+// Stats is the cache index's snapshot.
+func (r *Rig) Stats() cache.Stats {
+	g := r.Daemon.Index()
+	ix := g.Lock()
+	defer g.Unlock()
+	return ix.Stats()
+}
+
+// Residency counts, per tier, how many of a tenant's pages (sequence
+// hashes) are resident there.
+func (r *Rig) Residency(tenant string, seqs []uint64) [tier.Count]int {
+	var out [tier.Count]int
+	g := r.Daemon.Index()
+	ix := g.Lock()
+	defer g.Unlock()
+	for _, s := range seqs {
+		p, ok := ix.Lookup(tenant, s)
+		if !ok {
+			continue
+		}
+		for _, t := range tier.All {
+			if p.Tiers.Has(t) {
+				out[t]++
+			}
+		}
+	}
+	return out
+}
+
+// Apply sends directives to the host's executor as one turn, the path the
+// Control socket and NATS take, and fails on a refusal.
+func (r *Rig) Apply(ctx context.Context, source, tenant string, ds ...directive.Directive) (directive.TurnReply, error) {
+	rep := r.Daemon.Executor().Apply(ctx, directive.Turn{Source: source, Tenant: tenant, Directives: ds})
+	if !rep.OK() {
+		return rep, fmt.Errorf("%w: %s from %s: %v", ErrDirective, verbs(ds), source, rep.Error)
+	}
+	return rep, nil
+}
+
+// ApplyPolicy applies a policy's directives, one turn per tenant (a policy
+// may scope directives to tenants with policy.WithTenant).
+func (r *Rig) ApplyPolicy(ctx context.Context, source, tenant string, ds []policy.Directive) error {
+	byTenant := map[string][]directive.Directive{}
+	var order []string
+	for _, d := range ds {
+		t, inner := policy.Unwrap(d)
+		if t == "" {
+			t = tenant
+		}
+		if _, ok := byTenant[t]; !ok {
+			order = append(order, t)
+		}
+		byTenant[t] = append(byTenant[t], inner)
+	}
+	for _, t := range order {
+		if _, err := r.Apply(ctx, source, t, byTenant[t]...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func verbs(ds []directive.Directive) string {
+	vs := make([]string, len(ds))
+	for i, d := range ds {
+		vs[i] = string(d.Verb())
+	}
+	return strings.Join(vs, ",")
+}
+
+// WaitSettled waits until the mover has no write-through queued and no
+// transfer in flight, so a measurement sees the tiers at rest.
+func (r *Rig) WaitSettled(ctx context.Context, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		st := r.Stats()
+		pending := st.WriteThroughQueued + st.InFlight
+		for _, t := range st.Tiers {
+			pending += t.PendingIn + t.PendingDrop
+		}
+		if pending == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench rig: tiers not settled after %v (%d transfers pending)", within, pending)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// hashesOf returns the sequence hashes of tokens' full pages as the host
+// computes them for tenant (namespace salt on, the default).
+func hashesOf(tokens []uint32, pageSize int, tenant string) []uint64 {
+	return blockid.Compute(tokens, pageSize, blockid.Salt{Namespace: tenant}).Sequence
+}
+
+// WaitLeasesSettled waits until every named lease has its pages on the
+// pause tier alone (the hotter copies freed).
+func (r *Rig) WaitLeasesSettled(ctx context.Context, ids []string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		unsettled := 0
+		g := r.Daemon.Index()
+		ix := g.Lock()
+		for _, id := range ids {
+			if li, ok := ix.Lease(id); ok && !li.Settled {
+				unsettled++
+			}
+		}
+		g.Unlock()
+		if unsettled == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench rig: %d of %d leases not settled after %v", unsettled, len(ids), within)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

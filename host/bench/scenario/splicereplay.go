@@ -1,0 +1,306 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/kvpilot/kvpilot/examples/refengine"
+	"github.com/kvpilot/kvpilot/host/engine"
+)
+
+// SpliceReplayParams shape the splice-replay scenario, a published
+// three-phase message-edit microbenchmark: a session of Turns user turns
+// (topic words slotted into a fixed template family, four themes) behind a
+// long system block, each answered by AnswerChars characters of a real
+// agent trace; then the conversation up to EditTurn re-issued with that
+// turn's topic word swapped for a same-template synonym; then the whole
+// edited conversation replayed as one request.
+type SpliceReplayParams struct {
+	Answers Trace `json:"-"`
+
+	Turns        int    `json:"turns"`
+	EditTurn     int    `json:"edit_turn"`
+	AnswerChars  int    `json:"answer_chars"`
+	SystemTokens int    `json:"system_tokens"`
+	PageSize     int    `json:"page_size"`
+	Model        string `json:"model"`
+	// DevicePages 0 sizes the device to hold every phase without eviction.
+	DevicePages int                 `json:"device_pages"`
+	Cost        refengine.CostModel `json:"cost"`
+}
+
+func (p *SpliceReplayParams) defaults() {
+	if p.Turns == 0 {
+		p.Turns = 6
+	}
+	if p.AnswerChars == 0 {
+		p.AnswerChars = 8000
+	}
+	if p.SystemTokens == 0 {
+		p.SystemTokens = 4000
+	}
+	if p.PageSize == 0 {
+		p.PageSize = 16
+	}
+	if p.Model == "" {
+		p.Model = "gqa"
+	}
+	if p.Cost == (refengine.CostModel{}) {
+		p.Cost = refengine.DefaultCost
+	}
+}
+
+// leylineThemes are the benchmark's four themes: a template and its topic word,
+// with the synonym the edit swaps in. The original swapped "risotto" for
+// "paella"; here the swaps change the turn's length in tokens, so the
+// turns after the edit move (Δ ≠ 0) and their keys are rotated.
+var leylineThemes = []struct{ template, word, synonym string }{
+	{"How do I get the consistency of %s right when I'm a beginner?", "risotto", "saffron paella"},
+	{"What is the idiomatic way to use a %s when the program is under load?", "goroutine", "worker pool"},
+	{"Why did %s matter so much to the trade routes of its time?", "Byzantium", "Venice"},
+	{"Can you explain how %s works, step by step, for a student?", "photosynthesis", "respiration"},
+}
+
+// ArmStats is a splice-family arm's totals over the requests it measures.
+type ArmStats struct {
+	Requests      int     `json:"requests"`
+	PromptTokens  int     `json:"prompt_tokens"`
+	CachedTokens  int     `json:"cached_tokens"`
+	PrefillTokens int     `json:"prefill_tokens"`
+	HitRate       float64 `json:"hit_rate"`
+	TTFTms        float64 `json:"ttft_ms"`
+	// FillTokens are replacement tokens the engine prefilled for splices
+	// (fill orders); they are counted in PrefillTokens too.
+	FillTokens int `json:"fill_tokens"`
+	Splices    int `json:"splices"`
+	// CheckedRows are cached K/V rows the reference engine compared with
+	// the contract, RotatedRows those that matched within round-off only
+	// (keys a splice rotated).
+	CheckedRows int    `json:"checked_rows"`
+	RotatedRows int    `json:"rotated_rows"`
+	ContractOK  bool   `json:"contract_ok"`
+	Error       string `json:"error,omitempty"`
+}
+
+func (a *ArmStats) add(st refengine.TurnStats) {
+	a.Requests++
+	a.PromptTokens += st.Prompt
+	a.CachedTokens += st.Cached
+	a.PrefillTokens += st.Prefilled
+	a.TTFTms += st.TTFTms
+	a.CheckedRows += st.CheckedRows
+	a.RotatedRows += st.RoundedRows
+}
+
+func (a *ArmStats) finish() {
+	a.HitRate = ratio(a.CachedTokens, a.PromptTokens)
+}
+
+// fail records a contract violation as the arm's outcome (the report says
+// so) and passes any other error up.
+func (a *ArmStats) fail(err error) error {
+	if errors.Is(err, refengine.ErrContract) {
+		a.ContractOK = false
+		a.Error = err.Error()
+		return nil
+	}
+	return err
+}
+
+// SpliceReplayReport is the scenario's result: the replay request's hit
+// rate and prefill per arm (the build and edit phases are the same in
+// every arm but cache-off), and whether the contract held everywhere.
+type SpliceReplayReport struct {
+	Scenario     string              `json:"scenario"`
+	Params       SpliceReplayParams  `json:"params"`
+	Arms         map[string]ArmStats `json:"arms"`
+	Phases       map[string]ArmStats `json:"phases"`
+	ContractOK   bool                `json:"contract_ok"`
+	Edit         string              `json:"edit"`
+	SystemPrefix string              `json:"system_prefix"`
+	Targets      SpliceTargets       `json:"targets"`
+}
+
+// SpliceTargets: splice >= 95% replay hit, radix lower, contract held.
+type SpliceTargets struct {
+	SpliceHitMin float64 `json:"splice_hit_min"`
+	Met          bool    `json:"met"`
+}
+
+var spliceReplayArms = []string{"cache-off", "radix", "splice"}
+
+type leylineConversation struct {
+	build  []Request
+	edit   Request
+	replay Request
+	edited string
+}
+
+// leylineSession renders the three phases' requests.
+func leylineSession(p SpliceReplayParams) (leylineConversation, error) {
+	var text strings.Builder
+	for _, m := range p.Answers.Messages {
+		if m.Role != "user" && m.Content != "" {
+			text.WriteString(m.Content)
+			text.WriteString("\n")
+		}
+	}
+	body := text.String()
+	if len(body) < p.AnswerChars*p.Turns {
+		return leylineConversation{}, fmt.Errorf("trace %s has %d characters of answers, need %d", p.Answers.SessionID, len(body), p.AnswerChars*p.Turns)
+	}
+	user := func(t int, edited bool) Message {
+		th := leylineThemes[t%len(leylineThemes)]
+		w := th.word
+		if edited && t == p.EditTurn {
+			w = th.synonym
+		}
+		return Message{Role: "user", Content: fmt.Sprintf(th.template, w)}
+	}
+	answer := func(t int) Message {
+		return Message{Role: "assistant", Content: body[t*p.AnswerChars : (t+1)*p.AnswerChars]}
+	}
+	conv := func(turns int, edited bool) Trace {
+		tr := Trace{SessionID: "leyline"}
+		for t := 0; t < turns; t++ {
+			tr.Messages = append(tr.Messages, user(t, edited), answer(t))
+		}
+		return tr
+	}
+	system := SystemBlock("leyline", p.SystemTokens)
+	var c leylineConversation
+	c.build = Render(conv(p.Turns, false), RenderOptions{System: system})
+	ed := Render(conv(p.EditTurn+1, true), RenderOptions{System: system})
+	c.edit = ed[len(ed)-1]
+	rp := Render(conv(p.Turns, true), RenderOptions{System: system})
+	c.replay = rp[len(rp)-1]
+	th := leylineThemes[p.EditTurn%len(leylineThemes)]
+	c.edited = fmt.Sprintf("turn %d: %q -> %q", p.EditTurn+1, th.word, th.synonym)
+	return c, nil
+}
+
+// RunSpliceReplay runs the three arms, each on a fresh host.
+func RunSpliceReplay(ctx context.Context, p SpliceReplayParams, prog Progress) (*SpliceReplayReport, error) {
+	p.defaults()
+	if p.EditTurn < 0 || p.EditTurn >= p.Turns-1 {
+		return nil, fmt.Errorf("splice-replay: edit turn %d: want 0..%d (a turn before the last)", p.EditTurn, p.Turns-2)
+	}
+	c, err := leylineSession(p)
+	if err != nil {
+		return nil, fmt.Errorf("splice-replay: %w", err)
+	}
+	if p.DevicePages == 0 {
+		n := len(c.replay.Prompt) + len(c.replay.Output)
+		p.DevicePages = 4*n/p.PageSize + 256
+	}
+	rep := &SpliceReplayReport{Scenario: "splice-replay", Params: p, Arms: map[string]ArmStats{}, Phases: map[string]ArmStats{},
+		Edit: c.edited, SystemPrefix: fmt.Sprintf("deterministic %d-token system block", p.SystemTokens), ContractOK: true}
+	for _, arm := range spliceReplayArms {
+		build, replay, err := spliceReplayArm(ctx, p, arm, c, prog)
+		if err != nil {
+			return nil, fmt.Errorf("splice-replay %s: %w", arm, err)
+		}
+		rep.Phases[arm+"/build+edit"] = build
+		rep.Arms[arm] = replay
+		rep.ContractOK = rep.ContractOK && build.ContractOK && replay.ContractOK
+	}
+	s, r := rep.Arms["splice"], rep.Arms["radix"]
+	rep.Targets = SpliceTargets{SpliceHitMin: 0.95, Met: rep.ContractOK && s.HitRate >= 0.95 && r.HitRate < s.HitRate}
+	return rep, nil
+}
+
+func spliceReplayArm(ctx context.Context, p SpliceReplayParams, arm string, c leylineConversation, prog Progress) (build, replay ArmStats, err error) {
+	build.ContractOK, replay.ContractOK = true, true
+	rig, err := StartRig(ctx, RigOptions{PageSize: p.PageSize, DevicePages: p.DevicePages, HostPages: p.DevicePages, Model: p.Model,
+		Cost: p.Cost, AutoSplice: arm == "splice"})
+	if err != nil {
+		return build, replay, err
+	}
+	defer rig.Close()
+	n := 0
+	// cache-off: every request under its own tenant, so nothing is shared.
+	tenant := func() string {
+		n++
+		if arm == "cache-off" {
+			return fmt.Sprintf("off-%d", n)
+		}
+		return "bench"
+	}
+	run := func(a *ArmStats, session string, r Request) (bool, error) {
+		st, err := runTurn(ctx, rig.Engine, nil, refengine.TurnRequest{Session: session, Tenant: tenant(), Tokens: r.Prompt, Output: r.Output, Messages: r.EngineMessages()})
+		if err != nil {
+			return false, a.fail(err)
+		}
+		a.add(st)
+		return true, nil
+	}
+	for i, r := range c.build {
+		prog.say("splice-replay %s: build turn %d/%d", arm, i+1, len(c.build))
+		if ok, err := run(&build, "leyline", r); !ok {
+			return build, replay, err
+		}
+	}
+	prog.say("splice-replay %s: edit", arm)
+	if ok, err := run(&build, "leyline-edit", c.edit); !ok {
+		return build, replay, err
+	}
+	prog.say("splice-replay %s: replay", arm)
+	before, fills := spliceCounters(rig), rig.Fills.Tokens.Load()
+	if ok, err := run(&replay, "leyline", c.replay); !ok {
+		return build, replay, err
+	}
+	after := spliceCounters(rig)
+	replay.Splices = int(after.AutoSplices - before.AutoSplices)
+	// The fills prefilled the splice's replacements: that is prefill too.
+	replay.FillTokens = int(rig.Fills.Tokens.Load() - fills)
+	replay.PrefillTokens += replay.FillTokens
+	build.finish()
+	replay.finish()
+	return build, replay, nil
+}
+
+// WriteTable prints the replay request per arm.
+func (r *SpliceReplayReport) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	p := r.Params
+	fmt.Fprintf(tw, "splice-replay: %d turns behind a %s, answers from trace %s; edit %s; model %s, page %d\n\n",
+		p.Turns, r.SystemPrefix, p.Answers.SessionID, r.Edit, p.Model, p.PageSize)
+	fmt.Fprintf(tw, "arm\treplay cached/prompt\thit\tprefill tokens\tfill tokens\tTTFT ms\tchecked rows\trotated rows\tcontract\n")
+	for _, name := range spliceReplayArms {
+		a := r.Arms[name]
+		fmt.Fprintf(tw, "%s\t%d/%d\t%.1f%%\t%d\t%d\t%.1f\t%d\t%d\t%s\n", name, a.CachedTokens, a.PromptTokens, 100*a.HitRate, a.PrefillTokens, a.FillTokens, a.TTFTms, a.CheckedRows, a.RotatedRows, okWord(a.ContractOK))
+	}
+	fmt.Fprintf(tw, "\nPublished reference (a radix cache and a splicing cache on this benchmark): radix 49.6%%, splice 60.8%%. Target: splice >= %.0f%%, radix lower, contract held: met=%v\n", 100*r.Targets.SpliceHitMin, r.Targets.Met)
+	return tw.Flush()
+}
+
+func okWord(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "VIOLATED"
+}
+
+// Charts: replay hit rate and prefill per arm.
+func (r *SpliceReplayReport) Charts() []Chart {
+	var hit, pre []Bar
+	for _, name := range spliceReplayArms {
+		a := r.Arms[name]
+		hit = append(hit, Bar{name, 100 * a.HitRate})
+		pre = append(pre, Bar{name, float64(a.PrefillTokens)})
+	}
+	return []Chart{{Title: "replay cache hit", Unit: "%", Bars: hit}, {Title: "replay prefill", Unit: "tokens", Bars: pre}}
+}
+
+// spliceCounters reads the engine service's counters (zero before an
+// engine registered).
+func spliceCounters(r *Rig) engine.Stats {
+	if svc := r.Daemon.Engine(); svc != nil {
+		return svc.Stats()
+	}
+	return engine.Stats{}
+}

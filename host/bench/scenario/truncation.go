@@ -1,0 +1,287 @@
+package scenario
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/kvpilot/kvpilot/examples/refengine"
+	"github.com/kvpilot/kvpilot/policies/truncation"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+	"github.com/kvpilot/kvpilot/sdk/policy"
+	"github.com/kvpilot/kvpilot/sdk/policytest"
+)
+
+// TruncationParams shape the truncation scenario: real agent sessions
+// replayed under the built-in truncation policy (in process, through its
+// Go API), whose harness sends the truncated history. Policy holds the
+// policy's params (default Leyline's truncate_older_than(n=2,
+// max_chars=200)).
+type TruncationParams struct {
+	Traces []Trace `json:"-"`
+
+	Policy       map[string]any `json:"policy"`
+	SystemTokens int            `json:"system_tokens"`
+	PageSize     int            `json:"page_size"`
+	Model        string         `json:"model"`
+	// MaxRequests per session (0: the whole session).
+	MaxRequests int                 `json:"max_requests"`
+	Cost        refengine.CostModel `json:"cost"`
+}
+
+func (p *TruncationParams) defaults() {
+	if p.Policy == nil {
+		p.Policy = map[string]any{"older_than": 2, "max_chars": 200}
+	}
+	if p.SystemTokens == 0 {
+		p.SystemTokens = 4000
+	}
+	if p.PageSize == 0 {
+		p.PageSize = 16
+	}
+	if p.Model == "" {
+		p.Model = "gqa"
+	}
+	if p.Cost == (refengine.CostModel{}) {
+		p.Cost = refengine.DefaultCost
+	}
+}
+
+// TruncationArm sums an arm: over every request (All) and over the
+// requests whose history the policy had just edited (AfterEdit, where
+// prefill_tokens counts the splice fills too).
+type TruncationArm struct {
+	All       ArmStats `json:"all"`
+	AfterEdit ArmStats `json:"after_edit"`
+	// NewTokens are the edited requests' new turns (tokens past the
+	// session's previous sequence), which every arm prefills.
+	NewTokens int `json:"new_tokens"`
+	// PrefillTokens is what the edits cost: AfterEdit's prefill (fills
+	// included) less NewTokens. The target is about this.
+	PrefillTokens int `json:"prefill_tokens"`
+}
+
+// TruncationReport is the scenario's result. Arms: reprefill (the
+// truncated history goes to a prefix cache: everything after the first
+// edit is prefilled again), splice (the policy's splices are applied to
+// the cache first, replacements prefilled as fill orders).
+type TruncationReport struct {
+	Scenario string                   `json:"scenario"`
+	Params   TruncationParams         `json:"params"`
+	Sessions []string                 `json:"sessions"`
+	Arms     map[string]TruncationArm `json:"arms"`
+	// Edits counts the policy's splices; EditedRequests the requests that
+	// followed them.
+	Edits          int `json:"edits"`
+	EditedRequests int `json:"edited_requests"`
+	// Saved is 1 - splice/reprefill prefill tokens after edits.
+	Saved        float64       `json:"saved"`
+	ContractOK   bool          `json:"contract_ok"`
+	SystemPrefix string        `json:"system_prefix"`
+	Targets      SavingTargets `json:"targets"`
+}
+
+// SavingTargets: the splice arm saves at least SavedMin of the prefill
+// the re-prefill arm spends after edits.
+type SavingTargets struct {
+	SavedMin float64 `json:"saved_min"`
+	Met      bool    `json:"met"`
+}
+
+var truncationArms = []string{"reprefill", "splice"}
+
+// RunTruncation runs both arms over every session, each arm on a fresh host.
+func RunTruncation(ctx context.Context, p TruncationParams, prog Progress) (*TruncationReport, error) {
+	p.defaults()
+	if len(p.Traces) == 0 {
+		return nil, fmt.Errorf("truncation: at least one trace is required")
+	}
+	rep := &TruncationReport{Scenario: "truncation", Params: p, Arms: map[string]TruncationArm{}, ContractOK: true,
+		SystemPrefix: fmt.Sprintf("deterministic %d-token system block", p.SystemTokens)}
+	for _, tr := range p.Traces {
+		rep.Sessions = append(rep.Sessions, tr.SessionID)
+	}
+	for _, arm := range truncationArms {
+		a, edits, edited, err := truncationArm(ctx, p, arm, prog)
+		if err != nil {
+			return nil, fmt.Errorf("truncation %s: %w", arm, err)
+		}
+		rep.Edits, rep.EditedRequests = edits, edited
+		rep.Arms[arm] = a
+		rep.ContractOK = rep.ContractOK && a.All.ContractOK
+	}
+	if re := rep.Arms["reprefill"].PrefillTokens; re > 0 {
+		rep.Saved = 1 - float64(rep.Arms["splice"].PrefillTokens)/float64(re)
+	}
+	rep.Targets = SavingTargets{SavedMin: 0.8, Met: rep.ContractOK && rep.Saved >= 0.8}
+	return rep, nil
+}
+
+func truncationArm(ctx context.Context, p TruncationParams, arm string, prog Progress) (TruncationArm, int, int, error) {
+	a := TruncationArm{All: ArmStats{ContractOK: true}, AfterEdit: ArmStats{ContractOK: true}}
+	system := SystemBlock("agent", p.SystemTokens)
+	// Size the device to hold the longest session twice over.
+	longest := 0
+	for _, tr := range p.Traces {
+		rs := Render(tr, RenderOptions{System: system, MaxRequests: p.MaxRequests})
+		if n := len(rs); n > 0 {
+			longest = max(longest, len(rs[n-1].Prompt)+len(rs[n-1].Output))
+		}
+	}
+	pages := 3*longest/p.PageSize + 256
+	rig, err := StartRig(ctx, RigOptions{PageSize: p.PageSize, DevicePages: pages, HostPages: pages, Model: p.Model, Cost: p.Cost})
+	if err != nil {
+		return a, 0, 0, err
+	}
+	defer rig.Close()
+	params, err := json.Marshal(p.Policy)
+	if err != nil {
+		return a, 0, 0, err
+	}
+	const tenant = "bench"
+	edits, edited := 0, 0
+	for si, tr := range p.Traces {
+		pol := truncation.New()
+		if err := pol.Configure(params); err != nil {
+			return a, 0, 0, fmt.Errorf("configure truncation: %w", err)
+		}
+		session := fmt.Sprintf("trunc-%d", si)
+		sess := policytest.NewSession(session, false)
+		sess.Append(Message{Role: "system", Content: system})
+		msgs := tr.Messages
+		turn := 0
+		var prevLen int64 // the session's sequence after the last output
+		for i := 0; i < len(msgs); {
+			if msgs[i].Role != "assistant" {
+				sess.Append(msgs[i])
+				i++
+				continue
+			}
+			if p.MaxRequests > 0 && turn >= p.MaxRequests {
+				break
+			}
+			prog.say("truncation %s: session %d/%d request %d", arm, si+1, len(p.Traces), turn+1)
+			toks := sess.Tokens()
+			ds, err := pol.Observe(ctx, policy.Observation{Kind: policy.KindRequestStarted, Session: session, Tenant: tenant, Started: &policy.RequestStarted{
+				RequestID: fmt.Sprintf("%s/%d", session, turn), Turn: int64(turn), PromptTokens: int64(len(toks)), PageSize: uint32(p.PageSize),
+				BlockHashes: hashesOf(toks, p.PageSize, tenant), Messages: sess.Messages()}})
+			if err != nil {
+				return a, 0, 0, fmt.Errorf("truncation policy: %w", err)
+			}
+			before := sess.Len()
+			splices, _, err := tokenSplices(sess, ds)
+			if err != nil {
+				return a, 0, 0, err
+			}
+			newTokens := int(before - prevLen) // the messages since the last output
+			fills := rig.Fills.Tokens.Load()
+			if arm == "splice" && len(splices) > 0 {
+				if _, err := rig.Apply(ctx, truncation.Name, tenant, splices...); err != nil {
+					return a, 0, 0, err
+				}
+				if sp := rig.Daemon.Engine().Splicer(); sp != nil {
+					sp.Wait() // the fills land before the request matches
+				}
+			}
+			// The harness sends the truncated history.
+			r := Request{Prompt: sess.Tokens(), Messages: sess.Messages()}
+			for ; i < len(msgs) && msgs[i].Role == "assistant"; i++ {
+				sess.Append(msgs[i])
+			}
+			r.Output = sess.Tokens()[len(r.Prompt):]
+			prevLen = sess.Len()
+			st, err := runTurn(ctx, rig.Engine, nil, refengine.TurnRequest{Session: session, Tenant: tenant, Tokens: r.Prompt, Output: r.Output, Messages: r.EngineMessages()})
+			if err != nil {
+				if ferr := a.All.fail(err); ferr != nil {
+					return a, 0, 0, ferr
+				}
+				return a, edits, edited, nil
+			}
+			a.All.add(st)
+			// What the engine prefilled for the splices' replacements.
+			fill := int(rig.Fills.Tokens.Load() - fills)
+			if len(splices) > 0 {
+				edits += len(splices)
+				edited++
+				a.AfterEdit.add(st)
+				a.NewTokens += newTokens
+				if arm == "splice" {
+					a.AfterEdit.FillTokens += fill
+					a.AfterEdit.PrefillTokens += fill
+					a.AfterEdit.Splices += len(splices)
+					a.All.FillTokens += fill
+					a.All.PrefillTokens += fill
+				}
+			}
+			turn++
+		}
+	}
+	a.All.finish()
+	a.AfterEdit.finish()
+	a.PrefillTokens = a.AfterEdit.PrefillTokens - a.NewTokens
+	return a, edits, edited, nil
+}
+
+// tokenSplices applies the policy's splices to the harness's model of
+// the session (the truncated history it will send) and returns them with
+// token replacements, as an engine-side harness sends them (the host
+// takes token ids), plus the replacement tokens the fills will prefill.
+// The positions name the sequence before the edits, as a turn's do.
+func tokenSplices(sess *policytest.Session, ds []policy.Directive) ([]directive.Directive, int, error) {
+	var out []directive.Splice
+	for _, d := range ds {
+		_, inner := policy.Unwrap(d)
+		s, ok := inner.(directive.Splice)
+		if !ok {
+			continue
+		}
+		if s.Replacement.Text != "" {
+			s.Replacement = directive.Replacement{Tokens: Tokenize(s.Replacement.Text)}
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Start > out[b].Start })
+	fill := 0
+	for _, s := range out {
+		if err := sess.Splice(s.Start, s.End, s.Replacement.Tokens); err != nil {
+			return nil, 0, fmt.Errorf("truncation splice %d..%d: %w", s.Start, s.End, err)
+		}
+		fill += len(s.Replacement.Tokens)
+	}
+	res := make([]directive.Directive, len(out))
+	for i := range out {
+		res[len(out)-1-i] = out[i] // left to right
+	}
+	return res, fill, nil
+}
+
+// WriteTable prints the arms.
+func (r *TruncationReport) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	pj, _ := json.Marshal(r.Params.Policy)
+	fmt.Fprintf(tw, "truncation: %d sessions under the truncation policy %s; %d splices before %d requests; %s\n\n",
+		len(r.Sessions), pj, r.Edits, r.EditedRequests, r.SystemPrefix)
+	fmt.Fprintf(tw, "arm\tprefill for edits\tof which fills\tnew-turn tokens\thit after edits\tprefill, all requests\thit, all\trotated rows\tcontract\n")
+	for _, name := range truncationArms {
+		a := r.Arms[name]
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.1f%%\t%d\t%.1f%%\t%d\t%s\n", name, a.PrefillTokens, a.AfterEdit.FillTokens, a.NewTokens, 100*a.AfterEdit.HitRate,
+			a.All.PrefillTokens, 100*a.All.HitRate, a.All.RotatedRows, okWord(a.All.ContractOK))
+	}
+	fmt.Fprintf(tw, "\nprefill for edits = prefill of the requests right after an edit, fills included, less their new turns (both arms prefill those)\n")
+	fmt.Fprintf(tw, "splice saved %.1f%% of the re-prefill arm's prefill after edits (target >= %.0f%%): met=%v\n", 100*r.Saved, 100*r.Targets.SavedMin, r.Targets.Met)
+	return tw.Flush()
+}
+
+// Charts: prefill after edits per arm.
+func (r *TruncationReport) Charts() []Chart {
+	var pre, hit []Bar
+	for _, name := range truncationArms {
+		a := r.Arms[name]
+		pre = append(pre, Bar{name, float64(a.PrefillTokens)})
+		hit = append(hit, Bar{name, 100 * a.All.HitRate})
+	}
+	return []Chart{{Title: "prefill after edits", Unit: "tokens", Bars: pre}, {Title: "cache hit, all requests", Unit: "%", Bars: hit}}
+}

@@ -1,0 +1,111 @@
+package tierbench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/kvpilot/kvpilot/host/layout"
+)
+
+func small() *layout.Layout {
+	l := layout.MHA("bench-small", 16, layout.BF16, 4, 2, 64, 64, layout.HalfSplit)
+	return &l
+}
+
+// TestRunSmall runs the scenario on a small layout: every arm present,
+// JSON shaped as the CLI contract says.
+func TestRunSmall(t *testing.T) {
+	r, err := Run(context.Background(), Options{Pages: 8, RemotePages: 2, Iters: 1, Dir: t.TempDir(), Layout: small()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"memcpy", "device_to_host", "host_to_device", "file_write", "host_to_disk", "file_read", "disk_to_host", "host_to_remote", "remote_to_host"} {
+		if r.Arms[a].GBps <= 0 {
+			t.Fatalf("arm %s: %+v", a, r.Arms[a])
+		}
+	}
+	b, _ := json.Marshal(r)
+	var back map[string]any
+	json.Unmarshal(b, &back)
+	if back["scenario"] != "tiers" || back["arms"] == nil || back["ratio"] == nil {
+		t.Fatalf("json: %s", b)
+	}
+	var tab bytes.Buffer
+	r.Table(&tab)
+	if !strings.Contains(tab.String(), "disk_to_host") {
+		t.Fatal(tab.String())
+	}
+}
+
+func benchArm(b *testing.B, arm func(f *Fixture) func(int) error, remote bool) {
+	benchArmAfter(b, nil, arm, remote)
+}
+
+// benchArmAfter runs prep once first: read arms need what a write arm stores.
+func benchArmAfter(b *testing.B, prep, arm func(f *Fixture) func(int) error, remote bool) {
+	const pages = 64
+	f, err := NewFixture(b.TempDir(), DefaultLayout(), pages, remote)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if prep != nil {
+		if err := prep(f)(pages); err != nil {
+			b.Fatal(err)
+		}
+	}
+	fn := arm(f)
+	if err := fn(pages); err != nil { // warm-up
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(f.PageBytes()))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		// One page per op; batches of `pages` keep the fsync of the write
+		// arms amortized as in the mover.
+		if (i+1)%pages == 0 {
+			if err := fn(pages); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// The Go benchmarks measure the same arms; compare each pair with its
+// baseline in one run, e.g.
+//
+//	go test -run X -bench 'Tier' ./host/bench/tierbench
+func BenchmarkTierMemcpy(b *testing.B) {
+	benchArm(b, func(f *Fixture) func(int) error { return f.Memcpy }, false)
+}
+func BenchmarkTierDeviceToHost(b *testing.B) {
+	benchArm(b, func(f *Fixture) func(int) error { return f.DeviceToHost }, false)
+}
+func BenchmarkTierHostToDevice(b *testing.B) {
+	benchArm(b, func(f *Fixture) func(int) error { return f.HostToDevice }, false)
+}
+func BenchmarkTierFileWrite(b *testing.B) {
+	benchArm(b, func(f *Fixture) func(int) error { return f.FileWrite }, false)
+}
+func BenchmarkTierHostToDisk(b *testing.B) {
+	benchArm(b, func(f *Fixture) func(int) error { return f.HostToDisk }, false)
+}
+func BenchmarkTierFileRead(b *testing.B) {
+	benchArmAfter(b, func(f *Fixture) func(int) error { return f.FileWrite },
+		func(f *Fixture) func(int) error { return f.FileRead }, false)
+}
+func BenchmarkTierDiskToHost(b *testing.B) {
+	benchArmAfter(b, func(f *Fixture) func(int) error { return f.HostToDisk },
+		func(f *Fixture) func(int) error { return f.DiskToHost }, false)
+}
+func BenchmarkTierHostToRemote(b *testing.B) {
+	benchArm(b, func(f *Fixture) func(int) error { return f.HostToRemote }, true)
+}
+func BenchmarkTierRemoteToHost(b *testing.B) {
+	benchArmAfter(b, func(f *Fixture) func(int) error { return f.HostToRemote },
+		func(f *Fixture) func(int) error { return f.RemoteToHost }, true)
+}

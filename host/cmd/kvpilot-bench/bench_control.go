@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/kvpilot/kvpilot/host/bench/controlhost"
+	"github.com/kvpilot/kvpilot/sdk/controlclient"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+)
+
+func init() {
+	registerBench(benchScenario{
+		Name:    "control",
+		Summary: "directive round trip over the Control socket (gRPC) and NATS request/reply",
+		Run:     runBenchControl,
+	})
+}
+
+type latencyArm struct {
+	name    string
+	call    func(ctx context.Context, i int) error
+	samples []time.Duration
+}
+
+func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("bench control", "[--json] [--iters N] [--warmup N]",
+		"Measures a directive's round trip (a one-directive turn pinning or unpinning a\n"+
+			"cached block, applied by the executor and audited) over the Control socket's\n"+
+			"gRPC and over NATS request/reply, against a real in-process host. Baselines\n"+
+			"in the same run: an empty gRPC call on the same socket, and a NATS echo on the\n"+
+			"same server. Targets: socket p50 <= 50 us, p99 <= 250 us;\n"+
+			"NATS p50 <= 150 us; and, against the baselines, socket p50 <= 1.3x and\n"+
+			"p99 <= 2x the empty call's, NATS p50 <= 1.6x the echo's.", os.Stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
+	iters := fs.Int("iters", 20000, "timed round trips per arm")
+	warmup := fs.Int("warmup", 2000, "untimed round trips per arm first")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *iters < 100 {
+		return fmt.Errorf("bench control: --iters %d: want at least 100", *iters)
+	}
+	dir, err := os.MkdirTemp("", "kvpilot-bench-control")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	h, err := controlhost.Start(filepath.Join(dir, "d"))
+	if err != nil {
+		return fmt.Errorf("bench control: start host: %w", err)
+	}
+	defer h.Stop()
+	seqs, err := h.Commit("", make([]uint32, 64))
+	if err != nil {
+		return fmt.Errorf("bench control: %w", err)
+	}
+	turns := [2]directive.Turn{
+		{Directives: []directive.Directive{directive.Cache{BlockHashes: []directive.Hash{directive.Hash(seqs[0])}, Pin: true}}},
+		{Directives: []directive.Directive{directive.Cache{BlockHashes: []directive.Hash{directive.Hash(seqs[0])}, Pin: false}}},
+	}
+	applied := func(r directive.TurnReply, err error) error {
+		if err != nil {
+			return err
+		}
+		if !r.OK() {
+			return fmt.Errorf("turn refused: %v", r.Error)
+		}
+		return nil
+	}
+
+	uc, err := controlclient.DialUnix(h.Socket, controlclient.UnixOptions{Source: "bench"})
+	if err != nil {
+		return err
+	}
+	defer uc.Close()
+	raw, err := grpc.NewClient("unix:"+h.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	nc, err := controlclient.ConnectNATS(h.NATSURL, controlclient.NATSOptions{Subject: h.Subject, Source: "bench"})
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	echo, err := h.Daemon.NATS().Conn().Subscribe("kvpilot.bench.echo", func(m *nats.Msg) { m.Respond(m.Data) })
+	if err != nil {
+		return err
+	}
+	defer echo.Unsubscribe()
+	h.Daemon.NATS().Conn().Flush()
+	payload, _ := json.Marshal(turns[0])
+
+	arms := []*latencyArm{
+		{name: "uds_baseline", call: func(ctx context.Context, _ int) error {
+			// A method the server does not have: gRPC's full round trip on
+			// the same socket, with no handler at all.
+			err := raw.Invoke(ctx, "/kvpilot.v1.Control/BenchNoop", &emptypb.Empty{}, &emptypb.Empty{})
+			if status.Code(err) == codes.Unimplemented {
+				return nil
+			}
+			return err
+		}},
+		{name: "uds", call: func(ctx context.Context, i int) error { return applied(uc.Apply(ctx, turns[i&1])) }},
+		{name: "nats_baseline", call: func(ctx context.Context, _ int) error {
+			_, err := nc.Conn().RequestWithContext(ctx, "kvpilot.bench.echo", payload)
+			return err
+		}},
+		{name: "nats", call: func(ctx context.Context, i int) error { return applied(nc.Apply(ctx, turns[i&1])) }},
+	}
+	// Arms take turns in rounds, so that noise from other work on the
+	// machine falls on all of them alike.
+	const round = 500
+	for _, a := range arms {
+		for i := 0; i < *warmup; i++ {
+			if err := a.call(ctx, i); err != nil {
+				return fmt.Errorf("bench control: %s warm-up: %w", a.name, err)
+			}
+		}
+		a.samples = make([]time.Duration, 0, *iters)
+	}
+	for done := 0; done < *iters; done += round {
+		n := min(round, *iters-done)
+		for _, a := range arms {
+			for i := 0; i < n; i++ {
+				start := time.Now()
+				if err := a.call(ctx, done+i); err != nil {
+					return fmt.Errorf("bench control: %s: %w", a.name, err)
+				}
+				a.samples = append(a.samples, time.Since(start))
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	results := map[string]map[string]float64{}
+	for _, a := range arms {
+		results[a.name] = summarize(a.samples)
+	}
+	ratios := controlRatios(results)
+	absMet := results["uds"]["p50_us"] <= 50 && results["uds"]["p99_us"] <= 250 && results["nats"]["p50_us"] <= 150
+	ratioMet := ratios["uds_p50"] <= udsP50RatioMax && ratios["uds_p99"] <= udsP99RatioMax && ratios["nats_p50"] <= natsP50RatioMax
+	met := absMet && ratioMet
+	reportMet(ctx, met)
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(map[string]any{
+			"scenario": "control",
+			"params": map[string]any{
+				"iters": *iters, "warmup": *warmup, "gomaxprocs": runtime.GOMAXPROCS(0),
+				"directive": "one-directive turn: Cache pin / unpin of one cached block, audited",
+				"nats":      "client over TCP loopback to the embedded server; host in-process",
+			},
+			"arms":   results,
+			"ratios": ratios,
+			"targets": map[string]any{
+				"uds_p50_us_max": 50, "uds_p99_us_max": 250, "nats_p50_us_max": 150,
+				"uds_p50_ratio_max": udsP50RatioMax, "uds_p99_ratio_max": udsP99RatioMax, "nats_p50_ratio_max": natsP50RatioMax,
+				"met": met,
+			},
+		})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "control bench: %d round trips per arm (GOMAXPROCS %d)\n\n", *iters, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(tw, "arm\tp50 (us)\tp99 (us)\tmean (us)\ttarget\n")
+	target := map[string]string{"uds": "p50 <= 50, p99 <= 250", "nats": "p50 <= 150"}
+	for _, a := range arms {
+		r := results[a.name]
+		t := target[a.name]
+		if t == "" {
+			t = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%s\n", a.name, r["p50_us"], r["p99_us"], r["mean_us"], t)
+	}
+	fmt.Fprintf(tw, "\nratios to the same run's baselines: uds p50 %.2f (<= %.1f), uds p99 %.2f (<= %.1f), nats p50 %.2f (<= %.1f)\n",
+		ratios["uds_p50"], udsP50RatioMax, ratios["uds_p99"], udsP99RatioMax, ratios["nats_p50"], natsP50RatioMax)
+	fmt.Fprintf(tw, "targets met: %v\n", met)
+	return tw.Flush()
+}
+
+// The overhead a directive may add to its transport: its round trip over
+// the round trip of an empty call on the same socket (uds_baseline) or of
+// a raw NATS echo (nats_baseline), measured in the same run.
+const (
+	udsP50RatioMax  = 1.3
+	udsP99RatioMax  = 2.0
+	natsP50RatioMax = 1.6
+)
+
+// controlRatios divides each directive arm's percentiles by its
+// baseline's.
+func controlRatios(r map[string]map[string]float64) map[string]float64 {
+	div := func(a, b float64) float64 {
+		if b <= 0 {
+			return 0
+		}
+		return a / b
+	}
+	return map[string]float64{
+		"uds_p50":  div(r["uds"]["p50_us"], r["uds_baseline"]["p50_us"]),
+		"uds_p99":  div(r["uds"]["p99_us"], r["uds_baseline"]["p99_us"]),
+		"nats_p50": div(r["nats"]["p50_us"], r["nats_baseline"]["p50_us"]),
+	}
+}
+
+func summarize(s []time.Duration) map[string]float64 {
+	if len(s) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(s)
+	slices.Sort(sorted)
+	var sum time.Duration
+	for _, d := range sorted {
+		sum += d
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	pct := func(p float64) time.Duration { return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))] }
+	return map[string]float64{
+		"p50_us": us(pct(0.50)), "p99_us": us(pct(0.99)), "mean_us": us(sum / time.Duration(len(sorted))),
+		"samples": float64(len(sorted)),
+	}
+}

@@ -1,0 +1,52 @@
+// Command kvpilot-bench runs kvpilot's benchmark scenarios. Users reach it
+// as `kvpilot bench`, which runs this binary from beside kvpilot or from
+// PATH (`make build` builds both into bin/): the harnesses, with their
+// reference engine, traces and in-process hosts, stay out of the
+// production binary.
+//
+//	kvpilot-bench                                        list the scenarios
+//	kvpilot-bench <scenario> [--json] [--check] [flags]  run one
+//
+// Only the scenario's report goes to stdout; progress and errors go to
+// stderr.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs the scenario args name and returns the exit status: 0, 1 when
+// it failed (or missed a target under --check), 2 on a usage error. Its
+// messages speak as `kvpilot bench`, the command users type.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	helpOut = stdout
+	err := runBench(ctx, args, stdout, stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintf(stderr, "kvpilot bench: %v\n", err)
+		if e, ok := errcode.As(err); ok && e.Entry().Hint != "" {
+			fmt.Fprintf(stderr, "  hint: %s\n", e.Entry().Hint)
+		}
+		return 1
+	}
+}
