@@ -9,6 +9,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/daemon"
 	"github.com/kvpilot/kvpilot/host/natsembed/natscluster"
+	"github.com/kvpilot/kvpilot/host/pool/remote/redistest"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 )
@@ -181,4 +182,38 @@ func TestSharedTierOnANATSClusterSurvivesNodeLossAndRollingRestart(t *testing.T)
 	dc, _ := runDaemon(t, cc)
 	ec := newEngine(t, cc.EngineSocket(), refengine.GQA(hostPage))
 	warmAndResume(t, dc, cc, ec, late)
+}
+
+// The same over the second backend: a Redis cluster of three primaries
+// with a replica each. Host A pauses sessions to it; a primary is
+// SIGKILLed and its replica takes over; host B warms and serves them.
+func TestSharedTierOnARedisClusterSurvivesAPrimaryLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a six-node redis cluster")
+	}
+	cl := redistest.StartCluster(t, 3, 1)
+	redisConfig := func(dir string, worker uint64) config.Config {
+		c := sharedConfig(dir, "", worker, 1)
+		c.NATS.Listen = "" // each host its own embedded NATS: only Redis is shared
+		c.Pools.RemoteBackend = "redis"
+		c.Pools.RemoteRedis.Addrs = cl.Addrs()
+		return c
+	}
+	ca := redisConfig(t.TempDir(), 1)
+	da, _ := runDaemon(t, ca)
+	ea := newEngine(t, ca.EngineSocket(), refengine.GQA(hostPage))
+	g := &tokens{next: 501}
+	sessions := map[string][]uint32{"r1": g.take(6*hostPage + 2), "r2": g.take(4 * hostPage)}
+	pauseSessions(t, da, ca, ea, sessions)
+
+	for i := range cl.Nodes {
+		if cl.Primary(i) {
+			cl.Kill(i)
+			break
+		}
+	}
+	cb := redisConfig(t.TempDir(), 2)
+	db, _ := runDaemon(t, cb)
+	eb := newEngine(t, cb.EngineSocket(), refengine.GQA(hostPage))
+	warmAndResume(t, db, cb, eb, sessions)
 }

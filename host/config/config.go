@@ -284,10 +284,30 @@ type Pools struct {
 	// DiskFsync is always, batch (one fsync per transfer batch) or never.
 	DiskFsync        string `koanf:"disk_fsync"`
 	DiskVerifyOnOpen bool   `koanf:"disk_verify_on_open"`
-	// RemoteBucket is the JetStream object store shared by every host.
+	// RemoteBackend is where the remote tier keeps pages: jetstream (an
+	// object store on the NATS server or cluster the host uses) or redis
+	// (Redis or Valkey, see RemoteRedis).
+	RemoteBackend string `koanf:"remote_backend"`
+	// RemoteBucket is the object store (jetstream) or key prefix (redis)
+	// shared by every host.
 	RemoteBucket   string `koanf:"remote_bucket"`
 	RemoteMaxBytes int64  `koanf:"remote_max_bytes"`
-	RemoteReplicas int    `koanf:"remote_replicas"`
+	// RemoteReplicas is a new JetStream bucket's replicas (a Redis
+	// cluster's replicas are its own configuration).
+	RemoteReplicas int         `koanf:"remote_replicas"`
+	RemoteRedis    RemoteRedis `koanf:"remote_redis"`
+}
+
+// RemoteRedis configures the redis remote backend.
+type RemoteRedis struct {
+	// Addrs are host:port addresses; several name a cluster's nodes.
+	Addrs []string `koanf:"addrs"`
+	// Cluster speaks the cluster protocol with one address too.
+	Cluster  bool   `koanf:"cluster"`
+	Username string `koanf:"username"`
+	// PasswordFile holds the password (its whitespace trimmed), so that it
+	// stays out of the config and the environment.
+	PasswordFile string `koanf:"password_file"`
 }
 
 // Mover configures tier transfers.
@@ -345,11 +365,12 @@ func Default() Config {
 			RateLimit:        1000,
 			RateBurst:        200,
 		},
-		Control:       Control{RateBurst: 1000},
-		Gateway:       DefaultGateway(),
-		Engine:        Engine{LoadBackDeadline: 2 * time.Second, RequestTTL: 10 * time.Minute, MaxSessions: 65536},
-		Model:         Model{Attention: "mha", DType: "bf16", RopeStyle: ""},
-		Pools:         Pools{DeviceBackend: "auto", DiskFsync: "batch", RemoteBucket: "kvpilot-pages", RemoteReplicas: 1},
+		Control: Control{RateBurst: 1000},
+		Gateway: DefaultGateway(),
+		Engine:  Engine{LoadBackDeadline: 2 * time.Second, RequestTTL: 10 * time.Minute, MaxSessions: 65536},
+		Model:   Model{Attention: "mha", DType: "bf16", RopeStyle: ""},
+		Pools: Pools{DeviceBackend: "auto", DiskFsync: "batch", RemoteBackend: "jetstream", RemoteBucket: "kvpilot-pages", RemoteReplicas: 1,
+			RemoteRedis: RemoteRedis{Addrs: []string{}}},
 		Mover:         Mover{Workers: 8, Retries: 2, RetryBackoff: 20 * time.Millisecond, DropWait: 5 * time.Second, StepInterval: 100 * time.Millisecond},
 		GCPercent:     400,
 		PolicyRuntime: PolicyRuntime{TickInterval: 10 * time.Second, CallTimeout: 2 * time.Second, QueueSize: 4096},

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 
 	"github.com/kvpilot/kvpilot/host/layout"
@@ -68,6 +69,20 @@ func (c Config) validatePools() []error {
 	}
 	if _, err := disk.ParseFsyncPolicy(c.Pools.DiskFsync); err != nil {
 		bad("pools.disk_fsync", "%v", err)
+	}
+	switch c.Pools.RemoteBackend {
+	case "jetstream":
+	case "redis":
+		if len(c.Pools.RemoteRedis.Addrs) == 0 && c.Tiers.Remote.CapacityPages > 0 {
+			bad("pools.remote_redis.addrs", "must name at least one host:port for pools.remote_backend redis")
+		}
+		for i, a := range c.Pools.RemoteRedis.Addrs {
+			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+				bad(fmt.Sprintf("pools.remote_redis.addrs[%d]", i), "%q is not host:port", a)
+			}
+		}
+	default:
+		bad("pools.remote_backend", "%q: want jetstream or redis", c.Pools.RemoteBackend)
 	}
 	if c.Pools.RemoteBucket == "" {
 		bad("pools.remote_bucket", "must not be empty")

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/pool/disk"
+	"github.com/kvpilot/kvpilot/host/pool/remote"
 	"github.com/kvpilot/kvpilot/host/pool/tiers"
 	"github.com/kvpilot/kvpilot/host/tier"
 )
@@ -69,11 +72,9 @@ func (d *Daemon) openPools(ctx context.Context, l *layout.Layout, staging bool) 
 		Logger:           d.log.Named("pools"),
 	}
 	if d.cfg.Tiers.Remote.CapacityPages > 0 {
-		js, err := c.nats.JetStream()
-		if err != nil {
+		if err := d.remoteBackend(&o); err != nil {
 			return nil, nil, fmt.Errorf("remote tier: %w", err)
 		}
-		o.RemoteJS = js
 	}
 	set, err := tiers.Open(ctx, o)
 	if err != nil {
@@ -133,4 +134,33 @@ func (d *Daemon) stepLoop(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		}
 	}()
+}
+
+// remoteBackend sets where the remote tier keeps pages: a JetStream bucket
+// on the host's NATS connection, or Redis/Valkey (pools.remote_backend).
+func (d *Daemon) remoteBackend(o *tiers.Options) error {
+	p := d.cfg.Pools
+	if p.RemoteBackend != "redis" {
+		js, err := d.core.nats.JetStream()
+		if err != nil {
+			return err
+		}
+		o.RemoteJS = js
+		return nil
+	}
+	ro := remote.RedisOptions{Addrs: p.RemoteRedis.Addrs, Cluster: p.RemoteRedis.Cluster,
+		Username: p.RemoteRedis.Username, Bucket: p.RemoteBucket, Logger: d.log.Named("redis")}
+	if f := p.RemoteRedis.PasswordFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("pools.remote_redis.password_file: %w", err)
+		}
+		ro.Password = strings.TrimSpace(string(b))
+	}
+	be, err := remote.NewRedis(ro)
+	if err != nil {
+		return err
+	}
+	o.RemoteBackend = be
+	return nil
 }

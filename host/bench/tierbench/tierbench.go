@@ -1,8 +1,10 @@
 // Package tierbench measures the throughput of each tier pair the mover
-// uses (device<->host, host<->disk, host<->remote on the embedded NATS
-// server) against raw baselines in the same run: memcpy for memory, a plain
-// sequential file write and read for disk (target >=
-// 70% of baseline for memory and disk). `kvpilot bench tiers` prints it.
+// uses (device<->host, host<->disk, host<->remote) against raw baselines in
+// the same run: memcpy for memory, a plain sequential file write and read
+// for disk, and for each remote backend the same bytes put and got raw
+// through the same server and client (JetStream objects on the embedded
+// server; Redis SET and GET, on a redis-server it starts when one is
+// installed). `kvpilot bench tiers` prints it.
 package tierbench
 
 import (
@@ -10,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"time"
@@ -23,10 +26,18 @@ import (
 	"github.com/kvpilot/kvpilot/host/pool/memfd"
 	"github.com/kvpilot/kvpilot/host/pool/remote"
 	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 )
 
-// Target is the fraction of baseline throughput memory and disk pairs must reach.
-const Target = 0.7
+// Targets: memory and disk pairs reach Target of their baseline; each
+// remote backend reaches RemoteTarget of its raw baseline; the fastest
+// remote backend moves FastestRemoteGBps both ways on loopback.
+const (
+	Target            = 0.9
+	RemoteTarget      = 0.9
+	FastestRemoteGBps = 2.0
+)
 
 // Options size a run.
 type Options struct {
@@ -43,6 +54,10 @@ type Options struct {
 	Layout *layout.Layout
 	// NoRemote skips the remote arms.
 	NoRemote bool
+	// Redis is the address of a Redis or Valkey server for the redis arms;
+	// "auto" starts one when redis-server is installed; "" or "off" skips
+	// them.
+	Redis string
 }
 
 // Arm is one measured transfer.
@@ -59,7 +74,18 @@ type Result struct {
 	Arms     map[string]Arm     `json:"arms"`
 	Ratio    map[string]float64 `json:"ratio"`
 	Target   float64            `json:"target"`
-	Pass     bool               `json:"pass"`
+	Pass     bool               `json:"pass"` // memory and disk pairs
+	Targets  Targets            `json:"targets"`
+}
+
+// Targets are every target of the run and whether all were met.
+type Targets struct {
+	MemoryDiskRatioMin   float64 `json:"memory_disk_ratio_min"`
+	RemoteRatioMin       float64 `json:"remote_vs_raw_ratio_min"`
+	FastestRemoteGBpsMin float64 `json:"fastest_remote_gb_per_s_min"`
+	// FastestRemote is the backend with the best slower direction.
+	FastestRemote string `json:"fastest_remote,omitempty"`
+	Met           bool   `json:"met"`
 }
 
 // DefaultLayout is the page the benchmark moves unless told otherwise.
@@ -95,6 +121,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if !o.NoRemote {
+		if err := f.openRedis(o.Dir, o.Redis); err != nil {
+			return nil, err
+		}
+	}
 	pb := int64(o.Layout.PageBytes())
 	res := &Result{Scenario: "tiers", Arms: map[string]Arm{}, Ratio: map[string]float64{}, Target: Target,
 		Params: map[string]any{"pages": o.Pages, "remote_pages": o.RemotePages, "page_bytes": pb, "iters": o.Iters,
@@ -112,16 +143,24 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		{"file_read", o.Pages, f.FileRead},
 		{"disk_to_host", o.Pages, f.DiskToHost},
 	}
+	type arm = struct {
+		name  string
+		pages int
+		fn    func(n int) error
+	}
 	if !o.NoRemote {
-		arms = append(arms, struct {
-			name  string
-			pages int
-			fn    func(n int) error
-		}{"host_to_remote", o.RemotePages, f.HostToRemote}, struct {
-			name  string
-			pages int
-			fn    func(n int) error
-		}{"remote_to_host", o.RemotePages, f.RemoteToHost})
+		arms = append(arms,
+			arm{"jetstream_raw_put", o.RemotePages, f.rawJetStream(true)},
+			arm{"host_to_remote", o.RemotePages, f.HostToRemote},
+			arm{"jetstream_raw_get", o.RemotePages, f.rawJetStream(false)},
+			arm{"remote_to_host", o.RemotePages, f.RemoteToHost})
+	}
+	if f.redis != nil {
+		arms = append(arms,
+			arm{"redis_raw_set", o.RemotePages, f.rawRedis(true)},
+			arm{"host_to_redis", o.RemotePages, f.storeArm(f.redis, true)},
+			arm{"redis_raw_get", o.RemotePages, f.rawRedis(false)},
+			arm{"redis_to_host", o.RemotePages, f.storeArm(f.redis, false)})
 	}
 	// Arms run interleaved, round by round, and each ratio is the median of
 	// its per-round ratios: a pair and its baseline are measured seconds
@@ -166,6 +205,30 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			res.Pass = false
 		}
 	}
+	res.Targets = Targets{MemoryDiskRatioMin: Target, RemoteRatioMin: RemoteTarget, FastestRemoteGBpsMin: FastestRemoteGBps, Met: res.Pass}
+	if o.NoRemote {
+		return res, nil
+	}
+	fastest := 0.0
+	for _, b := range []struct{ name, put, putRaw, get, getRaw string }{
+		{"jetstream", "host_to_remote", "jetstream_raw_put", "remote_to_host", "jetstream_raw_get"},
+		{"redis", "host_to_redis", "redis_raw_set", "redis_to_host", "redis_raw_get"},
+	} {
+		if _, ok := res.Arms[b.put]; !ok {
+			continue
+		}
+		res.Ratio[b.put] = ratio(b.put, b.putRaw)
+		res.Ratio[b.get] = ratio(b.get, b.getRaw)
+		if res.Ratio[b.put] < RemoteTarget || res.Ratio[b.get] < RemoteTarget {
+			res.Targets.Met = false
+		}
+		if slow := min(res.Arms[b.put].GBps, res.Arms[b.get].GBps); slow > fastest {
+			fastest, res.Targets.FastestRemote = slow, b.name
+		}
+	}
+	if fastest < FastestRemoteGBps {
+		res.Targets.Met = false
+	}
 	return res, nil
 }
 
@@ -179,7 +242,9 @@ func median(v []float64) float64 {
 func (r *Result) Table(w io.Writer) {
 	fmt.Fprintf(w, "tiers: %v pages of %v bytes (%v)\n\n", r.Params["pages"], r.Params["page_bytes"], r.Params["layout"])
 	fmt.Fprintf(w, "%-16s %12s %10s %8s\n", "arm", "bytes", "GB/s", "ratio")
-	for _, name := range []string{"memcpy", "device_to_host", "host_to_device", "file_write", "host_to_disk", "file_read", "disk_to_host", "host_to_remote", "remote_to_host"} {
+	for _, name := range []string{"memcpy", "device_to_host", "host_to_device", "file_write", "host_to_disk", "file_read", "disk_to_host",
+		"jetstream_raw_put", "host_to_remote", "jetstream_raw_get", "remote_to_host",
+		"redis_raw_set", "host_to_redis", "redis_raw_get", "redis_to_host"} {
 		a, ok := r.Arms[name]
 		if !ok {
 			continue
@@ -190,23 +255,31 @@ func (r *Result) Table(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%-16s %12d %10.2f %8s\n", name, a.Bytes, a.GBps, ratio)
 	}
-	fmt.Fprintf(w, "\ntarget: ratio >= %.2f for memory and disk pairs: %v\n", r.Target, map[bool]string{true: "PASS", false: "FAIL"}[r.Pass])
+	t := r.Targets
+	fmt.Fprintf(w, "\ntargets: ratio >= %.2f for memory and disk pairs (%v); remote backends >= %.2f of their raw baseline; the fastest (%s) >= %.1f GB/s both ways\n",
+		t.MemoryDiskRatioMin, map[bool]string{true: "met", false: "missed"}[r.Pass], t.RemoteRatioMin, t.FastestRemote, t.FastestRemoteGBpsMin)
+	fmt.Fprintf(w, "targets met: %v\n", t.Met)
 }
 
 // Fixture holds the pools and baselines the arms use; the Go benchmarks
 // share it.
 type Fixture struct {
-	lay      *layout.Layout
-	pages    int
-	dev      *memfd.Arena
-	host     *memfd.Arena
-	raw      *memfd.Arena // memcpy baseline destination
-	disk     *disk.Store
-	file     *os.File
-	nats     *natsembed.NATS
-	remote   *remote.Store
-	devSlots []pool.Slot
-	hostSlot []pool.Slot
+	lay    *layout.Layout
+	pages  int
+	dev    *memfd.Arena
+	host   *memfd.Arena
+	raw    *memfd.Arena // memcpy baseline destination
+	disk   *disk.Store
+	file   *os.File
+	nats   *natsembed.NATS
+	remote *remote.Store
+	rawObs jetstream.ObjectStore // the raw JetStream baseline's bucket handle
+
+	redis     *remote.Store // the redis backend, when the run has one
+	rc        *redis.Client // the raw Redis baseline's client
+	redisProc *exec.Cmd     // a redis-server started for the run
+	devSlots  []pool.Slot
+	hostSlot  []pool.Slot
 }
 
 // NewFixture opens pools of pages pages under dir, filled with data.
@@ -258,6 +331,9 @@ func NewFixture(dir string, l *layout.Layout, pages int, withRemote bool) (f *Fi
 			return nil, err
 		}
 		if f.remote, err = remote.Open(context.Background(), remote.Options{JS: js, Layout: l, Bucket: "kvpilot-bench"}); err != nil {
+			return nil, err
+		}
+		if err = f.openRawJetStream(js); err != nil {
 			return nil, err
 		}
 	}
@@ -380,6 +456,7 @@ func (f *Fixture) RemoteToHost(n int) error {
 
 // Close releases everything.
 func (f *Fixture) Close() error {
+	f.closeRedis()
 	for _, c := range []io.Closer{f.remote, f.disk, f.dev, f.host, f.raw, f.file} {
 		if c != nil && !isNil(c) {
 			c.Close()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -18,7 +19,7 @@ func small() *layout.Layout {
 // TestRunSmall runs the scenario on a small layout: every arm present,
 // JSON shaped as the CLI contract says.
 func TestRunSmall(t *testing.T) {
-	r, err := Run(context.Background(), Options{Pages: 8, RemotePages: 2, Iters: 1, Dir: t.TempDir(), Layout: small()})
+	r, err := Run(context.Background(), Options{Pages: 8, RemotePages: 2, Iters: 1, Dir: t.TempDir(), Layout: small(), Redis: "auto"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,6 +27,16 @@ func TestRunSmall(t *testing.T) {
 		if r.Arms[a].GBps <= 0 {
 			t.Fatalf("arm %s: %+v", a, r.Arms[a])
 		}
+	}
+	if _, err := exec.LookPath("redis-server"); err == nil {
+		for _, a := range []string{"redis_raw_set", "host_to_redis", "redis_raw_get", "redis_to_host"} {
+			if r.Arms[a].GBps <= 0 {
+				t.Fatalf("arm %s: %+v", a, r.Arms[a])
+			}
+		}
+	}
+	if r.Ratio["host_to_remote"] <= 0 || r.Targets.RemoteRatioMin != RemoteTarget {
+		t.Fatalf("remote ratios and targets: %v %+v", r.Ratio, r.Targets)
 	}
 	b, _ := json.Marshal(r)
 	var back map[string]any

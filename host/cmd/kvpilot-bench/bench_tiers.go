@@ -19,21 +19,25 @@ func init() {
 }
 
 func runBenchTiers(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("bench tiers", "[--json] [--pages N] [--remote-pages N] [--iters N] [--dir DIR] [--no-remote]",
+	fs := newFlagSet("bench tiers", "[--json] [--pages N] [--remote-pages N] [--iters N] [--dir DIR] [--redis ADDR|auto|off] [--no-remote]",
 		"Moves pages between each pair of tiers through the real pools (memfd arenas,\n"+
-			"the disk page file, the JetStream object store on an embedded server) and\n"+
-			"reports GB/s against memcpy and a plain sequential file write/read of the\n"+
-			"same bytes in the same run (target: ratio >= 0.7 for memory and disk).", os.Stderr)
+			"the disk page file, and each remote backend: the JetStream object store on an\n"+
+			"embedded server, and Redis) and reports GB/s against baselines of the same\n"+
+			"bytes in the same run: memcpy, a plain sequential file write/read, and each\n"+
+			"remote backend's raw put and get (JetStream objects, Redis SET and GET).\n"+
+			"Targets: memory and disk pairs >= 0.9 of their baseline; each remote backend\n"+
+			">= 0.9 of its raw baseline; the fastest remote backend >= 2 GB/s both ways.", os.Stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	pages := fs.Int("pages", 128, "pages per memory and disk arm (2 MiB each)")
 	remotePages := fs.Int("remote-pages", 16, "pages per remote arm")
 	iters := fs.Int("iters", 5, "measured rounds, arms interleaved (medians reported)")
 	dir := fs.String("dir", "", "directory for page files and NATS data (default: a temp dir)")
 	noRemote := fs.Bool("no-remote", false, "skip the remote arms")
+	redisAddr := fs.String("redis", "auto", "a Redis or Valkey server for the redis arms; auto starts one when redis-server is installed; off skips them")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	r, err := tierbench.Run(ctx, tierbench.Options{Pages: *pages, RemotePages: *remotePages, Iters: *iters, Dir: *dir, NoRemote: *noRemote})
+	r, err := tierbench.Run(ctx, tierbench.Options{Pages: *pages, RemotePages: *remotePages, Iters: *iters, Dir: *dir, NoRemote: *noRemote, Redis: *redisAddr})
 	if err != nil {
 		return fmt.Errorf("bench tiers: %w", err)
 	}

@@ -3,15 +3,12 @@ package remote
 import (
 	"testing"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/pool"
 )
 
 // Objects in the shared bucket are written by every host on the cluster,
-// so their names and headers are a peer's input: entryOf must refuse what
+// so their names and metadata are a peer's input: entryOf must refuse what
 // it cannot read, never panic, and a key it reads must name the object.
 func FuzzEntryOf(f *testing.F) {
 	fp := layout.Fingerprint(0xfeed)
@@ -21,13 +18,11 @@ func FuzzEntryOf(f *testing.F) {
 	f.Add(prefix+"=%zz/1", "1", "")
 	f.Add(prefix+"=a/ffffffffffffffffff", "x", "-1")
 	f.Fuzz(func(t *testing.T, name, local, parent string) {
-		h := nats.Header{}
-		h.Set(hdrLocal, local)
+		meta := Meta{metaLocal: local}
 		if parent != "" {
-			h.Set(hdrParent, parent)
+			meta[metaParent] = parent
 		}
-		info := &jetstream.ObjectInfo{ObjectMeta: jetstream.ObjectMeta{Name: name, Headers: h}}
-		e, ok := entryOf(info, prefix)
+		e, ok := entryOf(name, meta, prefix)
 		if !ok {
 			return
 		}

@@ -60,6 +60,10 @@ type Options struct {
 	DiskFsync        disk.FsyncPolicy
 	DiskVerifyOnOpen bool
 
+	// RemoteBackend enables the remote tier on this backend (Redis, or a
+	// JetStream object store built by the caller); else RemoteJS enables
+	// it on a JetStream object store on that connection.
+	RemoteBackend remote.Backend
 	// RemoteJS enables the remote tier on this JetStream connection.
 	RemoteJS       jetstream.JetStream
 	RemoteBucket   string
@@ -128,8 +132,8 @@ func Open(ctx context.Context, o Options) (*Set, error) {
 		}
 		s.Disk = d
 	}
-	if o.RemoteJS != nil {
-		r, err := remote.Open(ctx, remote.Options{JS: o.RemoteJS, Bucket: o.RemoteBucket, Layout: o.Layout,
+	if o.RemoteJS != nil || o.RemoteBackend != nil {
+		r, err := remote.Open(ctx, remote.Options{Backend: o.RemoteBackend, JS: o.RemoteJS, Bucket: o.RemoteBucket, Layout: o.Layout,
 			MaxBytes: o.RemoteMaxBytes, Replicas: o.RemoteReplicas, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("open remote pool: %w", err)

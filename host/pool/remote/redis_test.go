@@ -1,0 +1,138 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kvpilot/kvpilot/host/pool"
+	"github.com/kvpilot/kvpilot/host/pool/remote/redistest"
+)
+
+func openRedis(t *testing.T, ctx context.Context, o RedisOptions) *Store {
+	t.Helper()
+	be, err := NewRedis(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, Options{Backend: be, Layout: testLayout("m")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// The Redis backend behaves as the JetStream one: pages shared between
+// hosts, links carried, deletes seen, a tampered page dropped, never served.
+func TestRedisBackend(t *testing.T) {
+	addr := redistest.Server(t)
+	ctx := ctxT(t)
+	a := openRedis(t, ctx, RedisOptions{Addrs: []string{addr}, Bucket: "pages"})
+	b := openRedis(t, ctx, RedisOptions{Addrs: []string{addr}, Bucket: "pages"})
+	pb := a.Layout().PageBytes()
+	child := pool.Entry{Key: pool.Key{Namespace: "t/x y", Seq: 100}, Local: 5, Parent: 99, HasParent: true}
+	root := pool.Entry{Key: pool.Key{Namespace: "t/x y", Seq: 99}, Local: 99}
+	for i, e := range []pool.Entry{root, child} {
+		if err := a.Put(ctx, e, page(pb, byte(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := b.Stat(ctx, child.Key); err != nil || got != child {
+		t.Fatalf("stat from the second host: %+v %v", got, err)
+	}
+	got := make([]byte, pb)
+	if err := b.Get(ctx, child.Key, got); err != nil || !bytes.Equal(got, page(pb, 1)) {
+		t.Fatalf("get from the second host: %v", err)
+	}
+	if es, err := b.List(ctx); err != nil || len(es) != 2 {
+		t.Fatalf("list: %v %v", es, err)
+	}
+	// A replaced page keeps nothing of the one before.
+	if err := a.Put(ctx, pool.Entry{Key: child.Key, Local: 5}, page(pb, 7)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Stat(ctx, child.Key); err != nil || got.HasParent {
+		t.Fatalf("replaced page still has its parent: %+v %v", got, err)
+	}
+
+	// Tamper with a page in place: its checksum no longer matches.
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	bad := page(pb, 7)
+	bad[10] ^= 1
+	if err := c.HSet(ctx, "kvpilot:pages:"+ObjectName(a.fp, child.Key), pageField, bad).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Get(ctx, child.Key, got); !errors.Is(err, pool.ErrCorrupt) {
+		t.Fatalf("tampered page served: %v", err)
+	}
+	if err := a.Get(ctx, child.Key, got); !errors.Is(err, pool.ErrNotFound) {
+		t.Fatalf("tampered page not dropped: %v", err)
+	}
+	if err := b.Delete(ctx, root.Key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Stat(ctx, root.Key); !errors.Is(err, pool.ErrNotFound) {
+		t.Fatalf("delete not seen: %v", err)
+	}
+	if err := a.Put(ctx, root, make([]byte, 1)); !errors.Is(err, pool.ErrPageSize) {
+		t.Fatalf("short page: %v", err)
+	}
+}
+
+// A Redis cluster of three primaries with a replica each keeps every page
+// through the loss of a primary: its replica takes over.
+func TestRedisClusterSurvivesAPrimaryLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a six-node redis cluster")
+	}
+	cl := redistest.StartCluster(t, 3, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := openRedis(t, ctx, RedisOptions{Addrs: cl.Addrs(), Bucket: "pages"})
+	pb := s.Layout().PageBytes()
+	const n = 24
+	for i := range n {
+		if err := s.Put(ctx, pool.Entry{Key: pool.Key{Seq: uint64(i + 1)}, Local: uint64(i + 1)}, page(pb, byte(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	victim := -1
+	for i := range cl.Nodes {
+		if cl.Primary(i) {
+			victim = i
+			break
+		}
+	}
+	// Replicas acknowledge asynchronously; WAIT makes the test's writes
+	// reach them before the primary dies.
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	defer c.Close()
+	_ = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return m.Do(ctx, "WAIT", 1, 2000).Err() })
+	cl.Kill(victim)
+	survivor := (victim + 1) % len(cl.Nodes)
+	time.Sleep(2 * time.Second) // the other nodes mark the primary failed
+	cl.WaitOK(t, survivor, 30*time.Second)
+	got := make([]byte, pb)
+	for i := range n {
+		k := pool.Key{Seq: uint64(i + 1)}
+		var err error
+		for try := 0; try < 20; try++ {
+			gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
+			err = s.Get(gctx, k, got)
+			gcancel()
+			if err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil || !bytes.Equal(got, page(pb, byte(i))) {
+			t.Fatalf("page %d after a primary's loss: %v", i+1, err)
+		}
+	}
+}
