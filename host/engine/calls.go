@@ -40,7 +40,51 @@ func (s *Service) Match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 	return resp, nil
 }
 
+// match answers a Match in steps: check the request, start it, match and
+// lock the cached path, load back what is off the device, serve the prefix
+// that is on the device, then count and announce it.
 func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchResponse, error) {
+	msgs, err := s.checkMatch(req)
+	if err != nil {
+		return nil, err
+	}
+	r, pools, prev, err := s.startRequest(req, msgs)
+	if err != nil {
+		return nil, err
+	}
+	defer r.mu.Unlock() // startRequest took it: no other call finds r before Match answers
+	if s.cfg.AutoSplice {
+		s.autoSplice(ctx, r, prev) // before matching, without the index lock (splice INTEGRATION.md §4)
+	}
+	toks := req.GetTokens()
+	m, missing, err := s.matchPath(r, toks)
+	if err != nil {
+		s.endRequest(r)
+		return nil, err
+	}
+	pages := m.Pages
+	resp := &pb.MatchResponse{RequestId: r.id, PageSize: uint32(s.ix().PageSize()), BlockHashes: append([]uint64(nil), m.Hashes.Sequence...)}
+	var loadBack time.Duration
+	if missing > 0 {
+		loadBack = s.loadBack(ctx, req, r, pools, pages, resp)
+	}
+	slots, cut, err := s.servePrefix(r, pages, resp)
+	if err != nil {
+		s.endRequest(r)
+		return nil, err
+	}
+	ps := s.ix().PageSize()
+	r.matched = cut
+	r.committed = append([]uint32(nil), toks[:cut*ps]...)
+	r.hashes = append([]uint64(nil), resp.BlockHashes[:cut]...)
+	resp.CachedTokens = uint32(cut * ps)
+	resp.PageSlots = slots
+	s.matched(r, toks, msgs, resp, loadBack)
+	return resp, nil
+}
+
+// checkMatch checks a Match's names and sizes and reads its messages.
+func (s *Service) checkMatch(req *pb.MatchRequest) ([]Message, error) {
 	for _, f := range [][2]string{{"session", req.GetSession()}, {"tenant", req.GetTenant()}, {"request_id", req.GetRequestId()}} {
 		if err := checkName(f[0], f[1]); err != nil {
 			return nil, err
@@ -50,32 +94,32 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 	if len(toks) > s.cfg.MaxTokens {
 		return nil, errcode.New(errcode.TooMany, "%d tokens, limit %d", len(toks), s.cfg.MaxTokens)
 	}
-	msgs, err := messagesFromProto(req.GetMessages(), len(toks))
-	if err != nil {
-		return nil, err
-	}
+	return messagesFromProto(req.GetMessages(), len(toks))
+}
+
+// startRequest registers a running request under its id and returns it
+// with its mutex held, the pools it uses and, for the session diff, the
+// session's previous messages.
+func (s *Service) startRequest(req *pb.MatchRequest, msgs []Message) (*request, *Pools, []Message, error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	reg, err := s.registrationOf(req.GetRegistrationId())
 	if err != nil {
-		s.mu.Unlock()
-		return nil, err
+		return nil, nil, nil, err
 	}
 	id := req.GetRequestId()
 	if id == "" {
 		s.nextReq++
 		id = "r" + strconv.FormatUint(s.nextReq, 10) + "-" + reg.id[:6]
 	} else if s.requests[id] != nil {
-		s.mu.Unlock()
-		return nil, errcode.New(errcode.BadRequest, "request_id %.64q is already running; ids must be unique among running requests", id)
+		return nil, nil, nil, errcode.New(errcode.BadRequest, "request_id %.64q is already running; ids must be unique among running requests", id)
 	}
 	r := &request{
 		id: id, reg: reg, session: req.GetSession(), tenant: req.GetTenant(), salt: s.ix().Salt(req.GetTenant()),
-		prompt: append([]uint32(nil), toks...), messages: msgs, owned: map[pool.Slot]struct{}{}, touched: s.cfg.Now(),
+		prompt: append([]uint32(nil), req.GetTokens()...), messages: msgs, owned: map[pool.Slot]struct{}{}, touched: s.cfg.Now(),
 	}
-	r.mu.Lock() // no other call can find it before Match answers
-	defer r.mu.Unlock()
+	r.mu.Lock()
 	s.requests[id] = r
-	pools := s.pools
 	s.stats.Matches++
 	var prev []Message // touch replaces a session's messages, never edits them
 	if s.cfg.AutoSplice && r.session != "" {
@@ -83,60 +127,61 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 			prev = ss.Messages
 		}
 	}
-	s.mu.Unlock()
-	if s.cfg.AutoSplice {
-		s.autoSplice(ctx, r, prev) // before matching, without the index lock (splice INTEGRATION.md §4)
-	}
+	return r, s.pools, prev, nil
+}
 
-	fail := func(err error) (*pb.MatchResponse, error) {
-		s.endRequest(r)
-		return nil, err
-	}
-	ix := s.cfg.Index.Held()
-	ps := ix.PageSize()
+// matchPath matches the prompt in the index and locks the matched path; it
+// returns the match and how many of its pages are off the device.
+func (s *Service) matchPath(r *request, toks []uint32) (cache.MatchResult, int, error) {
 	var m cache.MatchResult
-	s.cfg.Index.Lock()
+	ix := s.cfg.Index.Lock()
+	defer s.cfg.Index.Unlock()
 	ix.Match(r.tenant, r.salt, toks, &m)
-	pages := m.Pages
 	missing := 0
-	for _, p := range pages {
+	for _, p := range m.Pages {
 		if !p.Tiers.Has(tier.Device) {
 			missing++
 		}
 	}
-	if len(pages) > 0 {
-		if err := s.lockPathLocked(r, pages[len(pages)-1].Seq, true); err != nil {
-			s.cfg.Index.Unlock()
-			return fail(mapIndexErr(err, "lock the matched path"))
+	if len(m.Pages) > 0 {
+		if err := s.lockPathLocked(r, m.Pages[len(m.Pages)-1].Seq, true); err != nil {
+			return m, 0, mapIndexErr(err, "lock the matched path")
 		}
 	}
-	s.cfg.Index.Unlock()
+	return m, missing, nil
+}
 
-	resp := &pb.MatchResponse{RequestId: id, PageSize: uint32(ps), BlockHashes: append([]uint64(nil), m.Hashes.Sequence...)}
-	var loadBack time.Duration
-	if missing > 0 {
-		// Load back all or nothing: the pages are locked, so they cannot be
-		// evicted while they come back.
-		wait := s.cfg.LoadBackDeadline
-		if ms := req.GetLoadBackDeadlineMs(); ms > 0 && time.Duration(ms)*time.Millisecond < wait {
-			wait = time.Duration(ms) * time.Millisecond
-		}
-		seqs := make([]uint64, len(pages))
-		for i, p := range pages {
-			seqs[i] = p.Seq
-		}
-		start := time.Now()
-		rep, err := pools.Mover.LoadBack(ctx, cache.TargetHashes(r.tenant, seqs...), start.Add(wait))
-		loadBack = time.Since(start)
-		resp.LoadBackUs = uint32(min(time.Since(start).Microseconds(), 1<<32-1))
-		resp.LoadedPages, resp.LoadedBytes = uint32(rep.Copied), uint64(rep.Bytes)
-		if err != nil && !errors.Is(err, mover.ErrIncomplete) {
-			s.cfg.Log.Warn("load-back failed; serving the prefix on the device", "request", id, "error", err)
-		}
+// loadBack brings the matched pages back to the device, all or nothing,
+// within the request's deadline: they are locked, so they cannot be
+// evicted while they come back. A failure is logged; the prefix on the
+// device is served.
+func (s *Service) loadBack(ctx context.Context, req *pb.MatchRequest, r *request, pools *Pools, pages []cache.Page, resp *pb.MatchResponse) time.Duration {
+	wait := s.cfg.LoadBackDeadline
+	if ms := req.GetLoadBackDeadlineMs(); ms > 0 && time.Duration(ms)*time.Millisecond < wait {
+		wait = time.Duration(ms) * time.Millisecond
 	}
-	// Serve the prefix that is on the device now.
+	seqs := make([]uint64, len(pages))
+	for i, p := range pages {
+		seqs[i] = p.Seq
+	}
+	start := time.Now()
+	rep, err := pools.Mover.LoadBack(ctx, cache.TargetHashes(r.tenant, seqs...), start.Add(wait))
+	took := time.Since(start)
+	resp.LoadBackUs = uint32(min(took.Microseconds(), 1<<32-1))
+	resp.LoadedPages, resp.LoadedBytes = uint32(rep.Copied), uint64(rep.Bytes)
+	if err != nil && !errors.Is(err, mover.ErrIncomplete) {
+		s.cfg.Log.Warn("load-back failed; serving the prefix on the device", "request", r.id, "error", err)
+	}
+	return took
+}
+
+// servePrefix finds the matched pages on the device now, and when the
+// load-back fell short, moves the request's lock back to the prefix that
+// is there. It returns their slots and how many pages they are.
+func (s *Service) servePrefix(r *request, pages []cache.Page, resp *pb.MatchResponse) ([]uint32, int, error) {
 	slots := make([]uint32, 0, len(pages))
-	s.cfg.Index.Lock()
+	ix := s.cfg.Index.Lock()
+	defer s.cfg.Index.Unlock()
 	cut := len(pages)
 	for i, p := range pages {
 		info, ok := ix.Lookup(r.tenant, p.Seq)
@@ -146,27 +191,27 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 		}
 		slots = append(slots, uint32(info.Loc[tier.Device]))
 	}
-	if cut < len(pages) {
-		var err error
-		if cut > 0 {
-			err = s.lockPathLocked(r, pages[cut-1].Seq, true)
-		} else {
-			err = s.lockPathLocked(r, 0, false)
-		}
-		if err != nil {
-			s.cfg.Index.Unlock()
-			return fail(mapIndexErr(err, "lock the loaded prefix"))
-		}
-		resp.LoadBackIncomplete = true
-		resp.DroppedPages = uint32(len(pages) - cut)
+	if cut == len(pages) {
+		return slots, cut, nil
 	}
-	s.cfg.Index.Unlock()
-	r.matched = cut
-	r.committed = append([]uint32(nil), toks[:cut*ps]...)
-	r.hashes = append([]uint64(nil), resp.BlockHashes[:cut]...)
-	resp.CachedTokens = uint32(cut * ps)
-	resp.PageSlots = slots
+	var err error
+	if cut > 0 {
+		err = s.lockPathLocked(r, pages[cut-1].Seq, true)
+	} else {
+		err = s.lockPathLocked(r, 0, false)
+	}
+	if err != nil {
+		return nil, 0, mapIndexErr(err, "lock the loaded prefix")
+	}
+	resp.LoadBackIncomplete = true
+	resp.DroppedPages = uint32(len(pages) - cut)
+	return slots, cut, nil
+}
 
+// matched counts a served Match, records the session's turn and tells the
+// observer (the policies) that the request started.
+func (s *Service) matched(r *request, toks []uint32, msgs []Message, resp *pb.MatchResponse, loadBack time.Duration) {
+	ps, cut := int(resp.PageSize), r.matched
 	s.mu.Lock()
 	s.stats.PromptTokens += uint64(len(toks))
 	s.stats.CachedTokens += uint64(cut * ps)
@@ -181,10 +226,9 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 	s.mu.Unlock()
 	s.observeMatch(len(toks), cut*ps, min(int(resp.LoadedPages), cut)*ps, loadBack)
 	if o := s.cfg.Observer; o != nil {
-		o.RequestStarted(RequestStarted{RequestID: id, Session: r.session, Tenant: r.tenant, Turn: r.turn, PageSize: ps, Tokens: r.prompt,
+		o.RequestStarted(RequestStarted{RequestID: r.id, Session: r.session, Tenant: r.tenant, Turn: r.turn, PageSize: ps, Tokens: r.prompt,
 			BlockHashes: resp.BlockHashes, CachedTokens: cut * ps, Messages: msgs})
 	}
-	return resp, nil
 }
 
 // Allocate implements kvpilot.v1.Engine.
@@ -251,6 +295,9 @@ func (s *Service) Commit(ctx context.Context, req *pb.CommitRequest) (*pb.Commit
 	return resp, nil
 }
 
+// commit answers a Commit in steps: check the request and its slots,
+// insert the pages, lock what the request wrote, hand its slots to the
+// index (freeing duplicates), then record the session's progress.
 func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 	r, err := s.requestOf(req.GetRegistrationId(), req.GetRequestId())
 	if err != nil {
@@ -264,49 +311,100 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 	r.touched = s.cfg.Now()
 	toks, offered := req.GetTokens(), req.GetPageSlots()
 	ps := s.ix().PageSize()
-	full := len(toks) / ps
-	switch {
-	case len(toks) > s.cfg.MaxTokens:
-		return nil, errcode.New(errcode.TooMany, "%d tokens, limit %d", len(toks), s.cfg.MaxTokens)
-	case len(offered) == 0:
-		return nil, errcode.New(errcode.MissingField, "page_slots")
-	case len(offered) > full:
-		return nil, errcode.New(errcode.BadRequest, "%d page_slots for %d tokens: only %d full pages of %d tokens can be committed", len(offered), len(toks), full, ps)
+	if err := s.checkCommit(len(toks), len(offered), ps); err != nil {
+		return nil, err
 	}
 	n := len(offered)
 	h := blockid.Compute(toks[:n*ps], ps, r.salt)
 	p := s.currentPools()
 	capSlots := p.Set.Memory(tier.Device).Stats().Capacity
-	locs := make([]uint64, n)
-	seen := make(map[uint32]bool, n)
-	ix := s.cfg.Index.Held()
 
-	s.cfg.Index.Lock()
-	// Every slot must be one this request was allocated, or the slot the
-	// page already has on the device (a matched page passed back).
+	ix := s.cfg.Index.Lock()
+	locs, err := s.commitSlotsLocked(ix, r, h, offered, capSlots)
+	if err != nil {
+		s.cfg.Index.Unlock()
+		return nil, err
+	}
+	var res cache.CommitResult
+	cerr := ix.Commit(r.tenant, h, locs, &res)
+	deepest := s.lockCommittedLocked(ix, r, h, n)
+	unused := make(map[uint64]bool, len(res.Unused))
+	for _, u := range res.Unused {
+		unused[u] = true
+	}
+	// The request's slots are the index's now (or freed just below, as
+	// duplicates): their reservation ends with the commit.
+	committedOwned := 0
+	for _, sl := range offered {
+		if _, ok := r.owned[pool.Slot(sl)]; ok && !unused[uint64(sl)] {
+			committedOwned++
+		}
+	}
+	s.unreserveLocked(r, committedOwned)
+	s.cfg.Index.Unlock()
+
+	s.freeDuplicates(r, p, offered, unused)
+	if deepest+1 > len(r.committed)/ps {
+		r.committed = append(r.committed[:0], toks[:(deepest+1)*ps]...)
+		r.hashes = append(r.hashes[:0], h.Sequence[:deepest+1]...)
+	}
+	s.mu.Lock()
+	s.sessions.commit(r.session, r.tenant, toks, (deepest+1)*ps, h.Sequence[:deepest+1])
+	s.stats.CommittedPages += uint64(res.Stored)
+	s.mu.Unlock()
+	s.kickStep()
+	if cerr != nil {
+		return nil, mapIndexErr(cerr, "commit %d pages of request %.64q (the first %d were committed)", n, r.id, deepest+1)
+	}
+	return &pb.CommitResponse{Stored: uint32(res.Stored), Present: uint32(res.Present), BlockHashes: h.Sequence}, nil
+}
+
+// checkCommit checks a Commit's sizes: tokens within the limit, and at
+// least one slot, no more than the full pages of its tokens.
+func (s *Service) checkCommit(tokens, slots, ps int) error {
+	full := tokens / ps
+	switch {
+	case tokens > s.cfg.MaxTokens:
+		return errcode.New(errcode.TooMany, "%d tokens, limit %d", tokens, s.cfg.MaxTokens)
+	case slots == 0:
+		return errcode.New(errcode.MissingField, "page_slots")
+	case slots > full:
+		return errcode.New(errcode.BadRequest, "%d page_slots for %d tokens: only %d full pages of %d tokens can be committed", slots, tokens, full, ps)
+	}
+	return nil
+}
+
+// commitSlotsLocked checks the offered slots and returns them as the
+// pages' device locations. Every slot must be one this request was
+// allocated, or the slot the page already has on the device (a matched
+// page passed back). Caller holds the index lock.
+func (s *Service) commitSlotsLocked(ix *cache.Index, r *request, h blockid.Hashes, offered []uint32, capSlots int64) ([]uint64, error) {
+	locs := make([]uint64, len(offered))
+	seen := make(map[uint32]bool, len(offered))
 	for i, sl := range offered {
 		if int64(sl) >= capSlots || seen[sl] {
-			s.cfg.Index.Unlock()
 			return nil, errcode.New(errcode.InvalidSlot, "page_slots[%d] = %d: out of range (%d slots) or given twice", i, sl, capSlots)
 		}
 		seen[sl] = true
 		if _, ok := r.owned[pool.Slot(sl)]; !ok {
 			info, ok := ix.Lookup(r.tenant, h.Sequence[i])
 			if !ok || !info.Tiers.Has(tier.Device) || info.Loc[tier.Device] != uint64(sl) {
-				s.cfg.Index.Unlock()
 				return nil, errcode.New(errcode.InvalidSlot, "page_slots[%d] = %d was not allocated to request %.64q and does not hold that page", i, sl, r.id)
 			}
 		}
 		locs[i] = uint64(sl)
 	}
-	var res cache.CommitResult
-	cerr := ix.Commit(r.tenant, h, locs, &res)
-	// Lock the deepest page now in the index, so what the request wrote
-	// stays while it decodes; then the engine's slots are the index's.
-	// A connector-mode engine decodes from its own copy and has loaded its
-	// matched pages before it computes anything to commit: the staging
-	// slots are free to be demoted at once, and so the staging tier need
-	// only hold the pages in flight, not every running request's prompt.
+	return locs, nil
+}
+
+// lockCommittedLocked locks the deepest committed page now in the index,
+// so what the request wrote stays while it decodes, and returns its
+// index (-1: none). A connector-mode engine decodes from its own copy and
+// has loaded its matched pages before it computes anything to commit: its
+// staging slots are unlocked, free to be demoted at once, so the staging
+// tier need only hold the pages in flight, not every running request's
+// prompt. Caller holds the index lock.
+func (s *Service) lockCommittedLocked(ix *cache.Index, r *request, h blockid.Hashes, n int) int {
 	deepest := -1
 	for i := n - 1; i >= 0; i-- {
 		if info, ok := ix.Lookup(r.tenant, h.Sequence[i]); ok && info.Tiers.Has(tier.Device) {
@@ -324,21 +422,12 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 			s.cfg.Log.Error("locking committed pages failed", "request", r.id, "error", err)
 		}
 	}
-	unused := make(map[uint64]bool, len(res.Unused))
-	for _, u := range res.Unused {
-		unused[u] = true
-	}
-	// The request's slots are the index's now (or freed just below, as
-	// duplicates): their reservation ends with the commit.
-	committedOwned := 0
-	for _, sl := range offered {
-		if _, ok := r.owned[pool.Slot(sl)]; ok && !unused[uint64(sl)] {
-			committedOwned++
-		}
-	}
-	s.unreserveLocked(r, committedOwned)
-	s.cfg.Index.Unlock()
+	return deepest
+}
 
+// freeDuplicates drops the offered slots from the request's own and frees
+// those the index did not take (pages it already had).
+func (s *Service) freeDuplicates(r *request, p *Pools, offered []uint32, unused map[uint64]bool) {
 	var free []pool.Slot
 	for _, sl := range offered {
 		if _, ok := r.owned[pool.Slot(sl)]; !ok {
@@ -349,27 +438,15 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 			free = append(free, pool.Slot(sl))
 		}
 	}
-	if len(free) > 0 {
-		if err := p.Set.Memory(tier.Device).Free(free...); err != nil {
-			s.cfg.Log.Error("freeing duplicate slots failed", "request", r.id, "error", err)
-		}
-		s.cfg.Index.Lock()
-		s.unreserveLocked(r, len(free))
-		s.cfg.Index.Unlock()
+	if len(free) == 0 {
+		return
 	}
-	if deepest+1 > len(r.committed)/ps {
-		r.committed = append(r.committed[:0], toks[:(deepest+1)*ps]...)
-		r.hashes = append(r.hashes[:0], h.Sequence[:deepest+1]...)
+	if err := p.Set.Memory(tier.Device).Free(free...); err != nil {
+		s.cfg.Log.Error("freeing duplicate slots failed", "request", r.id, "error", err)
 	}
-	s.mu.Lock()
-	s.sessions.commit(r.session, r.tenant, toks, (deepest+1)*ps, h.Sequence[:deepest+1])
-	s.stats.CommittedPages += uint64(res.Stored)
-	s.mu.Unlock()
-	s.kickStep()
-	if cerr != nil {
-		return nil, mapIndexErr(cerr, "commit %d pages of request %.64q (the first %d were committed)", n, r.id, deepest+1)
-	}
-	return &pb.CommitResponse{Stored: uint32(res.Stored), Present: uint32(res.Present), BlockHashes: h.Sequence}, nil
+	s.cfg.Index.Lock()
+	s.unreserveLocked(r, len(free))
+	s.cfg.Index.Unlock()
 }
 
 // Release implements kvpilot.v1.Engine.
