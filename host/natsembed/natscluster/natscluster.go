@@ -49,9 +49,15 @@ var (
 )
 
 // binary builds nats-server once per test process from the module in
-// go.mod (the build cache makes later processes fast).
-func binary(dir string) (string, error) {
+// go.mod (the build cache makes later processes fast), into a directory
+// that lives as long as the process.
+func binary() (string, error) {
 	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "natscluster-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
 		bin := filepath.Join(dir, "nats-server")
 		cmd := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -67,11 +73,7 @@ func binary(dir string) (string, error) {
 // Start builds nats-server (once) and starts n nodes in dir, clustered,
 // with JetStream on, and waits until JetStream answers through every node.
 func Start(ctx context.Context, dir string, n int) (*Cluster, error) {
-	binDir, err := os.MkdirTemp("", "natscluster-bin")
-	if err != nil {
-		return nil, err
-	}
-	bin, err := binary(binDir)
+	bin, err := binary()
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
@@ -174,10 +175,10 @@ func (b *redisBackend) List(ctx context.Context, prefix string) ([]Object, error
 		}
 	)
 	if cc, ok := b.c.(*redis.ClusterClient); ok {
-		var mu = make(chan struct{}, 1) // ForEachMaster runs primaries concurrently
+		var mu sync.Mutex // ForEachMaster runs primaries concurrently
 		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			mu <- struct{}{}
-			defer func() { <-mu }()
+			mu.Lock()
+			defer mu.Unlock()
 			return scan(ctx, c)
 		})
 		return out, err
