@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/cache"
-	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
@@ -54,7 +53,7 @@ func (e *Executor) applyReversible(tenant string, ops []*op, st *turnState) []*e
 	ix := e.ix()
 	ix.BeginJournal()
 	for i, o := range ops {
-		if !o.kind.reversible() {
+		if !kinds[o.kind].reversible {
 			continue
 		}
 		if err := e.applyOne(tenant, o); err != nil {
@@ -79,102 +78,29 @@ func (e *Executor) applyReversible(tenant string, ops []*op, st *turnState) []*e
 
 // applyOne applies a reversible op and sets its effect.
 func (e *Executor) applyOne(tenant string, o *op) *errcode.Error {
-	ix := e.ix()
-	tgt := o.target(tenant)
-	o.eff.Missing = o.missing
-	switch o.kind {
-	case opPin:
-		if _, err := ix.Pin(tgt, o.ttlD); err != nil {
-			return fromCache(err)
-		}
-		o.eff.Blocks, o.eff.TTL = len(o.seqs), directive.TTL(o.ttlD)
-	case opUnpin:
-		res, err := ix.Unpin(tgt)
-		if err != nil {
-			return fromCache(err)
-		}
-		o.eff.Blocks = len(o.seqs) - res.NotPinned
-		o.eff.Skip(directive.SkipNotPinned, res.NotPinned)
-	case opMark:
-		res, err := ix.MarkTransient(tgt, o.on)
-		if err != nil {
-			return fromCache(err)
-		}
-		o.eff.Blocks = res.Pages
-	default:
+	apply := kinds[o.kind].apply
+	if apply == nil {
 		return errcode.New(errcode.Internal, "op kind %d is not reversible", o.kind)
 	}
-	return nil
+	o.eff.Missing = o.missing
+	return apply(e.ix(), o, o.target(tenant))
 }
 
 // applyCommit is step 3. Check made every op here safe; a block an earlier
 // op of this step removed counts as missing. Any other failure is a bug,
 // reported as internal on that op and as the turn's error.
 func (e *Executor) applyCommit(tenant string, ops []*op, st *turnState) (trans []cache.Transition, freed []cache.Freed, turnErr *errcode.Error) {
-	ix := e.ix()
+	c := &commitStep{e: e, ix: e.ix(), tenant: tenant}
 	if len(st.groups) > 0 {
 		turnErr = e.applySplices(st)
 	}
 	for _, o := range ops {
-		if o.kind.reversible() || o.kind == opSplice {
+		commit := kinds[o.kind].commit
+		if commit == nil {
 			continue
 		}
-		tgt := o.target(tenant)
 		o.eff.Missing = o.missing
-		var err error
-		switch o.kind {
-		case opWarm:
-			var res cache.FetchResult
-			trans, res, err = ix.PlanFetch(tgt, o.to, trans)
-			o.eff.Blocks = res.Planned
-			o.eff.Skip(directive.SkipAlready, res.Already)
-			o.eff.Skip(directive.SkipTransient, res.Skipped)
-		case opPause:
-			var li cache.LeaseInfo
-			var res cache.Result
-			li, res, err = ix.Pause(tgt, o.lease, e.cfg.PauseTier, o.ttlD)
-			o.eff.Blocks, o.eff.LeaseID, o.eff.TTL = res.Pages, li.ID, directive.TTL(o.ttlD)
-		case opRenew:
-			var li cache.LeaseInfo
-			li, err = ix.RenewLease(o.lease, o.ttlD)
-			o.eff.Blocks, o.eff.LeaseID, o.eff.TTL = li.Pages, li.ID, directive.TTL(o.ttlD)
-		case opRevoke:
-			var res cache.PurgeResult
-			res, err = ix.RevokeLease(o.lease)
-			o.eff.Blocks, o.eff.LeaseID = res.Removed, o.lease
-			skipPurge(&o.eff, res, directive.SkipShared)
-			freed = append(freed, res.Freed...)
-		case opPrune:
-			var res cache.PurgeResult
-			res, err = ix.PruneDescendants(tgt)
-			o.eff.Blocks = res.Removed
-			skipPurge(&o.eff, res, directive.SkipAncestor)
-			freed = append(freed, res.Freed...)
-		case opPurge:
-			var res cache.PurgeResult
-			res, err = ix.PurgeTransientLeaves(tgt)
-			o.eff.Blocks += res.Removed
-			skipPurge(&o.eff, res, directive.SkipAncestor)
-			o.eff.Skip(directive.SkipInterior, res.Interior)
-			o.eff.Skip(directive.SkipNotTransient, res.NotTransient)
-			freed = append(freed, res.Freed...)
-		case opRetain:
-			var res cache.Result
-			res, err = ix.Retain(tgt, o.priority, o.ttlD)
-			o.eff.Blocks, o.eff.TTL = res.Pages, directive.TTL(o.ttlD)
-		case opResume:
-			// Load the paused pages back to the device, then end the lease:
-			// they become ordinary pages (not purged, as RevokeLease would).
-			li, _ := ix.Lease(o.lease)
-			var res cache.FetchResult
-			trans, res, err = ix.PlanFetch(cache.TargetHashes(tenant, li.Seqs...), tier.Device, trans)
-			o.eff.Blocks, o.eff.LeaseID = res.Planned, o.lease
-			o.eff.Skip(directive.SkipAlready, res.Already)
-			o.eff.Skip(directive.SkipTransient, res.Skipped)
-			if _, lerr := ix.EndLease(o.lease); err == nil {
-				err = lerr
-			}
-		}
+		err := commit(c, o, o.target(tenant))
 		switch {
 		case err == nil:
 		case errors.Is(err, cache.ErrUnknownBlock) && o.spliced:
@@ -191,7 +117,7 @@ func (e *Executor) applyCommit(tenant string, ops []*op, st *turnState) (trans [
 			}
 		}
 	}
-	return trans, freed, turnErr
+	return c.trans, c.freed, turnErr
 }
 
 // succeed builds the reply and audit records of an applied turn. turnErr

@@ -40,37 +40,22 @@ func (e *Executor) check(tenant string, ops []*op, st *turnState) []*errcode.Err
 	return errs
 }
 
-// op checks one op: its span, its pages, then what its kind needs.
+// op checks one op: its span, its pages, then what its kind needs
+// (kinds.go).
 func (tc *turnCheck) op(o *op, st *turnState) *errcode.Error {
-	e := tc.e
 	if o.session != "" {
-		if err := e.checkSpan(tc.tenant, o, st); err != nil {
+		if err := tc.e.checkSpan(tc.tenant, o, st); err != nil {
 			return err
 		}
 	}
-	switch o.kind {
-	case opUnsupported:
-		return o.unsupported()
-	case opPin, opUnpin, opMark, opPurge, opPrune, opWarm, opPause:
+	k := kinds[o.kind]
+	if k.blocks {
 		if err := tc.resolvePages(o); err != nil {
 			return err
 		}
 	}
-	switch o.kind {
-	case opPin:
-		o.ttlD = e.cfg.PinTTL.Resolve(o.ttlOr0())
-	case opPurge:
-		if interior := e.interiorPurge(tc.tenant, o); len(interior) > 0 {
-			return e.checkThinkSplice(tc.tenant, o, interior, st)
-		}
-	case opResume:
-		return tc.resume(o)
-	case opWarm:
-		return tc.warm(o)
-	case opPause:
-		return tc.pause(o)
-	case opRenew, opRevoke:
-		return tc.leaseChange(o)
+	if k.check != nil {
+		return k.check(tc, o, st)
 	}
 	return nil
 }

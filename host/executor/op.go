@@ -12,7 +12,8 @@ import (
 )
 
 // opKind is what an op does to the index. Directives and cache_control
-// actions both become ops, so one engine checks, applies and undoes them.
+// actions both become ops, so one engine checks, applies and undoes them;
+// each kind's steps are defined in kinds.go.
 type opKind uint8
 
 const (
@@ -30,8 +31,6 @@ const (
 	opRetain
 	opResume
 )
-
-func (k opKind) reversible() bool { return k == opPin || k == opUnpin || k == opMark }
 
 type op struct {
 	index int
@@ -82,53 +81,82 @@ func opsOf(t directive.Turn) []*op {
 	ops := make([]*op, len(t.Directives))
 	for i, d := range t.Directives {
 		o := &op{index: i, verb: string(verbOf(d)), mode: modeOf(d)}
-		switch d := d.(type) {
-		case directive.Cache:
-			o.kind, o.hashes, o.ttl = opUnpin, hashes(d.BlockHashes), d.TTL
-			if d.Pin {
-				o.kind = opPin
-			}
-		case directive.Think:
-			o.kind, o.hashes, o.on = opPurge, hashes(d.BlockHashes), true
-			if d.Transient {
-				o.kind = opMark
-			}
-		case directive.Prune:
-			o.kind, o.hashes = opPrune, []uint64{uint64(d.AfterBlockHash)}
-		case directive.Warm:
-			o.kind, o.tierName = opWarm, d.TargetTier
-			for _, k := range d.BlockKeys {
-				if h, ok := k.Hash(); ok {
-					o.hashes = append(o.hashes, uint64(h))
-				} else {
-					o.badKeys++
-				}
-			}
-		case directive.Pause:
-			o.kind, o.hashes, o.ttl, o.lease = opPause, hashes(d.BlockHashes), d.TTL, d.LeaseID
-		case directive.RenewLease:
-			o.kind, o.lease, o.ttl = opRenew, d.LeaseID, &d.NewTTL
-		case directive.RevokeLease:
-			o.kind, o.lease = opRevoke, d.LeaseID
-		case directive.Splice:
-			o.kind, o.session, o.start, o.end = opSplice, d.Session, d.Start, d.End
-			o.repl, o.textRepl, o.dirMode = d.Replacement.Tokens, d.Replacement.Text != "", d.Mode
-		case directive.Evict:
-			o.kind, o.session, o.start, o.end, o.dirMode = opSplice, d.Session, d.Start, d.End, d.Mode
-		case directive.Pin:
-			o.kind, o.session, o.end, o.ttl = opPin, d.Session, d.End, d.TTL
-		case directive.Retain:
-			o.kind, o.session, o.start, o.end, o.priority, o.ttl = opRetain, d.Session, d.Start, d.End, d.Priority, d.Duration
-		case directive.Resume:
-			o.kind, o.lease = opResume, d.LeaseID
-		case directive.Share:
-			o.why = "publishing a prefix to the shared remote tier is not built yet"
-		default:
+		if translate := verbOps[verbOf(d)]; translate != nil {
+			translate(o, d)
+		} else {
 			o.why = fmt.Sprintf("verb %q has no executor", o.verb)
 		}
 		ops[i] = o
 	}
 	return ops
+}
+
+// verbOps is each verb's side of the executor: how its directive becomes
+// an op of a kind (kinds.go says what the kind does). TestEveryVerbHasAnOp
+// holds it to directive.Verbs.
+var verbOps = map[directive.Verb]func(o *op, d directive.Directive){
+	directive.VerbCache: func(o *op, d directive.Directive) {
+		c := d.(directive.Cache)
+		o.kind, o.hashes, o.ttl = opUnpin, hashes(c.BlockHashes), c.TTL
+		if c.Pin {
+			o.kind = opPin
+		}
+	},
+	directive.VerbThink: func(o *op, d directive.Directive) {
+		th := d.(directive.Think)
+		o.kind, o.hashes, o.on = opPurge, hashes(th.BlockHashes), true
+		if th.Transient {
+			o.kind = opMark
+		}
+	},
+	directive.VerbPrune: func(o *op, d directive.Directive) {
+		o.kind, o.hashes = opPrune, []uint64{uint64(d.(directive.Prune).AfterBlockHash)}
+	},
+	directive.VerbWarm: func(o *op, d directive.Directive) {
+		w := d.(directive.Warm)
+		o.kind, o.tierName = opWarm, w.TargetTier
+		for _, k := range w.BlockKeys {
+			if h, ok := k.Hash(); ok {
+				o.hashes = append(o.hashes, uint64(h))
+			} else {
+				o.badKeys++
+			}
+		}
+	},
+	directive.VerbPause: func(o *op, d directive.Directive) {
+		p := d.(directive.Pause)
+		o.kind, o.hashes, o.ttl, o.lease = opPause, hashes(p.BlockHashes), p.TTL, p.LeaseID
+	},
+	directive.VerbRenewLease: func(o *op, d directive.Directive) {
+		r := d.(directive.RenewLease)
+		o.kind, o.lease, o.ttl = opRenew, r.LeaseID, &r.NewTTL
+	},
+	directive.VerbRevokeLease: func(o *op, d directive.Directive) {
+		o.kind, o.lease = opRevoke, d.(directive.RevokeLease).LeaseID
+	},
+	directive.VerbSplice: func(o *op, d directive.Directive) {
+		sp := d.(directive.Splice)
+		o.kind, o.session, o.start, o.end = opSplice, sp.Session, sp.Start, sp.End
+		o.repl, o.textRepl, o.dirMode = sp.Replacement.Tokens, sp.Replacement.Text != "", sp.Mode
+	},
+	directive.VerbEvict: func(o *op, d directive.Directive) {
+		ev := d.(directive.Evict)
+		o.kind, o.session, o.start, o.end, o.dirMode = opSplice, ev.Session, ev.Start, ev.End, ev.Mode
+	},
+	directive.VerbPin: func(o *op, d directive.Directive) {
+		p := d.(directive.Pin)
+		o.kind, o.session, o.end, o.ttl = opPin, p.Session, p.End, p.TTL
+	},
+	directive.VerbRetain: func(o *op, d directive.Directive) {
+		r := d.(directive.Retain)
+		o.kind, o.session, o.start, o.end, o.priority, o.ttl = opRetain, r.Session, r.Start, r.End, r.Priority, r.Duration
+	},
+	directive.VerbResume: func(o *op, d directive.Directive) {
+		o.kind, o.lease = opResume, d.(directive.Resume).LeaseID
+	},
+	directive.VerbShare: func(o *op, _ directive.Directive) {
+		o.why = "publishing a prefix to the shared remote tier is not built yet"
+	},
 }
 
 func modeOf(d directive.Directive) string {
