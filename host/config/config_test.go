@@ -117,6 +117,10 @@ func TestInvalidNamesTheKey(t *testing.T) {
 		{"event format", "events:\n  format: protobuf\n", nil, "events.format"},
 		{"event endpoint", "", []string{"KVPILOT_EVENTS__ENDPOINT=gen.x"}, "events.endpoint"},
 		{"negative dp_rank env", "", []string{"KVPILOT_EVENTS__DP_RANK=-1"}, "dp_rank"},
+		{"remote backend", "pools:\n  remote_backend: s3\n", nil, "pools.remote_backend"},
+		{"redis without addrs", "pools:\n  remote_backend: redis\n", nil, "pools.remote_redis.addrs"},
+		{"redis bad addr", "pools:\n  remote_backend: redis\n  remote_redis: {addrs: [localhost]}\n", nil, "pools.remote_redis.addrs[0]"},
+		{"command replicas", "nats:\n  command_replicas: 7\n", nil, "nats.command_replicas"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := ""

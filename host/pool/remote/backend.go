@@ -59,4 +59,7 @@ var metaKeys = []string{metaLayout, metaNamespace, metaSeq, metaLocal, metaParen
 var (
 	errNotFound = errors.New("object not found")
 	errDamaged  = errors.New("object damaged")
+	// errRefused marks a failure no retry can mend (a wrong password):
+	// Open reports it at once instead of waiting for the store to answer.
+	errRefused = errors.New("refused")
 )

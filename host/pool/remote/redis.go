@@ -76,10 +76,14 @@ func NewRedis(o RedisOptions) (Backend, error) {
 }
 
 func (b *redisBackend) bind(ctx context.Context) error {
-	if err := b.c.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis ping: %w", err)
+	err := b.c.Ping(ctx).Err()
+	if err == nil {
+		return nil
 	}
-	return nil
+	if msg := err.Error(); strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "WRONGPASS") {
+		return fmt.Errorf("redis: %w: %v (check pools.remote_redis.username and password_file)", errRefused, err)
+	}
+	return fmt.Errorf("redis ping: %w", err)
 }
 
 func (b *redisBackend) Describe() string { return b.desc }

@@ -136,3 +136,23 @@ func TestRedisClusterSurvivesAPrimaryLoss(t *testing.T) {
 		}
 	}
 }
+
+// A server that requires a password refuses the backend without it, and
+// serves it with it.
+func TestRedisPassword(t *testing.T) {
+	redistest.Require(t)
+	addr := redistest.ServerArgs(t, "--requirepass", "s3cret")
+	ctx := ctxT(t)
+	be, err := NewRedis(RedisOptions{Addrs: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Refused at once, not retried as an unanswering cluster would be.
+	if _, err := Open(ctx, Options{Backend: be, Layout: testLayout("m")}); !errors.Is(err, errRefused) {
+		t.Fatalf("without the password: %v", err)
+	}
+	s := openRedis(t, ctx, RedisOptions{Addrs: []string{addr}, Password: "s3cret"})
+	if err := s.Put(ctx, pool.Entry{Key: pool.Key{Seq: 1}, Local: 1}, page(s.Layout().PageBytes(), 3)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -146,6 +146,9 @@ func (s *Store) bind(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
+		if errors.Is(err, errRefused) {
+			return fmt.Errorf("remote store: %w", err)
+		}
 		if ctx.Err() != nil || time.Now().After(give) {
 			return fmt.Errorf("remote store: %d attempts: %w", attempt, err)
 		}

@@ -40,10 +40,14 @@ func Require(t testing.TB) {
 }
 
 // Server starts one redis-server and returns its address.
-func Server(t testing.TB) string {
+func Server(t testing.TB) string { return ServerArgs(t) }
+
+// ServerArgs starts one redis-server with extra arguments (such as
+// --requirepass) and returns its address.
+func ServerArgs(t testing.TB, extra ...string) string {
 	t.Helper()
 	Require(t)
-	n := start(t, t.TempDir(), false)
+	n := start(t, t.TempDir(), false, extra...)
 	return n.Addr
 }
 
@@ -120,7 +124,7 @@ func (c *Cluster) WaitOK(t testing.TB, i int, within time.Duration) {
 	waitClusterOK(t, c.Nodes[i].Addr, within)
 }
 
-func start(t testing.TB, dir string, cluster bool) *Node {
+func start(t testing.TB, dir string, cluster bool, extra ...string) *Node {
 	t.Helper()
 	port := freePort(t, cluster)
 	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
@@ -132,6 +136,7 @@ func start(t testing.TB, dir string, cluster bool) *Node {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0")
 	}
+	args = append(args, extra...)
 	log, err := os.Create(filepath.Join(dir, "redis.log"))
 	if err != nil {
 		t.Fatal(err)
