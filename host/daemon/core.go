@@ -185,8 +185,10 @@ func (d *Daemon) sweep(ctx context.Context) {
 
 // persistMeta saves pins and leases, logging a failure (the next save
 // retries).
-func (d *Daemon) persistMeta() {
-	if err := d.saveMeta(); err != nil {
+func (d *Daemon) persistMeta() error {
+	err := d.saveMeta()
+	if err != nil {
 		d.log.Error("saving pins and leases failed; a restart now would lose recent ones", "error", err)
 	}
+	return err
 }

@@ -55,7 +55,7 @@ func (d *Daemon) metaChanged() {
 type savingAudit struct {
 	executor.AuditLog
 	changed func()
-	durable func()
+	durable func() error
 }
 
 // durableVerbs are the verbs whose effect a restart must keep: pins and
@@ -79,7 +79,10 @@ func (a savingAudit) Append(recs []executor.Record) error {
 	}
 	switch {
 	case durable:
-		a.durable()
+		if derr := a.durable(); derr != nil {
+			// The turn is applied and its reply goes out; it says so.
+			err = errors.Join(err, fmt.Errorf("%w: %w", executor.ErrNotDurable, derr))
+		}
 	case applied:
 		a.changed()
 	}
@@ -94,8 +97,9 @@ const persistWait = 5 * time.Second
 // persistNow makes the pins and leases applied so far durable: the mover
 // writes pinned pages through to the disk tier (a few steps at most, while
 // some pinned page has no disk copy and the steps copy something), then
-// the snapshot is saved in one fsynced transaction.
-func (d *Daemon) persistNow() {
+// the snapshot is saved in one fsynced transaction, whose failure it
+// returns (and logs).
+func (d *Daemon) persistNow() error {
 	if m := d.meta.mover.Load(); m != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), persistWait)
 		for i := 0; i < 8 && d.pinnedOffDisk() && ctx.Err() == nil; i++ {
@@ -109,7 +113,7 @@ func (d *Daemon) persistNow() {
 		}
 		cancel()
 	}
-	d.persistMeta()
+	return d.persistMeta()
 }
 
 // pinnedOffDisk reports whether a pinned page has no disk copy yet (with a

@@ -138,7 +138,9 @@ func (e *Executor) succeed(turnID, source, tenant string, ops []*op, turnErr *er
 		reply.Results[i] = r
 		recs[i] = e.record(now, turnID, source, tenant, o, r)
 	}
-	e.audit(recs)
+	if err := e.audit(recs); errors.Is(err, ErrNotDurable) {
+		reply.Warning = "applied, but its pins or leases could not be saved to disk; a restart now would lose them (" + err.Error() + ")"
+	}
 	return reply
 }
 
@@ -168,7 +170,7 @@ func (e *Executor) finish(turnID, source, tenant string, ops []*op, errs []*errc
 		reply.Results[i] = r
 		recs[i] = e.record(now, turnID, source, tenant, o, r)
 	}
-	e.audit(recs)
+	_ = e.audit(recs) // a refused turn changed nothing to make durable
 	return reply
 }
 

@@ -61,6 +61,9 @@ func (e *Executor) CacheControl(ctx context.Context, source, tenant string, c di
 	case directive.ActionEvictDescendants:
 		msg = fmt.Sprintf("Evicted %d descendant blocks of %d/%d blocks", eff.Blocks, requested-eff.Missing, requested)
 	}
+	if reply.Warning != "" {
+		msg += "; warning: " + reply.Warning
+	}
 	out := directive.OKReply(c.Action, eff.Blocks, msg, worker)
 	if c.Action.ByTokens() {
 		total := o.total

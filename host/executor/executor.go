@@ -39,6 +39,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -250,13 +251,20 @@ func (e *Executor) refuseWhole(t directive.Turn, err *errcode.Error) directive.T
 	return reply
 }
 
-func (e *Executor) audit(recs []Record) {
+// ErrNotDurable is what an AuditLog returns (wrapped) when it applied the
+// records but could not make the turn's pins or leases durable: the reply
+// then carries a warning.
+var ErrNotDurable = errors.New("not saved to disk")
+
+func (e *Executor) audit(recs []Record) error {
 	if e.cfg.Audit == nil {
-		return
+		return nil
 	}
-	if err := e.cfg.Audit.Append(recs); err != nil && e.cfg.OnAuditError != nil {
+	err := e.cfg.Audit.Append(recs)
+	if err != nil && e.cfg.OnAuditError != nil {
 		e.cfg.OnAuditError(err)
 	}
+	return err
 }
 
 func verbOf(d directive.Directive) directive.Verb {

@@ -96,6 +96,11 @@ type TurnReply struct {
 	Results  []Result       `json:"results"`
 	Error    *errcode.Error `json:"error,omitempty"`
 	WorkerID WorkerID       `json:"worker_id,omitempty"`
+	// Warning is set on a turn applied in full whose effect is less safe
+	// than its ok promises: its pins or leases could not be saved to disk,
+	// so a restart now would lose them. The turn is not to be resent (a
+	// pin would be counted twice); the operator should look at the host.
+	Warning string `json:"warning,omitempty"`
 }
 
 // OK reports whether the turn was applied.

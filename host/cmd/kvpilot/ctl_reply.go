@@ -113,6 +113,9 @@ func (p printer) turn(r directive.TurnReply) error {
 	}
 	fmt.Fprintf(p.w, "%s: %s applied\n", replyOK, plural(len(r.Results), "directive"))
 	describeResults(p.w, r)
+	if r.Warning != "" {
+		fmt.Fprintf(p.w, "  warning: %s\n", r.Warning)
+	}
 	return nil
 }
 

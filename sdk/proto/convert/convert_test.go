@@ -146,3 +146,11 @@ func TestTiers(t *testing.T) {
 		t.Error("unspecified tier accepted")
 	}
 }
+
+// A reply's warning (its pins not saved) survives the Control API.
+func TestReplyWarningRoundTrip(t *testing.T) {
+	r := directive.TurnReply{Status: directive.StatusOK, TurnID: "t", Warning: "not saved"}
+	if got := ApplyResponseToReply(TurnReplyToProto(r)); got.Warning != r.Warning || !got.OK() {
+		t.Fatalf("got %+v", got)
+	}
+}

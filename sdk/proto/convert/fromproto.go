@@ -38,7 +38,7 @@ func TurnFromApply(req *pb.ApplyRequest, l directive.Limits) (directive.Turn, er
 
 // ApplyResponseToReply converts a server's answer back for Go clients.
 func ApplyResponseToReply(resp *pb.ApplyResponse) directive.TurnReply {
-	r := directive.TurnReply{Status: directive.StatusError, TurnID: resp.GetTurnId(), Error: ErrorFromProto(resp.GetError())}
+	r := directive.TurnReply{Status: directive.StatusError, TurnID: resp.GetTurnId(), Error: ErrorFromProto(resp.GetError()), Warning: resp.GetWarning()}
 	if resp.GetOk() {
 		r.Status = directive.StatusOK
 	}

@@ -24,7 +24,7 @@ func TurnToApply(t directive.Turn) *pb.ApplyRequest {
 
 // TurnReplyToProto converts the executor's answer to a turn.
 func TurnReplyToProto(r directive.TurnReply) *pb.ApplyResponse {
-	resp := &pb.ApplyResponse{Ok: r.OK(), TurnId: r.TurnID, Error: ErrorToProto(r.Error), Results: make([]*pb.DirectiveResult, len(r.Results))}
+	resp := &pb.ApplyResponse{Ok: r.OK(), TurnId: r.TurnID, Error: ErrorToProto(r.Error), Results: make([]*pb.DirectiveResult, len(r.Results)), Warning: r.Warning}
 	for i, res := range r.Results {
 		resp.Results[i] = ResultToProto(res)
 	}

@@ -105,6 +105,9 @@ class ApplyResult:
     turn_id: str
     results: list[DirectiveResult]
     error: KvpilotError | None = None
+    # Set on a turn applied in full whose pins or leases could not be saved
+    # to disk: a restart now would lose them. Do not resend the turn.
+    warning: str = ""
 
 
 @dataclass(frozen=True)
@@ -226,7 +229,9 @@ def _apply_result(resp: control_pb2.ApplyResponse) -> ApplyResult:
         for r in resp.results
     ]
     err = from_proto(resp.error) if resp.HasField("error") else None
-    return ApplyResult(ok=resp.ok, turn_id=resp.turn_id, results=results, error=err)
+    return ApplyResult(
+        ok=resp.ok, turn_id=resp.turn_id, results=results, error=err, warning=resp.warning
+    )
 
 
 def tier_to_proto(name: str) -> int:

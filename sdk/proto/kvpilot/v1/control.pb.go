@@ -93,7 +93,10 @@ type ApplyResponse struct {
 	TurnId  string                 `protobuf:"bytes,2,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
 	Results []*DirectiveResult     `protobuf:"bytes,3,rep,name=results,proto3" json:"results,omitempty"`
 	// The turn's failure when ok is false.
-	Error         *Error `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Error *Error `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	// Set on a turn applied in full whose pins or leases could not be saved
+	// to disk: a restart now would lose them. Do not resend the turn.
+	Warning       string `protobuf:"bytes,5,opt,name=warning,proto3" json:"warning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -154,6 +157,13 @@ func (x *ApplyResponse) GetError() *Error {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *ApplyResponse) GetWarning() string {
+	if x != nil {
+		return x.Warning
+	}
+	return ""
 }
 
 type CacheControlRequest struct {
@@ -1054,12 +1064,13 @@ const file_kvpilot_v1_control_proto_rawDesc = "" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x125\n" +
 	"\n" +
 	"directives\x18\x03 \x03(\v2\x15.kvpilot.v1.DirectiveR\n" +
-	"directives\"\x98\x01\n" +
+	"directives\"\xb2\x01\n" +
 	"\rApplyResponse\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x17\n" +
 	"\aturn_id\x18\x02 \x01(\tR\x06turnId\x125\n" +
 	"\aresults\x18\x03 \x03(\v2\x1b.kvpilot.v1.DirectiveResultR\aresults\x12'\n" +
-	"\x05error\x18\x04 \x01(\v2\x11.kvpilot.v1.ErrorR\x05error\"\xcf\x01\n" +
+	"\x05error\x18\x04 \x01(\v2\x11.kvpilot.v1.ErrorR\x05error\x12\x18\n" +
+	"\awarning\x18\x05 \x01(\tR\awarning\"\xcf\x01\n" +
 	"\x13CacheControlRequest\x12\x16\n" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12!\n" +
 	"\fblock_hashes\x18\x02 \x03(\x06R\vblockHashes\x12\x1b\n" +

@@ -22,16 +22,18 @@ class ApplyRequest(_message.Message):
     def __init__(self, turn_id: _Optional[str] = ..., tenant: _Optional[str] = ..., directives: _Optional[_Iterable[_Union[_directive_pb2.Directive, _Mapping]]] = ...) -> None: ...
 
 class ApplyResponse(_message.Message):
-    __slots__ = ("ok", "turn_id", "results", "error")
+    __slots__ = ("ok", "turn_id", "results", "error", "warning")
     OK_FIELD_NUMBER: _ClassVar[int]
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    WARNING_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     turn_id: str
     results: _containers.RepeatedCompositeFieldContainer[_directive_pb2.DirectiveResult]
     error: _common_pb2.Error
-    def __init__(self, ok: _Optional[bool] = ..., turn_id: _Optional[str] = ..., results: _Optional[_Iterable[_Union[_directive_pb2.DirectiveResult, _Mapping]]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+    warning: str
+    def __init__(self, ok: _Optional[bool] = ..., turn_id: _Optional[str] = ..., results: _Optional[_Iterable[_Union[_directive_pb2.DirectiveResult, _Mapping]]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., warning: _Optional[str] = ...) -> None: ...
 
 class CacheControlRequest(_message.Message):
     __slots__ = ("action", "block_hashes", "token_ids", "ttl", "worker_id", "tenant")
