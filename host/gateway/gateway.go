@@ -21,15 +21,17 @@
 // SamplingParams.extra_args, which v1's Request exposes as
 // kv_transfer_params), so session, tenant and cache_control arrive where
 // the connector reads them. The connector serves no fill orders, so a
-// splice whose replacement is not empty cannot have the replacement
-// prefilled by the host's fill stream there. The way this front door is
-// meant to do it, not built yet: before forwarding a request that carries
-// a new non-empty edit, send vLLM a prefill-only request (max_tokens 1, the
-// same session) whose messages end at the edited message, so vLLM computes
-// the replacement's KV against the cached prefix and the connector saves
-// those pages; the host's session diff then finds the replacement cached
-// and splices only the downstream pages; then forward the request. Today
-// the edited messages reach vLLM and nothing is prefilled ahead of them
+// splice there ends its new branch before the replacement's first row
+// (splice NoFills) and the next request prefills everything after the
+// edit. Not built yet, and the way to build it: before forwarding a
+// request that carries a new non-empty edit, send vLLM a prefill-only
+// request (max_tokens 1, marked in kv_transfer_params so the host's
+// session diff does not take it as the session's new state) that ends at
+// the first page boundary after the replacement, so vLLM computes that
+// page whole and the connector saves it (vLLM commits full pages only);
+// then the splicer builds the new branch on those cached pages and
+// re-rotates only the pages after that boundary. Today the edited
+// messages reach vLLM and nothing is prefilled ahead of them
 // (sdk/python/tests/test_gateway_vllm.py runs the front door before vLLM
 // and the connector: kv_transfer_params and pins; what the host keeps of a
 // splice there is untested).
