@@ -94,7 +94,9 @@ func findBench(exeDir string) (string, error) {
 	default: // found, but not usable: say why
 		err = fmt.Errorf("%w %s: %w", errBenchMissing, where, err)
 	}
-	return "", hinted{err: err, hint: "run `make build`, which builds kvpilot and kvpilot-bench into bin/ together"}
+	// Status 2, not 1: 1 is kvpilot-bench's own "a --check target was
+	// missed", which a script must not read into a missing binary.
+	return "", hinted{err: err, hint: "run `make build`, which builds kvpilot and kvpilot-bench into bin/ together", status: 2}
 }
 
 // exitStatus is a child command's exit status, passed on as kvpilot's own:
@@ -103,12 +105,15 @@ type exitStatus int
 
 func (s exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(s)) }
 
-// hinted is an error with a hint: what the user can do about it.
+// hinted is an error with a hint: what the user can do about it, and the
+// exit status kvpilot ends with after saying so (0: the usual 1).
 type hinted struct {
-	err  error
-	hint string
+	err    error
+	hint   string
+	status int
 }
 
-func (h hinted) Error() string { return h.err.Error() }
-func (h hinted) Unwrap() error { return h.err }
-func (h hinted) Hint() string  { return h.hint }
+func (h hinted) Error() string   { return h.err.Error() }
+func (h hinted) Unwrap() error   { return h.err }
+func (h hinted) Hint() string    { return h.hint }
+func (h hinted) ExitStatus() int { return h.status }

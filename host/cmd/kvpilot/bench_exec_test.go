@@ -86,11 +86,11 @@ func TestBenchRunsKvpilotBench(t *testing.T) {
 }
 
 // Without kvpilot-bench beside kvpilot or on PATH, bench says so and what
-// to do.
+// to do, with status 2 (1 would read as a missed --check target).
 func TestBenchWithoutKvpilotBench(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	code, out, errs := runCLI("bench", "control")
-	if code != 1 || out != "" || !strings.Contains(errs, "kvpilot-bench not found") || !strings.Contains(errs, "hint: run `make build`") {
+	if code != 2 || out != "" || !strings.Contains(errs, "kvpilot-bench not found") || !strings.Contains(errs, "hint: run `make build`") {
 		t.Fatalf("bench without kvpilot-bench: status %d, stdout %q, stderr %q", code, out, errs)
 	}
 }

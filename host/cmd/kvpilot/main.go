@@ -81,6 +81,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if hint := hintOf(err); hint != "" {
 		fmt.Fprintf(stderr, "  hint: %s\n", hint)
 	}
+	var st interface{ ExitStatus() int }
+	if errors.As(err, &st) && st.ExitStatus() != 0 {
+		return st.ExitStatus() // e.g. 2: kvpilot-bench is missing
+	}
 	return 1
 }
 
