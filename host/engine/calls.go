@@ -328,30 +328,11 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 	var res cache.CommitResult
 	cerr := ix.Commit(r.tenant, h, locs, &res)
 	deepest := s.lockCommittedLocked(ix, r, h, n)
-	unused := make(map[uint64]bool, len(res.Unused))
-	for _, u := range res.Unused {
-		unused[u] = true
-	}
-	// The request's slots are the index's now (or freed just below, as
-	// duplicates): their reservation ends with the commit.
-	committedOwned := 0
-	for _, sl := range offered {
-		if _, ok := r.owned[pool.Slot(sl)]; ok && !unused[uint64(sl)] {
-			committedOwned++
-		}
-	}
-	s.unreserveLocked(r, committedOwned)
+	unused := s.endReservationLocked(r, offered, res.Unused)
 	s.cfg.Index.Unlock()
 
 	s.freeDuplicates(r, p, offered, unused)
-	if deepest+1 > len(r.committed)/ps {
-		r.committed = append(r.committed[:0], toks[:(deepest+1)*ps]...)
-		r.hashes = append(r.hashes[:0], h.Sequence[:deepest+1]...)
-	}
-	s.mu.Lock()
-	s.sessions.commit(r.session, r.tenant, toks, (deepest+1)*ps, h.Sequence[:deepest+1])
-	s.stats.CommittedPages += uint64(res.Stored)
-	s.mu.Unlock()
+	s.recordCommitted(r, toks, h, deepest+1, res.Stored)
 	s.kickStep()
 	if cerr != nil {
 		return nil, mapIndexErr(cerr, "commit %d pages of request %.64q (the first %d were committed)", n, r.id, deepest+1)
@@ -423,6 +404,42 @@ func (s *Service) lockCommittedLocked(ix *cache.Index, r *request, h blockid.Has
 		}
 	}
 	return deepest
+}
+
+// endReservationLocked ends the reservation of the request's offered slots
+// that the index kept: they are the index's now. It returns the slots the
+// index did not take (pages it already had), which freeDuplicates frees and
+// unreserves after the index lock is dropped. Index lock held.
+func (s *Service) endReservationLocked(r *request, offered []uint32, notTaken []uint64) map[uint64]bool {
+	unused := make(map[uint64]bool, len(notTaken))
+	for _, u := range notTaken {
+		unused[u] = true
+	}
+	committedOwned := 0
+	for _, sl := range offered {
+		if _, ok := r.owned[pool.Slot(sl)]; ok && !unused[uint64(sl)] {
+			committedOwned++
+		}
+	}
+	s.unreserveLocked(r, committedOwned)
+	return unused
+}
+
+// recordCommitted remembers that the first n pages of toks are cached:
+// on the request when that reaches deeper than it knew (Finish's
+// cache_control pins and reports that prefix), and as the session's latest
+// cached sequence. stored counts the pages the index newly took, for the
+// service's stats. Request lock held; takes the service's mutex.
+func (s *Service) recordCommitted(r *request, toks []uint32, h blockid.Hashes, n, stored int) {
+	ps := s.ix().PageSize()
+	if n > len(r.committed)/ps {
+		r.committed = append(r.committed[:0], toks[:n*ps]...)
+		r.hashes = append(r.hashes[:0], h.Sequence[:n]...)
+	}
+	s.mu.Lock()
+	s.sessions.commit(r.session, r.tenant, toks, n*ps, h.Sequence[:n])
+	s.stats.CommittedPages += uint64(stored)
+	s.mu.Unlock()
 }
 
 // freeDuplicates drops the offered slots from the request's own and frees
