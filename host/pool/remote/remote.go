@@ -362,6 +362,9 @@ func entryOf(name string, meta Meta, prefix string) (pool.Entry, bool) {
 // and refreshes the Used estimate. Objects with unreadable metadata are
 // left out.
 func (s *Store) List(ctx context.Context) ([]pool.Entry, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, fmt.Errorf("remote list: %w", err)
+	}
 	objs, err := s.be.List(ctx, s.prefix)
 	if err != nil {
 		return nil, fmt.Errorf("remote list %s: %w", s.be.Describe(), err)
