@@ -24,12 +24,12 @@ type backendCase struct {
 	// setup starts the backend's server and returns an opener of Stores
 	// on one shared keyspace, and tamper, which replaces the bytes of the
 	// object called name while keeping its metadata.
-	setup func(t *testing.T, ctx context.Context) (open func(*layout.Layout) *Store, tamper func(name string, page []byte))
+	setup func(t testing.TB, ctx context.Context) (open func(*layout.Layout) *Store, tamper func(name string, page []byte))
 }
 
 func backendCases() []backendCase {
 	return []backendCase{
-		{name: "jetstream", setup: func(t *testing.T, ctx context.Context) (func(*layout.Layout) *Store, func(string, []byte)) {
+		{name: "jetstream", setup: func(t testing.TB, ctx context.Context) (func(*layout.Layout) *Store, func(string, []byte)) {
 			n := startNATS(t, t.TempDir())
 			js, err := n.JetStream()
 			if err != nil {
@@ -57,7 +57,7 @@ func backendCases() []backendCase {
 			}
 			return open, tamper
 		}},
-		{name: "redis", setup: func(t *testing.T, ctx context.Context) (func(*layout.Layout) *Store, func(string, []byte)) {
+		{name: "redis", setup: func(t testing.TB, ctx context.Context) (func(*layout.Layout) *Store, func(string, []byte)) {
 			addr := redistest.Server(t)
 			open := func(l *layout.Layout) *Store {
 				be, err := NewRedis(RedisOptions{Addrs: []string{addr}, Bucket: "pages"})
