@@ -74,7 +74,7 @@ func backendCases() []backendCase {
 			c := redis.NewClient(&redis.Options{Addr: addr})
 			t.Cleanup(func() { _ = c.Close() })
 			tamper := func(name string, page []byte) {
-				if err := c.HSet(ctx, "kvpilot:pages:"+name, pageField, page).Err(); err != nil {
+				if err := c.Set(ctx, "kvpilot:pages:{"+name+pageSuffix, page, 0).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -98,3 +98,39 @@ func TestRedisPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An object missing one of its two keys (written by hand, or half lost
+// with a node) is dropped, never served: a page without its metadata has
+// no checksum, and metadata without a page has nothing to serve.
+func TestRedisHalfObjectsDropped(t *testing.T) {
+	addr := redistest.Server(t)
+	ctx := ctxT(t)
+	s := openRedis(t, ctx, RedisOptions{Addrs: []string{addr}, Bucket: "pages"})
+	pb := s.Layout().PageBytes()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	be := s.Backend().(*redisBackend)
+	noMeta, noPage := pool.Key{Seq: 1}, pool.Key{Seq: 2}
+	for _, k := range []pool.Key{noMeta, noPage} {
+		if err := s.Put(ctx, pool.Entry{Key: k, Local: k.Seq}, page(pb, byte(k.Seq))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, mk := be.keys(ObjectName(s.fp, noMeta))
+	pk, _ := be.keys(ObjectName(s.fp, noPage))
+	if err := c.Del(ctx, mk, pk).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, pb)
+	for _, k := range []pool.Key{noMeta, noPage} {
+		if err := s.Get(ctx, k, got); !errors.Is(err, pool.ErrCorrupt) {
+			t.Fatalf("%v: half an object served: %v", k, err)
+		}
+		if err := s.Get(ctx, k, got); !errors.Is(err, pool.ErrNotFound) {
+			t.Fatalf("%v: half an object not dropped: %v", k, err)
+		}
+	}
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Fatalf("keys left behind: %d %v", n, err)
+	}
+}
