@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 
 	"github.com/kvpilot/kvpilot/host/bench/tierbench"
+	"github.com/kvpilot/kvpilot/host/config"
 )
 
 func init() {
@@ -19,7 +21,7 @@ func init() {
 }
 
 func runBenchTiers(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("bench tiers", "[--json] [--pages N] [--remote-pages N] [--iters N] [--dir DIR] [--redis ADDR|auto|off] [--no-remote]",
+	fs := newFlagSet("bench tiers", "[--json] [--pages N] [--remote-pages N] [--iters N] [--dir DIR] [--redis ADDR|auto|off] [--no-remote] [--gc-percent N]",
 		"Moves pages between each pair of tiers through the real pools (memfd arenas,\n"+
 			"the disk page file, and each remote backend: the JetStream object store on an\n"+
 			"embedded server, and Redis) and reports GB/s against baselines of the same\n"+
@@ -34,13 +36,24 @@ func runBenchTiers(ctx context.Context, args []string, stdout io.Writer) error {
 	dir := fs.String("dir", "", "directory for page files and NATS data (default: a temp dir)")
 	noRemote := fs.Bool("no-remote", false, "skip the remote arms")
 	redisAddr := fs.String("redis", "auto", "a Redis or Valkey server for the redis arms; auto starts one when redis-server is installed; off skips them")
+	gcPercent := fs.Int("gc-percent", config.Default().GCPercent, "the Go GC target (GOGC) for the run; the default is the host's own (gc_percent)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *gcPercent < 25 || *gcPercent > 10000 {
+		fmt.Fprintf(os.Stderr, "kvpilot bench tiers: --gc-percent %d is not in 25..10000 (the range gc_percent takes)\n", *gcPercent)
+		return errUsage
+	}
+	// Every arm of the run moves megabyte pages through freshly allocated
+	// buffers (client libraries allocate each reply), so the collector's
+	// pace shapes the figures. The host runs with its gc_percent, so the
+	// bench does too, and says so in its params.
+	defer debug.SetGCPercent(debug.SetGCPercent(*gcPercent))
 	r, err := tierbench.Run(ctx, tierbench.Options{Pages: *pages, RemotePages: *remotePages, Iters: *iters, Dir: *dir, NoRemote: *noRemote, Redis: *redisAddr})
 	if err != nil {
 		return fmt.Errorf("bench tiers: %w", err)
 	}
+	r.Params["gc_percent"] = *gcPercent
 	reportTargetsOf(ctx, r)
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(r)

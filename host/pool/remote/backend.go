@@ -13,8 +13,10 @@ import (
 // so every backend is verified alike.
 type Backend interface {
 	// Put stores page under name with its metadata, replacing any object
-	// of that name.
-	Put(ctx context.Context, name string, meta Meta, page []byte) error
+	// of that name. sum is the page's checksum, stored as metaSum (meta
+	// lacks it); it is still being computed, so a backend asks for its
+	// Value only once the page's bytes are on their way.
+	Put(ctx context.Context, name string, meta Meta, page []byte, sum *Sum) error
 	// Get reads the object under name into dst and returns its metadata.
 	// It returns errNotFound when there is none, and an error wrapping
 	// errDamaged when the backend finds the object damaged (its size is

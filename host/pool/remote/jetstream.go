@@ -81,14 +81,36 @@ func (b *jsBackend) bind(ctx context.Context) error {
 
 func (b *jsBackend) Describe() string { return "jetstream bucket " + b.o.Bucket }
 
-func (b *jsBackend) Put(ctx context.Context, name string, meta Meta, page []byte) error {
+func (b *jsBackend) Put(ctx context.Context, name string, meta Meta, page []byte, sum *Sum) error {
 	h := nats.Header{}
 	for k, v := range meta {
 		h.Set(k, v)
 	}
+	r := &sumAtEOF{r: bytes.NewReader(page), h: h, sum: sum}
 	_, err := b.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Headers: h,
-		Opts: &jetstream.ObjectMetaOptions{ChunkSize: b.o.ChunkSize}}, bytes.NewReader(page))
+		Opts: &jetstream.ObjectMetaOptions{ChunkSize: b.o.ChunkSize}}, r)
 	return err
+}
+
+// sumAtEOF reads a page and, at its end, adds the checksum to the
+// object's headers. The object store publishes the headers in its meta
+// message once the reader is exhausted, in the same goroutine, so the hash
+// runs while the chunks are published. The conformance suite's tampered
+// page, whose JetStream digest is valid, fails if the checksum is ever
+// missing.
+type sumAtEOF struct {
+	r   *bytes.Reader // not embedded: a WriteTo would skip Read
+	h   nats.Header
+	sum *Sum
+}
+
+func (r *sumAtEOF) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err == io.EOF && r.sum != nil {
+		r.h.Set(metaSum, r.sum.Value())
+		r.sum = nil
+	}
+	return n, err
 }
 
 func (b *jsBackend) Get(ctx context.Context, name string, dst []byte) (Meta, error) {

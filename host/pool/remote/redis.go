@@ -37,17 +37,32 @@ func (l redisLog) Printf(_ context.Context, format string, v ...any) {
 	l.log.Debug(fmt.Sprintf(format, v...))
 }
 
-// redisBackend keeps each page in one hash: the page's bytes under the
-// field "page" and its metadata beside it, so a Put is one atomic command
-// and a Stat or List reads the metadata without the page. Each key hashes
-// to its own cluster slot, which spreads pages over the primaries.
+// redisBackend keeps each page as two keys: the page's bytes in a string
+// and its metadata in a hash beside it, so a Stat or a List reads the
+// metadata without the page. A string takes the page as it arrives (a
+// hash field would be copied once more inside the server). Both keys carry
+// the object name as their hash tag, {name}, so they share a cluster slot
+// and every write and read of the pair is one MULTI/EXEC: a reader never
+// sees one page's bytes with another's checksum. Names differ, so pages
+// still spread over the primaries.
 type redisBackend struct {
 	c      redis.UniversalClient
 	prefix string
 	desc   string
 }
 
-const pageField = "page"
+// Key suffixes: the page's bytes and its metadata.
+const (
+	pageSuffix = "}:page"
+	metaSuffix = "}:meta"
+)
+
+// keys returns the object's page and metadata keys. Should a name hold a
+// '}', the tag ends there, still the same for both keys.
+func (b *redisBackend) keys(name string) (page, meta string) {
+	base := b.prefix + "{" + name
+	return base + pageSuffix, base + metaSuffix
+}
 
 // NewRedis connects to Redis (or Valkey) and returns the backend; Open
 // checks the connection.
@@ -102,47 +117,74 @@ func (b *redisBackend) retry(ctx context.Context, op func() error) error {
 	return op()
 }
 
-func (b *redisBackend) Put(ctx context.Context, name string, meta Meta, page []byte) error {
-	// Every metadata field is written, empty when absent, so one HSET
-	// replaces a page whole (a parent it no longer has included) without
-	// a transaction.
-	args := make([]any, 0, 2+2*len(metaKeys))
-	args = append(args, pageField, page)
+func (b *redisBackend) Put(ctx context.Context, name string, meta Meta, page []byte, sum *Sum) error {
+	// Every metadata field is written, empty when absent, so a replaced
+	// page keeps nothing of the one before (a parent it no longer has).
+	// The checksum goes as itself: the client writes it after the page,
+	// when the hash has had the page's send to finish.
+	args := make([]any, 0, 2*len(metaKeys))
 	for _, k := range metaKeys {
+		if k == metaSum {
+			args = append(args, k, sum)
+			continue
+		}
 		args = append(args, k, meta[k])
 	}
-	key := b.prefix + name
-	return b.retry(ctx, func() error { return b.c.HSet(ctx, key, args...).Err() })
+	pk, mk := b.keys(name)
+	return b.retry(ctx, func() error {
+		_, err := b.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, pk, page, 0)
+			p.HSet(ctx, mk, args...)
+			return nil
+		})
+		return err
+	})
 }
 
 func (b *redisBackend) Get(ctx context.Context, name string, dst []byte) (Meta, error) {
-	var vals []any
-	err := b.retry(ctx, func() (err error) {
-		vals, err = b.c.HMGet(ctx, b.prefix+name, append([]string{pageField}, metaKeys...)...).Result()
+	pk, mk := b.keys(name)
+	var (
+		pc *redis.StringCmd
+		mc *redis.SliceCmd
+	)
+	err := b.retry(ctx, func() error {
+		_, err := b.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			pc = p.Get(ctx, pk)
+			mc = p.HMGet(ctx, mk, metaKeys...)
+			return nil
+		})
 		return err
 	})
+	if err != nil && !errors.Is(err, redis.Nil) { // Nil: an absent page, read below
+		return nil, err
+	}
+	vals, err := mc.Result()
 	if err != nil {
 		return nil, err
 	}
-	page, ok := vals[0].(string)
-	if !ok {
-		if vals[0] == nil && allNil(vals) {
-			return nil, errNotFound
-		}
-		return nil, fmt.Errorf("%w: no page field", errDamaged)
+	page, perr := pc.Result()
+	switch {
+	case errors.Is(perr, redis.Nil) && allNil(vals):
+		return nil, errNotFound
+	case errors.Is(perr, redis.Nil):
+		return metaFrom(vals), fmt.Errorf("%w: metadata without a page", errDamaged)
+	case perr != nil:
+		return nil, perr
 	}
-	meta := metaFrom(vals[1:])
+	meta := metaFrom(vals)
 	if len(page) != len(dst) {
 		return meta, fmt.Errorf("%w: object is %d bytes, a page is %d", errDamaged, len(page), len(dst))
 	}
+	// A page without metadata fails the Store's checks.
 	copy(dst, page)
 	return meta, nil
 }
 
 func (b *redisBackend) Stat(ctx context.Context, name string) (Meta, error) {
+	_, mk := b.keys(name)
 	var vals []any
 	err := b.retry(ctx, func() (err error) {
-		vals, err = b.c.HMGet(ctx, b.prefix+name, metaKeys...).Result()
+		vals, err = b.c.HMGet(ctx, mk, metaKeys...).Result()
 		return err
 	})
 	if err != nil {
@@ -155,13 +197,14 @@ func (b *redisBackend) Stat(ctx context.Context, name string) (Meta, error) {
 }
 
 func (b *redisBackend) Delete(ctx context.Context, name string) error {
-	return b.retry(ctx, func() error { return b.c.Del(ctx, b.prefix+name).Err() })
+	pk, mk := b.keys(name)
+	return b.retry(ctx, func() error { return b.c.Del(ctx, pk, mk).Err() })
 }
 
-// List scans every primary for the prefix's keys, then reads their
-// metadata in one pipeline per primary.
+// List scans every primary for the metadata keys of the prefix's objects,
+// then reads them in one pipeline per primary.
 func (b *redisBackend) List(ctx context.Context, prefix string) ([]Object, error) {
-	match := globEscape(b.prefix+prefix) + "*"
+	match := globEscape(b.prefix+"{"+prefix) + "*" + globEscape(metaSuffix)
 	var (
 		out  []Object
 		scan = func(ctx context.Context, c *redis.Client) error {
@@ -214,7 +257,8 @@ func (b *redisBackend) metas(ctx context.Context, c *redis.Client, keys []string
 		if err != nil || allNil(vals) {
 			continue // deleted since the scan
 		}
-		out = append(out, Object{Name: strings.TrimPrefix(k, b.prefix), Meta: metaFrom(vals)})
+		name := strings.TrimSuffix(strings.TrimPrefix(k, b.prefix+"{"), metaSuffix)
+		out = append(out, Object{Name: name, Meta: metaFrom(vals)})
 	}
 	return out, nil
 }

@@ -25,7 +25,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/zeebo/xxh3"
 
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/pool"
@@ -227,17 +226,19 @@ func (s *Store) Put(ctx context.Context, e pool.Entry, page []byte) error {
 	if len(key.Namespace) > pool.MaxNamespace {
 		return fmt.Errorf("remote put %v: %w: namespace of %d bytes, limit %d", key, pool.ErrKey, len(key.Namespace), pool.MaxNamespace)
 	}
+	sum := startSum(page)
 	meta := Meta{
 		metaLayout:    s.fp.String(),
 		metaNamespace: key.Namespace,
 		metaSeq:       strconv.FormatUint(key.Seq, 16),
 		metaLocal:     strconv.FormatUint(e.Local, 16),
-		metaSum:       strconv.FormatUint(xxh3.Hash(page), 16),
 	}
 	if e.HasParent {
 		meta[metaParent] = strconv.FormatUint(e.Parent, 16)
 	}
-	if err := s.be.Put(ctx, ObjectName(s.fp, key), meta, page); err != nil {
+	err := s.be.Put(ctx, ObjectName(s.fp, key), meta, page, sum)
+	sum.Value() // page is the caller's again only once the hash is done
+	if err != nil {
 		return fmt.Errorf("remote put %v to %s: %w", key, s.be.Describe(), err)
 	}
 	s.used.Add(1)
@@ -280,7 +281,7 @@ func (s *Store) checkMeta(meta Meta, key pool.Key, page []byte) error {
 			meta[metaLayout], meta[metaNamespace], meta[metaSeq])
 	}
 	if sum, ok := meta[metaSum]; ok {
-		if got := strconv.FormatUint(xxh3.Hash(page), 16); got != sum {
+		if got := pageSum(page); got != sum {
 			return fmt.Errorf("page checksum %s, stored %s", got, sum)
 		}
 	} else if d, ok := s.be.(digester); !ok || !d.digests() {
@@ -362,6 +363,9 @@ func entryOf(name string, meta Meta, prefix string) (pool.Entry, bool) {
 // and refreshes the Used estimate. Objects with unreadable metadata are
 // left out.
 func (s *Store) List(ctx context.Context) ([]pool.Entry, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, fmt.Errorf("remote list: %w", err)
+	}
 	objs, err := s.be.List(ctx, s.prefix)
 	if err != nil {
 		return nil, fmt.Errorf("remote list %s: %w", s.be.Describe(), err)

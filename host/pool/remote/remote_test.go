@@ -27,13 +27,13 @@ func page(pb int, seed byte) []byte {
 	return p
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func startNATS(t *testing.T, dir string) *natsembed.NATS {
+func startNATS(t testing.TB, dir string) *natsembed.NATS {
 	t.Helper()
 	n, err := natsembed.Start(natsembed.Options{DataDir: dir})
 	if err != nil {
@@ -43,7 +43,7 @@ func startNATS(t *testing.T, dir string) *natsembed.NATS {
 	return n
 }
 
-func openStore(t *testing.T, ctx context.Context, js jetstream.JetStream, l *layout.Layout) *Store {
+func openStore(t testing.TB, ctx context.Context, js jetstream.JetStream, l *layout.Layout) *Store {
 	t.Helper()
 	s, err := Open(ctx, Options{JS: js, Layout: l, Bucket: "pages"})
 	if err != nil {
