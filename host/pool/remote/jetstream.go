@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,6 +26,10 @@ type JetStreamOptions struct {
 	// ChunkSize is the object chunk size (default 256 KiB; keep it under
 	// the server's max payload).
 	ChunkSize uint32
+	// ReadAttempt bounds one try at reading an object (default 10 s).
+	// A read whose stream lost its leader mid-way can stall until its
+	// context ends; a fresh try reaches the new leader.
+	ReadAttempt time.Duration
 }
 
 // jsBackend keeps pages as objects of a JetStream object store, which
@@ -46,6 +51,9 @@ func newJetStream(o JetStreamOptions) (*jsBackend, error) {
 	}
 	if o.ChunkSize == 0 {
 		o.ChunkSize = 256 << 10
+	}
+	if o.ReadAttempt <= 0 {
+		o.ReadAttempt = 10 * time.Second
 	}
 	return &jsBackend{o: o}, nil
 }
@@ -113,7 +121,22 @@ func (r *sumAtEOF) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Get reads an object, trying again while the caller's context allows
+// when one try stalls past ReadAttempt (a leader lost mid-read): the
+// ordered consumer behind a read otherwise waits out the whole context.
 func (b *jsBackend) Get(ctx context.Context, name string, dst []byte) (Meta, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, b.o.ReadAttempt)
+		meta, err := b.getOnce(actx, name, dst)
+		stalled := actx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err == nil || !stalled || errors.Is(err, errNotFound) || errors.Is(err, errDamaged) {
+			return meta, err
+		}
+	}
+}
+
+func (b *jsBackend) getOnce(ctx context.Context, name string, dst []byte) (Meta, error) {
 	res, err := b.obs.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, errNotFound
