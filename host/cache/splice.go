@@ -136,7 +136,9 @@ type SplicePlan struct {
 	Tokens []uint32
 	Hashes blockid.Hashes
 	// OldPages is the length of the session's cached path before the
-	// splice; Keep of its pages start the new branch unchanged.
+	// splice. Keep pages start the new branch unchanged: those the old and
+	// new sequence share, then any of the new sequence's own pages the
+	// device already holds (see PlanSplice).
 	OldPages int
 	Keep     int
 	// PrefixLocs are the device slots of the kept pages (0 where a kept page

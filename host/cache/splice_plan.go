@@ -20,8 +20,10 @@ type segment struct {
 
 // PlanSplice plans a splice of the session whose sequence is req.Tokens.
 // It reads the index and changes nothing. The new branch keeps every page
-// it can: pages the edited sequence shares with the old one stay (Keep);
-// after them, each new page takes its rows from device-resident old pages
+// it can: pages the edited sequence shares with the old one stay, and so
+// do the edited sequence's own pages already on the device (adopted: the
+// engine prefilled them ahead of the splice); Keep counts both. After
+// them, each new page takes its rows from device-resident old pages
 // (moved by Δ), or from a replacement the engine fills. The branch ends at
 // the last row that can be kept: where the device copy of the old path
 // ends, at the first Forget edit, or before replacement rows that no kept
@@ -53,7 +55,23 @@ func (ix *Index) PlanSplice(req SpliceRequest) (*SplicePlan, error) {
 		devPages++
 	}
 
-	newPages := max(keep, cacheEnd(segs, forgetCut, len(plan.Tokens), devPages*P)/P)
+	// The edited sequence's own pages already on the device start the new
+	// branch too (adopted): an engine that serves no fill orders prefills
+	// the replacement as a request of its own before the splice, and the
+	// splice builds on what that request cached.
+	newPath, adopt := path[:keep], keep
+	if keep <= devPages {
+		newPath = ix.walkPath(req.Tenant, plan.Hashes)
+		limit := len(newPath)
+		if forgetCut >= 0 {
+			limit = min(limit, forgetCut/P)
+		}
+		for adopt < limit && newPath[adopt].resident.Has(tier.Device) {
+			adopt++
+		}
+	}
+
+	newPages := max(adopt, cacheEnd(segs, forgetCut, len(plan.Tokens), devPages*P)/P)
 	if keep > devPages {
 		// New device pages need their parent on the device (prefix
 		// closure), and fills attend to the kept prefix there.
@@ -61,30 +79,32 @@ func (ix *Index) PlanSplice(req SpliceRequest) (*SplicePlan, error) {
 	}
 	if req.NoFills {
 		for _, s := range segs {
-			if lo := max(s.start, keep*P); s.src < 0 && lo < min(s.end, newPages*P) {
-				newPages = max(keep, lo/P)
+			if lo := max(s.start, adopt*P); s.src < 0 && lo < min(s.end, newPages*P) {
+				newPages = max(adopt, lo/P)
 				break
 			}
 		}
 	}
-	plan.Keep = keep
-	plan.PrefixLocs = make([]uint64, keep)
-	for k := 0; k < keep; k++ {
-		if path[k].resident.Has(tier.Device) {
-			plan.PrefixLocs[k] = path[k].loc[tier.Device]
+	plan.Keep = adopt
+	plan.PrefixLocs = make([]uint64, adopt)
+	for k := 0; k < adopt; k++ {
+		if newPath[k].resident.Has(tier.Device) {
+			plan.PrefixLocs[k] = newPath[k].loc[tier.Device]
 		}
 	}
 
+	// Copy-on-write and release look at the old path past the pages the
+	// two sequences share, adopted pages or not.
 	ex := ix.exclusive(path, keep, req.Tenant, req.SharedLeaves)
 	ix.planPages(plan, segs, path, ex, newPages)
 	plan.FirstFill = len(plan.Pages)
 	for _, s := range segs {
-		lo, hi := max(s.start, keep*P), min(s.end, newPages*P)
+		lo, hi := max(s.start, adopt*P), min(s.end, newPages*P)
 		if s.src >= 0 || lo >= hi {
 			continue
 		}
 		f := SpliceFill{Edit: s.edit, Position: lo, Tokens: edits[s.edit].Replacement[lo-s.start : hi-s.start],
-			FirstPage: lo/P - keep, PageCount: (hi-1)/P - lo/P + 1, FirstOffset: lo % P}
+			FirstPage: lo/P - adopt, PageCount: (hi-1)/P - lo/P + 1, FirstOffset: lo % P}
 		plan.Fills = append(plan.Fills, f)
 		plan.FirstFill = min(plan.FirstFill, f.FirstPage)
 	}
@@ -95,7 +115,7 @@ func (ix *Index) PlanSplice(req SpliceRequest) (*SplicePlan, error) {
 			plan.SharedPages++
 		}
 	}
-	plan.CachedTokens = (keep + len(plan.Pages)) * P
+	plan.CachedTokens = (adopt + len(plan.Pages)) * P
 	return plan, nil
 }
 
@@ -274,7 +294,7 @@ func (ix *Index) planPages(plan *SplicePlan, segs []segment, path []*node, ex []
 		}
 		if len(plan.Runs)-first == 1 {
 			r := plan.Runs[first]
-			if sp := lastSP; r.Rows == P && r.SrcRow == 0 && sp >= plan.Keep && ex[sp] {
+			if sp := lastSP; r.Rows == P && r.SrcRow == 0 && ex[sp] {
 				pg.InPlace, pg.From, pg.Loc, pg.Delta = true, r.SrcSeq, r.SrcLoc, r.Delta
 				plan.Runs = plan.Runs[:first]
 				if r.Delta != 0 {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvpilot/kvpilot/host/engine"
 	"github.com/kvpilot/kvpilot/host/gateway"
 )
 
@@ -51,7 +52,8 @@ func (d *Daemon) buildGateway() error {
 		d.log.Warn("gateway on with index.auto_splice off: edits reach the model, but the cache re-prefills after each one")
 	}
 	cfg := gateway.Config{Upstream: g.Upstream, UpstreamAPIKey: g.UpstreamAPIKey, Timeout: g.Timeout, TenantHeader: g.TenantHeader,
-		Tenants: g.Tenants, MaxSessions: g.MaxSessions, Policy: rules, Log: d.log.Named("gateway"), Metrics: &d.metrics.Gateway}
+		Tenants: g.Tenants, MaxSessions: g.MaxSessions, Policy: rules, Log: d.log.Named("gateway"), Metrics: &d.metrics.Gateway,
+		Engine: gatewayEngine{d}}
 	if tok := d.tokenize; tok != nil {
 		cfg.Tokenize = func(s string) []uint32 { t, _ := tok(s); return t }
 	}
@@ -88,4 +90,31 @@ func (d *Daemon) runGateway(ctx context.Context, wg *sync.WaitGroup) {
 		_ = srv.Shutdown(sctx)
 	}()
 	d.log.Info("serving the front door", "addr", d.GatewayAddr(), "upstream", d.cfg.Gateway.Upstream)
+}
+
+// gatewayEngine is the front door's view of the registered engine: a
+// connector-mode engine has its splices' replacements prefilled by the
+// front door (gateway.Engine).
+type gatewayEngine struct{ d *Daemon }
+
+func (g gatewayEngine) PrefillPage() (int, bool) {
+	if g.d.engine == nil {
+		return 0, false
+	}
+	reg, ok := g.d.engine.svc.Registration()
+	if !ok || reg.Mode != engine.ModeConnector || !g.d.cfg.Index.AutoSplice {
+		return 0, false
+	}
+	return g.d.core.index.Held().PageSize(), true
+}
+
+func (g gatewayEngine) SessionTokens(tenant, session string) ([]uint32, int, bool) {
+	if g.d.engine == nil {
+		return nil, 0, false
+	}
+	s, ok := g.d.engine.svc.Session(session)
+	if !ok || s.Tenant != tenant {
+		return nil, 0, false
+	}
+	return s.Tokens, s.CachedTokens, true
 }

@@ -55,13 +55,20 @@ func (d *Daemon) onRegister(reg engine.Registration, p *engine.Pools) {
 		d.log.Warn("splice is unavailable for this layout: span verbs that edit the cache are refused", "layout", reg.Layout.String(), "error", err)
 		dev, closeKernels = nil, func() error { return nil }
 	}
+	// A connector-mode engine (vLLM's KV connector) serves no fill orders:
+	// its splices end before their first replacement row, or build on the
+	// pages a prefill request of the front door cached (host/gateway).
+	fill := svc.SpliceFill
+	if reg.Mode == engine.ModeConnector {
+		fill = nil
+	}
 	sp, err := splice.New(splice.Config{
 		Index:      d.core.index,
 		Device:     dev,
 		Sessions:   svc.SpliceSessions(),
 		Salt:       d.core.index.Held().Salt,
 		SinkTokens: d.cfg.Index.SinkTokens,
-		Fill:       svc.SpliceFill,
+		Fill:       fill,
 		Free:       d.freeHook(p.Mover),
 		OnFillError: func(session string, err error) {
 			d.log.Warn("splice fill failed; the session re-prefills from its first replacement", "session", session, "error", err)

@@ -31,9 +31,12 @@ import (
 //     the engine's own memory, which its own allocator evicts as it likes.
 //     A splice rotates kvpilot's copies and commits the new branch under its
 //     new hashes, so the engine's next prefix lookup through the connector
-//     finds the spliced sequence; its replacement is prefilled only by an
-//     engine that serves fill orders (vLLM's connector API cannot), and
-//     without one the new branch ends before the replacement;
+//     finds the spliced sequence. vLLM's connector API serves no fill
+//     orders, so the splicer plans none (the branch ends before the
+//     replacement) unless the edited sequence's pages through the
+//     replacement are already cached: the front door has vLLM prefill
+//     them with a request of its own first, and the splice adopts them
+//     (host/gateway, prefill.go);
 //   - the processes of one engine (vLLM's scheduler and its workers) each
 //     register with the same engine_id and layout, and share one
 //     registration: the second joins the first instead of retiring it, and

@@ -321,6 +321,7 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 		writeAnthropic(w, e)
 		return
 	}
+	s.prefillEdits(r.Context(), t, fwd)
 	resp, e := s.up.do(r.Context(), http.MethodPost, "/chat/completions", b)
 	if e != nil {
 		writeAnthropic(w, e)

@@ -8,7 +8,8 @@ import (
 )
 
 // Directives is where the front door sends the directives it derives
-// (today: the pins of cache_control breakpoints). It is the one place the
+// (the pins of cache_control breakpoints, and the splices of edits on a
+// connector-mode engine). It is the one place the
 // gateway touches the directive path.
 type Directives interface {
 	// Submit applies ds for tenant as one turn, all or none.

@@ -20,27 +20,25 @@
 // ChatCompletionRequest.kv_transfer_params goes into
 // SamplingParams.extra_args, which v1's Request exposes as
 // kv_transfer_params), so session, tenant and cache_control arrive where
-// the connector reads them. The connector serves no fill orders, so a
-// splice there ends its new branch before the replacement's first row
-// (splice NoFills) and the next request prefills everything after the
-// edit. Not built yet, and the way to build it: before forwarding a
-// request that carries a new non-empty edit, send vLLM a prefill-only
-// request (max_tokens 1, marked in kv_transfer_params so the host's
-// session diff does not take it as the session's new state) that ends at
-// the first page boundary after the replacement, so vLLM computes that
-// page whole and the connector saves it (vLLM commits full pages only);
-// then the splicer builds the new branch on those cached pages and
-// re-rotates only the pages after that boundary. Today the edited
-// messages reach vLLM and nothing is prefilled ahead of them
-// (sdk/python/tests/test_gateway_vllm.py runs the front door before vLLM
-// and the connector: kv_transfer_params and pins; what the host keeps of a
-// splice there is untested).
+// the connector reads them. The connector sends the host tokens without
+// message spans and serves no fill orders, so the host's session diff
+// cannot splice there; the front door does it instead (prefill.go): for a
+// request with a new edit it tokenizes the edited messages with vLLM's
+// /tokenize, diffs them against the session's cached tokens, has vLLM
+// prefill the edited prompt up to the first page boundary after the
+// replacement with a prefill-only /v1/completions request (vLLM's
+// connector saves full prompt pages), and splices the session on top of
+// those pages, so the request that follows takes the tokens after the
+// edit from kvpilot (sdk/python/tests/test_gateway_vllm.py checks that,
+// and that the first token's probabilities match vLLM computing the same
+// prompt alone).
 //
 // Files: openai.go and anthropic*.go are the two APIs; session.go names
 // sessions and keeps their state; edits*.go and policyedits.go decide the
-// edits; upstream.go, stream.go and errors.go talk to the engine and
-// answer failures in each API's own shape; directives.go is the one door
-// to the host's directive path (cache_control pins).
+// edits; prefill.go splices them on a connector-mode engine; upstream.go,
+// stream.go and errors.go talk to the engine and answer failures in each
+// API's own shape; directives.go is the one door to the host's directive
+// path (cache_control pins, and prefill.go's splices).
 package gateway
 
 import (
@@ -77,6 +75,9 @@ type Config struct {
 	// cache_control goes to the engine in kv_transfer_params, which pins
 	// the whole prompt at finish.
 	Tokenize chatwire.Tokenizer
+	// Engine, when set, lets the front door splice its edits on an engine
+	// that serves no fill orders (prefill.go).
+	Engine Engine
 	// MaxBodyBytes bounds a request body (default 32 MiB).
 	MaxBodyBytes int64
 	Log          hclog.Logger

@@ -67,6 +67,7 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request) {
 		writeOpenAI(w, e)
 		return
 	}
+	s.prefillEdits(r.Context(), t, raw)
 	resp, e := s.up.do(r.Context(), http.MethodPost, "/chat/completions", fwd)
 	if e != nil {
 		writeOpenAI(w, e)

@@ -33,11 +33,20 @@ func newUpstream(base, key string, timeout time.Duration) *upstream {
 // failure, come back as the apiError the client should see (with the
 // response closed).
 func (u *upstream) do(ctx context.Context, method, path string, body []byte) (*http.Response, *apiError) {
+	return u.send(ctx, method, u.base+path, body)
+}
+
+// root is the server's own address: the base without its API version
+// (vLLM serves /tokenize beside /v1, not under it).
+func (u *upstream) root() string { return strings.TrimSuffix(u.base, "/v1") }
+
+// send is do with a whole URL.
+func (u *upstream) send(ctx context.Context, method, url string, body []byte) (*http.Response, *apiError) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		return nil, &apiError{status: http.StatusInternalServerError, err: errcode.Wrap(errcode.Internal, err, "upstream request")}
 	}

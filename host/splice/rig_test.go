@@ -167,6 +167,14 @@ func (r *rig) writeToken(slot uint64, t int, tok uint32, pos int) {
 // request would (allocate, write, commit), and records the session.
 func (r *rig) prefill(id string, tokens []uint32) {
 	r.t.Helper()
+	n := r.cachePages(tokens)
+	r.sess.Put(Session{ID: id, Tenant: rigTenant, Tokens: tokens, Cached: n * rigPage})
+}
+
+// cachePages caches the full pages of tokens as a request of no session
+// would, and returns how many there are.
+func (r *rig) cachePages(tokens []uint32) int {
+	r.t.Helper()
 	salt := blockid.Salt{Namespace: rigTenant}
 	var m cache.MatchResult
 	r.ix.Match(rigTenant, salt, tokens, &m)
@@ -190,7 +198,7 @@ func (r *rig) prefill(id string, tokens []uint32) {
 	if err := r.ix.Commit(rigTenant, m.Hashes, locs, &cr); err != nil {
 		r.t.Fatalf("commit: %v", err)
 	}
-	r.sess.Put(Session{ID: id, Tenant: rigTenant, Tokens: tokens, Cached: n * rigPage})
+	return n
 }
 
 // path returns the device slots of the cached full pages of tokens.

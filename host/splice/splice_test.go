@@ -242,3 +242,34 @@ func TestNoFiller(t *testing.T) {
 	}
 	r.checkNoLeak()
 }
+
+// TestNoFillerBuildsOnPrefilledReplacement: an engine that serves no fill
+// orders (vLLM's connector) prefills the edited sequence up to the page
+// after the replacement as a request of its own; the splice adopts those
+// pages and moves the rest of the old branch after them, so the whole
+// edited sequence is cached and nothing is left to fill.
+func TestNoFillerBuildsOnPrefilledReplacement(t *testing.T) {
+	for _, arr := range []layout.Arrangement{layout.LayerMajor, layout.PageMajor} {
+		t.Run(arr.String(), func(t *testing.T) {
+			r := newRig(t, rigOpts{arr: arr, noFill: true})
+			base := seqTokens(10, 40)
+			r.prefill("a", base)
+			edits := []Edit{{Start: 10, End: 11, Replacement: []uint32{1, 2, 3}}}
+			want := apply(base, edits)
+			// The replacement ends at 13: the engine computes want[:16].
+			r.cachePages(want[:16])
+			res, err := r.sp.Splice(ctx, "a", edits)
+			if err != nil || res.Fills != 0 {
+				t.Fatalf("%+v %v", res, err)
+			}
+			s, _ := r.sess.Session("a")
+			if !slices.Equal(s.Tokens, want) {
+				t.Fatalf("session tokens %v, want %v", s.Tokens, want)
+			}
+			if n := r.checkSession("a"); n != len(want)/rigPage || s.Cached != n*rigPage {
+				t.Fatalf("%d pages cached (session says %d tokens), want %d", n, s.Cached, len(want)/rigPage)
+			}
+			r.checkNoLeak()
+		})
+	}
+}

@@ -1,0 +1,149 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/kvpilot/kvpilot/host/splice"
+	"github.com/kvpilot/kvpilot/sdk/chatwire"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+)
+
+// Engine is the host's view of the engine behind the front door, for an
+// engine that serves no fill orders (vLLM with kvpilot's KV connector).
+// There the host's session diff cannot run (the connector sends tokens,
+// not message spans) and a splice cannot have its replacement prefilled,
+// so the front door does both around the request that carries a new edit:
+//
+//  1. it tokenizes the edited messages with the engine's own chat template
+//     (vLLM: POST /tokenize, beside /v1);
+//  2. it diffs them against the session's cached sequence
+//     (splice.DiffGrown): one edit [Start, End) of the old sequence
+//     becomes new[Start:F];
+//  3. it sends the engine a prefill-only request (POST /v1/completions,
+//     the token IDs new[:B] as the prompt, max_tokens 1, the tenant but no
+//     session in kv_transfer_params) where B is the first page boundary at
+//     or after F: the engine computes the replacement's pages whole and the
+//     connector saves them (it saves full prompt pages only) before the
+//     response comes back;
+//  4. it submits a Splice of the session: the splicer adopts the pages the
+//     prefill cached and moves the old branch after them by the edit's Δ,
+//     re-rotating their keys;
+//  5. it forwards the request, whose prefix the engine then loads from
+//     kvpilot up to the end of the old branch: only the new turn is
+//     prefilled.
+//
+// Any step that fails leaves the request as it would be without it: the
+// engine prefills everything after the edit.
+type Engine interface {
+	// PrefillPage is the index's page size when the registered engine
+	// needs the front door to prefill its splices' replacements; ok is
+	// false for an engine that fills them itself (or none registered).
+	PrefillPage() (page int, ok bool)
+	// SessionTokens is the session's cached sequence, and how many of its
+	// tokens are in cached pages; ok is false for a session the host does
+	// not know in tenant.
+	SessionTokens(tenant, session string) (tokens []uint32, cached int, ok bool)
+}
+
+// tokenizeFields are the chat request's fields that decide its prompt's
+// tokens (vLLM's TokenizeChatRequest takes them all).
+var tokenizeFields = []string{"model", "messages", "tools", "chat_template", "chat_template_kwargs",
+	"add_generation_prompt", "continue_final_message", "add_special_tokens"}
+
+// prefillEdits runs steps 1 to 4 for a turn with a new edit. raw is the
+// body about to be forwarded (edited messages included).
+func (s *Server) prefillEdits(ctx context.Context, t *turn, raw map[string]json.RawMessage) {
+	if s.cfg.Engine == nil || s.dirs == nil || len(t.out.Fresh) == 0 {
+		return
+	}
+	page, ok := s.cfg.Engine.PrefillPage()
+	if !ok || page <= 0 {
+		return
+	}
+	old, cached, ok := s.cfg.Engine.SessionTokens(t.tenant, t.sess.id)
+	if !ok || cached < page {
+		return
+	}
+	log := s.cfg.Log.With("session", t.sess.id, "tenant", t.tenant)
+	toks, err := s.tokenize(ctx, raw)
+	if err != nil {
+		log.Warn("edit not spliced: tokenizing the edited messages failed", "error", err)
+		return
+	}
+	e, ok := splice.DiffGrown(old[:min(cached, len(old))], toks)
+	if !ok {
+		return
+	}
+	f := e.Start + len(e.Replacement)
+	end := (f + page - 1) / page * page
+	if end >= len(toks) {
+		return // the request's own prefill reaches no kept token
+	}
+	if end > e.Start/page*page {
+		if err := s.prefill(ctx, raw["model"], toks[:end], t.tenant); err != nil {
+			log.Warn("edit not spliced: the prefill request failed", "error", err)
+			return
+		}
+	}
+	sp := directive.Splice{Session: t.sess.id, Start: int64(e.Start), End: int64(e.End),
+		Replacement: directive.Replacement{Tokens: e.Replacement}}
+	reply := s.dirs.Submit(ctx, t.tenant, []directive.Directive{sp})
+	if reply.Status != directive.StatusOK {
+		log.Warn("edit not spliced: the splice was refused", "error", reply.Error)
+		return
+	}
+	log.Debug("edit spliced", "start", e.Start, "end", e.End, "replacement", len(e.Replacement), "prefilled_to", end, "kept", cached-e.End)
+}
+
+// tokenize asks the engine for the prompt tokens of the chat request raw.
+func (s *Server) tokenize(ctx context.Context, raw map[string]json.RawMessage) ([]uint32, error) {
+	req := make(map[string]json.RawMessage, len(tokenizeFields))
+	for _, k := range tokenizeFields {
+		if v, ok := raw[k]; ok {
+			req[k] = v
+		}
+	}
+	if _, ok := req["add_generation_prompt"]; !ok {
+		req["add_generation_prompt"] = json.RawMessage("true")
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode tokenize request: %w", err)
+	}
+	resp, e := s.up.send(ctx, http.MethodPost, s.up.root()+"/tokenize", body)
+	if e != nil {
+		return nil, fmt.Errorf("POST /tokenize: %w", e.err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Tokens []uint32 `json:"tokens"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&out); err != nil {
+		return nil, fmt.Errorf("POST /tokenize: unreadable answer: %w", err)
+	}
+	return out.Tokens, nil
+}
+
+// prefill has the engine compute tokens as a prompt of no session and
+// waits until it answered (the connector has saved the pages by then).
+func (s *Server) prefill(ctx context.Context, model json.RawMessage, tokens []uint32, tenant string) error {
+	params, _ := json.Marshal(chatwire.KVParams{Tenant: tenant})
+	body, err := json.Marshal(map[string]any{
+		"model": model, "prompt": tokens, "max_tokens": 1, "temperature": 0,
+		"kv_transfer_params": map[string]json.RawMessage{"kvpilot": params},
+	})
+	if err != nil {
+		return fmt.Errorf("encode prefill request: %w", err)
+	}
+	resp, e := s.up.do(ctx, http.MethodPost, "/completions", body)
+	if e != nil {
+		return fmt.Errorf("POST /completions: %w", e.err)
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	return err
+}

@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvpilot/kvpilot/sdk/chatwire"
+	"github.com/kvpilot/kvpilot/sdk/directive"
+)
+
+// These tests stand in for vLLM with the connector: an upstream that
+// tokenizes with the reference template (one token per byte), and an
+// engine view whose session holds the last turn's tokens. The path through
+// real vLLM is sdk/python/tests/test_gateway_vllm.py.
+
+const prefillPage = 8
+
+func byteTokens(s string) []uint32 {
+	out := make([]uint32, len(s))
+	for i := range len(s) {
+		out[i] = uint32(s[i])
+	}
+	return out
+}
+
+// render is the prompt a chat request's messages make, generation prompt
+// included.
+func render(msgs []chatwire.Message) []uint32 {
+	toks, _ := chatwire.Render(msgs, byteTokens)
+	return append(toks, byteTokens("<assistant>")...)
+}
+
+type connectorUpstream struct {
+	fakeUpstream
+	mu      sync.Mutex
+	paths   []string
+	prompts [][]uint32
+	failTok bool
+}
+
+func (c *connectorUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	c.paths = append(c.paths, r.URL.Path)
+	failTok := c.failTok
+	c.mu.Unlock()
+	switch r.URL.Path {
+	case "/tokenize":
+		if failTok {
+			http.Error(w, `{"error":{"message":"no tokenizer"}}`, http.StatusInternalServerError)
+			return
+		}
+		var req struct {
+			Messages []chatwire.Message `json:"messages"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		writeJSON(w, 200, map[string]any{"count": 0, "max_model_len": 0, "tokens": render(req.Messages)})
+	case "/v1/completions":
+		var req struct {
+			Prompt []uint32 `json:"prompt"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		c.mu.Lock()
+		c.prompts = append(c.prompts, req.Prompt)
+		c.mu.Unlock()
+		writeJSON(w, 200, map[string]any{"choices": []any{map[string]any{"text": "x"}}})
+	default:
+		c.fakeUpstream.ServeHTTP(w, r)
+	}
+}
+
+type connectorEngine struct{ old []uint32 }
+
+func (e connectorEngine) PrefillPage() (int, bool) { return prefillPage, true }
+func (e connectorEngine) SessionTokens(tenant, session string) ([]uint32, int, bool) {
+	if session != "s1" {
+		return nil, 0, false
+	}
+	return e.old, len(e.old) / prefillPage * prefillPage, true
+}
+
+type recordedDirectives struct {
+	mu    sync.Mutex
+	turns [][]directive.Directive
+}
+
+func (r *recordedDirectives) Submit(_ context.Context, _ string, ds []directive.Directive) directive.TurnReply {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.turns = append(r.turns, ds)
+	return directive.TurnReply{Status: directive.StatusOK}
+}
+
+func startConnectorGateway(t *testing.T, up *connectorUpstream, old []uint32) (*recordedDirectives, string) {
+	t.Helper()
+	us := httptestServer(t, up)
+	dirs := &recordedDirectives{}
+	g := New(Config{Upstream: us + "/v1", Timeout: 2 * time.Second, Engine: connectorEngine{old: old}}, dirs)
+	return dirs, httptestServer(t, g.Handler())
+}
+
+// clearBody is a chat request over msgs that clears every tool result.
+func clearBody(t *testing.T, msgs []chatwire.Message) string {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"model": "m", "messages": msgs, "context_management": map[string]any{
+		"edits": []any{map[string]any{"type": EditClearToolUses, "trigger": map[string]any{"type": "input_tokens", "value": 1},
+			"keep": map[string]any{"type": "tool_uses", "value": 0}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestConnectorEditIsPrefilledThenSpliced(t *testing.T) {
+	history := conversation(1)
+	history = append(history, chatwire.Message{Role: "user", Content: "now explain what the output says, at length, line by line"})
+	old := render(history)
+	next := append(slices.Clone(history), chatwire.Message{Role: "assistant", Content: "it lists files"},
+		chatwire.Message{Role: "user", Content: "thanks"})
+
+	up := &connectorUpstream{fakeUpstream: fakeUpstream{mode: "ok"}}
+	dirs, gw := startConnectorGateway(t, up, old)
+	if code, b := post(t, gw+"/v1/chat/completions", clearBody(t, next), SessionHeader, "s1"); code != 200 {
+		t.Fatalf("%d %s", code, b)
+	}
+	if want := []string{"/tokenize", "/v1/completions", "/v1/chat/completions"}; !slices.Equal(up.paths, want) {
+		t.Fatalf("upstream saw %v, want %v", up.paths, want)
+	}
+	if len(dirs.turns) != 1 || len(dirs.turns[0]) != 1 {
+		t.Fatalf("directives %v, want one splice", dirs.turns)
+	}
+	sp, ok := dirs.turns[0][0].(directive.Splice)
+	if !ok || sp.Session != "s1" {
+		t.Fatalf("directive %#v, want a Splice of s1", dirs.turns[0][0])
+	}
+	edited := slices.Concat(old[:sp.Start], sp.Replacement.Tokens, old[sp.End:])
+	forwarded := render(up.received[len(up.received)-1].Messages)
+	if !slices.Equal(edited, forwarded[:len(edited)]) {
+		t.Fatal("the splice does not turn the session's tokens into a prefix of the forwarded prompt")
+	}
+	f := int(sp.Start) + len(sp.Replacement.Tokens)
+	prompt := up.prompts[0]
+	if len(prompt)%prefillPage != 0 || len(prompt) < f || len(prompt) >= f+prefillPage || !slices.Equal(prompt, forwarded[:len(prompt)]) {
+		t.Fatalf("prefill of %d tokens; want the forwarded prompt to the first page boundary at or after %d", len(prompt), f)
+	}
+	if int(sp.End) >= len(old)/prefillPage*prefillPage {
+		t.Fatalf("splice ends at %d: nothing cached after it is kept", sp.End)
+	}
+}
+
+// A failed step leaves the request as it would be without the front
+// door's splice: forwarded, and nothing spliced.
+func TestConnectorEditFailureStillForwards(t *testing.T) {
+	history := append(conversation(1), chatwire.Message{Role: "user", Content: "now explain what the output says, at length"})
+	up := &connectorUpstream{fakeUpstream: fakeUpstream{mode: "ok"}, failTok: true}
+	dirs, gw := startConnectorGateway(t, up, render(history))
+	next := append(slices.Clone(history), chatwire.Message{Role: "user", Content: "thanks"})
+	if code, b := post(t, gw+"/v1/chat/completions", clearBody(t, next), SessionHeader, "s1"); code != 200 {
+		t.Fatalf("%d %s", code, b)
+	}
+	if want := []string{"/tokenize", "/v1/chat/completions"}; !slices.Equal(up.paths, want) {
+		t.Fatalf("upstream saw %v, want %v", up.paths, want)
+	}
+	if len(dirs.turns) != 0 {
+		t.Fatalf("directives %v, want none", dirs.turns)
+	}
+	// A turn with no new edit asks nothing more of the upstream.
+	up.paths = nil
+	if code, _ := post(t, gw+"/v1/chat/completions", clearBody(t, next), SessionHeader, "s1"); code != 200 || !slices.Equal(up.paths, []string{"/v1/chat/completions"}) {
+		t.Fatalf("%d, upstream saw %v", code, up.paths)
+	}
+}
+
+func httptestServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return s.URL
+}
