@@ -9,6 +9,7 @@ is spliced, so the turn after it takes what follows the edit from kvpilot.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -30,6 +31,8 @@ from kvpilot import ControlClient
 pytest.importorskip("vllm")
 
 from vllm_support.chat_model import write_chat_llama
+
+log = logging.getLogger("test_gateway_vllm")
 
 PAGE = 32  # vLLM's CPU attention wants a block size that is a multiple of 32
 SESSION = {"x-kvpilot-session": "vllm-1", "x-kvpilot-tenant": "acme"}
@@ -214,6 +217,12 @@ def test_an_edit_is_spliced_on_vllm(vllm_front_door: tuple[Any, int, int]) -> No
     # page after the replacement); what kvpilot serves past it is the
     # spliced old branch.
     assert report["cached_tokens"] >= PAGE, report
+    usage = second.usage
+    log.info(
+        "turn after the edit: %d prompt tokens, %d from kvpilot (the spliced branch)",
+        usage.prompt_tokens if usage else -1,
+        report["cached_tokens"],
+    )
 
     # The reference: the same edited prompt, computed by vLLM alone (a
     # cache salt of its own keeps vLLM's prefix cache out, and no kvpilot
