@@ -50,6 +50,7 @@ func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
 	iters := fs.Int("iters", 20000, "timed round trips per arm")
 	warmup := fs.Int("warmup", 2000, "untimed round trips per arm first")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed round trips (client and host: one process) to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -135,6 +136,11 @@ func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error
 		}
 		a.samples = make([]time.Duration, 0, *iters)
 	}
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return fmt.Errorf("bench control: %w", err)
+	}
+	defer stopProfile()
 	for done := 0; done < *iters; done += round {
 		n := min(round, *iters-done)
 		for _, a := range arms {
