@@ -98,3 +98,8 @@ func (s *Server) Stats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsResp
 func TierToProto(t tier.Tier) pb.Tier { return pb.Tier(t) + pb.Tier_TIER_DEVICE }
 
 func uitoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// Ping answers with the worker id and does nothing else.
+func (s *Server) Ping(context.Context, *pb.PingRequest) (*pb.PingResponse, error) {
+	return &pb.PingResponse{WorkerId: s.worker}, nil
+}

@@ -25,6 +25,86 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type PingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PingRequest) Reset() {
+	*x = PingRequest{}
+	mi := &file_kvpilot_v1_control_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingRequest) ProtoMessage() {}
+
+func (x *PingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kvpilot_v1_control_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
+func (*PingRequest) Descriptor() ([]byte, []int) {
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{0}
+}
+
+type PingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PingResponse) Reset() {
+	*x = PingResponse{}
+	mi := &file_kvpilot_v1_control_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingResponse) ProtoMessage() {}
+
+func (x *PingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kvpilot_v1_control_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
+func (*PingResponse) Descriptor() ([]byte, []int) {
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PingResponse) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
 type ApplyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Optional id for the audit log.
@@ -38,7 +118,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[0]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +130,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[0]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +143,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{0}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ApplyRequest) GetTurnId() string {
@@ -103,7 +183,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[1]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -115,7 +195,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[1]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -128,7 +208,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{1}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ApplyResponse) GetOk() bool {
@@ -182,7 +262,7 @@ type CacheControlRequest struct {
 
 func (x *CacheControlRequest) Reset() {
 	*x = CacheControlRequest{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[2]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -194,7 +274,7 @@ func (x *CacheControlRequest) String() string {
 func (*CacheControlRequest) ProtoMessage() {}
 
 func (x *CacheControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[2]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -207,7 +287,7 @@ func (x *CacheControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheControlRequest.ProtoReflect.Descriptor instead.
 func (*CacheControlRequest) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{2}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CacheControlRequest) GetAction() string {
@@ -271,7 +351,7 @@ type CacheControlResponse struct {
 
 func (x *CacheControlResponse) Reset() {
 	*x = CacheControlResponse{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[3]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -283,7 +363,7 @@ func (x *CacheControlResponse) String() string {
 func (*CacheControlResponse) ProtoMessage() {}
 
 func (x *CacheControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[3]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -296,7 +376,7 @@ func (x *CacheControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheControlResponse.ProtoReflect.Descriptor instead.
 func (*CacheControlResponse) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{3}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CacheControlResponse) GetStatus() string {
@@ -361,7 +441,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[4]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -373,7 +453,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[4]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -386,7 +466,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{4}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StatsRequest) GetTenant() string {
@@ -411,7 +491,7 @@ type TierStats struct {
 
 func (x *TierStats) Reset() {
 	*x = TierStats{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[5]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +503,7 @@ func (x *TierStats) String() string {
 func (*TierStats) ProtoMessage() {}
 
 func (x *TierStats) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[5]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +516,7 @@ func (x *TierStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierStats.ProtoReflect.Descriptor instead.
 func (*TierStats) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{5}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TierStats) GetTier() Tier {
@@ -520,7 +600,7 @@ type StatsResponse struct {
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[6]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +612,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[6]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +625,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{6}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StatsResponse) GetWorkerId() string {
@@ -643,7 +723,7 @@ type DegradedLease struct {
 
 func (x *DegradedLease) Reset() {
 	*x = DegradedLease{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[7]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +735,7 @@ func (x *DegradedLease) String() string {
 func (*DegradedLease) ProtoMessage() {}
 
 func (x *DegradedLease) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[7]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +748,7 @@ func (x *DegradedLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DegradedLease.ProtoReflect.Descriptor instead.
 func (*DegradedLease) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{7}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DegradedLease) GetLeaseId() string {
@@ -702,7 +782,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[8]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +794,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[8]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +807,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{8}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchEventsRequest) GetTiers() []Tier {
@@ -747,7 +827,7 @@ type StoredBlock struct {
 
 func (x *StoredBlock) Reset() {
 	*x = StoredBlock{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[9]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +839,7 @@ func (x *StoredBlock) String() string {
 func (*StoredBlock) ProtoMessage() {}
 
 func (x *StoredBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[9]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +852,7 @@ func (x *StoredBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredBlock.ProtoReflect.Descriptor instead.
 func (*StoredBlock) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{9}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StoredBlock) GetBlockHash() uint64 {
@@ -808,7 +888,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[10]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +900,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[10]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +913,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{10}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KVEvent) GetEventId() uint64 {
@@ -931,7 +1011,7 @@ type KVEvent_Stored struct {
 
 func (x *KVEvent_Stored) Reset() {
 	*x = KVEvent_Stored{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[11]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1023,7 @@ func (x *KVEvent_Stored) String() string {
 func (*KVEvent_Stored) ProtoMessage() {}
 
 func (x *KVEvent_Stored) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[11]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1036,7 @@ func (x *KVEvent_Stored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent_Stored.ProtoReflect.Descriptor instead.
 func (*KVEvent_Stored) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{10, 0}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{12, 0}
 }
 
 func (x *KVEvent_Stored) GetParentHash() uint64 {
@@ -982,7 +1062,7 @@ type KVEvent_Removed struct {
 
 func (x *KVEvent_Removed) Reset() {
 	*x = KVEvent_Removed{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[12]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1074,7 @@ func (x *KVEvent_Removed) String() string {
 func (*KVEvent_Removed) ProtoMessage() {}
 
 func (x *KVEvent_Removed) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[12]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1087,7 @@ func (x *KVEvent_Removed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent_Removed.ProtoReflect.Descriptor instead.
 func (*KVEvent_Removed) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{10, 1}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{12, 1}
 }
 
 func (x *KVEvent_Removed) GetBlockHashes() []uint64 {
@@ -1025,7 +1105,7 @@ type KVEvent_Cleared struct {
 
 func (x *KVEvent_Cleared) Reset() {
 	*x = KVEvent_Cleared{}
-	mi := &file_kvpilot_v1_control_proto_msgTypes[13]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1117,7 @@ func (x *KVEvent_Cleared) String() string {
 func (*KVEvent_Cleared) ProtoMessage() {}
 
 func (x *KVEvent_Cleared) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_control_proto_msgTypes[13]
+	mi := &file_kvpilot_v1_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1130,7 @@ func (x *KVEvent_Cleared) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent_Cleared.ProtoReflect.Descriptor instead.
 func (*KVEvent_Cleared) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{10, 2}
+	return file_kvpilot_v1_control_proto_rawDescGZIP(), []int{12, 2}
 }
 
 var File_kvpilot_v1_control_proto protoreflect.FileDescriptor
@@ -1058,7 +1138,10 @@ var File_kvpilot_v1_control_proto protoreflect.FileDescriptor
 const file_kvpilot_v1_control_proto_rawDesc = "" +
 	"\n" +
 	"\x18kvpilot/v1/control.proto\x12\n" +
-	"kvpilot.v1\x1a\x17kvpilot/v1/common.proto\x1a\x1akvpilot/v1/directive.proto\x1a\x1egoogle/protobuf/duration.proto\"v\n" +
+	"kvpilot.v1\x1a\x17kvpilot/v1/common.proto\x1a\x1akvpilot/v1/directive.proto\x1a\x1egoogle/protobuf/duration.proto\"\r\n" +
+	"\vPingRequest\"+\n" +
+	"\fPingResponse\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"v\n" +
 	"\fApplyRequest\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x125\n" +
@@ -1138,12 +1221,13 @@ const file_kvpilot_v1_control_proto_rawDesc = "" +
 	"\aRemoved\x12!\n" +
 	"\fblock_hashes\x18\x01 \x03(\x06R\vblockHashes\x1a\t\n" +
 	"\aClearedB\x06\n" +
-	"\x04data2\x9e\x02\n" +
+	"\x04data2\xd9\x02\n" +
 	"\aControl\x12<\n" +
 	"\x05Apply\x12\x18.kvpilot.v1.ApplyRequest\x1a\x19.kvpilot.v1.ApplyResponse\x12Q\n" +
 	"\fCacheControl\x12\x1f.kvpilot.v1.CacheControlRequest\x1a .kvpilot.v1.CacheControlResponse\x12<\n" +
 	"\x05Stats\x12\x18.kvpilot.v1.StatsRequest\x1a\x19.kvpilot.v1.StatsResponse\x12D\n" +
-	"\vWatchEvents\x12\x1e.kvpilot.v1.WatchEventsRequest\x1a\x13.kvpilot.v1.KVEvent0\x01B;Z9github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1;kvpilotv1b\x06proto3"
+	"\vWatchEvents\x12\x1e.kvpilot.v1.WatchEventsRequest\x1a\x13.kvpilot.v1.KVEvent0\x01\x129\n" +
+	"\x04Ping\x12\x17.kvpilot.v1.PingRequest\x1a\x18.kvpilot.v1.PingResponseB;Z9github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1;kvpilotv1b\x06proto3"
 
 var (
 	file_kvpilot_v1_control_proto_rawDescOnce sync.Once
@@ -1157,53 +1241,57 @@ func file_kvpilot_v1_control_proto_rawDescGZIP() []byte {
 	return file_kvpilot_v1_control_proto_rawDescData
 }
 
-var file_kvpilot_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_kvpilot_v1_control_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_kvpilot_v1_control_proto_goTypes = []any{
-	(*ApplyRequest)(nil),         // 0: kvpilot.v1.ApplyRequest
-	(*ApplyResponse)(nil),        // 1: kvpilot.v1.ApplyResponse
-	(*CacheControlRequest)(nil),  // 2: kvpilot.v1.CacheControlRequest
-	(*CacheControlResponse)(nil), // 3: kvpilot.v1.CacheControlResponse
-	(*StatsRequest)(nil),         // 4: kvpilot.v1.StatsRequest
-	(*TierStats)(nil),            // 5: kvpilot.v1.TierStats
-	(*StatsResponse)(nil),        // 6: kvpilot.v1.StatsResponse
-	(*DegradedLease)(nil),        // 7: kvpilot.v1.DegradedLease
-	(*WatchEventsRequest)(nil),   // 8: kvpilot.v1.WatchEventsRequest
-	(*StoredBlock)(nil),          // 9: kvpilot.v1.StoredBlock
-	(*KVEvent)(nil),              // 10: kvpilot.v1.KVEvent
-	(*KVEvent_Stored)(nil),       // 11: kvpilot.v1.KVEvent.Stored
-	(*KVEvent_Removed)(nil),      // 12: kvpilot.v1.KVEvent.Removed
-	(*KVEvent_Cleared)(nil),      // 13: kvpilot.v1.KVEvent.Cleared
-	(*Directive)(nil),            // 14: kvpilot.v1.Directive
-	(*DirectiveResult)(nil),      // 15: kvpilot.v1.DirectiveResult
-	(*Error)(nil),                // 16: kvpilot.v1.Error
-	(*durationpb.Duration)(nil),  // 17: google.protobuf.Duration
-	(Tier)(0),                    // 18: kvpilot.v1.Tier
+	(*PingRequest)(nil),          // 0: kvpilot.v1.PingRequest
+	(*PingResponse)(nil),         // 1: kvpilot.v1.PingResponse
+	(*ApplyRequest)(nil),         // 2: kvpilot.v1.ApplyRequest
+	(*ApplyResponse)(nil),        // 3: kvpilot.v1.ApplyResponse
+	(*CacheControlRequest)(nil),  // 4: kvpilot.v1.CacheControlRequest
+	(*CacheControlResponse)(nil), // 5: kvpilot.v1.CacheControlResponse
+	(*StatsRequest)(nil),         // 6: kvpilot.v1.StatsRequest
+	(*TierStats)(nil),            // 7: kvpilot.v1.TierStats
+	(*StatsResponse)(nil),        // 8: kvpilot.v1.StatsResponse
+	(*DegradedLease)(nil),        // 9: kvpilot.v1.DegradedLease
+	(*WatchEventsRequest)(nil),   // 10: kvpilot.v1.WatchEventsRequest
+	(*StoredBlock)(nil),          // 11: kvpilot.v1.StoredBlock
+	(*KVEvent)(nil),              // 12: kvpilot.v1.KVEvent
+	(*KVEvent_Stored)(nil),       // 13: kvpilot.v1.KVEvent.Stored
+	(*KVEvent_Removed)(nil),      // 14: kvpilot.v1.KVEvent.Removed
+	(*KVEvent_Cleared)(nil),      // 15: kvpilot.v1.KVEvent.Cleared
+	(*Directive)(nil),            // 16: kvpilot.v1.Directive
+	(*DirectiveResult)(nil),      // 17: kvpilot.v1.DirectiveResult
+	(*Error)(nil),                // 18: kvpilot.v1.Error
+	(*durationpb.Duration)(nil),  // 19: google.protobuf.Duration
+	(Tier)(0),                    // 20: kvpilot.v1.Tier
 }
 var file_kvpilot_v1_control_proto_depIdxs = []int32{
-	14, // 0: kvpilot.v1.ApplyRequest.directives:type_name -> kvpilot.v1.Directive
-	15, // 1: kvpilot.v1.ApplyResponse.results:type_name -> kvpilot.v1.DirectiveResult
-	16, // 2: kvpilot.v1.ApplyResponse.error:type_name -> kvpilot.v1.Error
-	17, // 3: kvpilot.v1.CacheControlRequest.ttl:type_name -> google.protobuf.Duration
-	16, // 4: kvpilot.v1.CacheControlResponse.error:type_name -> kvpilot.v1.Error
-	18, // 5: kvpilot.v1.TierStats.tier:type_name -> kvpilot.v1.Tier
-	5,  // 6: kvpilot.v1.StatsResponse.tiers:type_name -> kvpilot.v1.TierStats
-	7,  // 7: kvpilot.v1.StatsResponse.degraded_leases:type_name -> kvpilot.v1.DegradedLease
-	18, // 8: kvpilot.v1.WatchEventsRequest.tiers:type_name -> kvpilot.v1.Tier
-	18, // 9: kvpilot.v1.KVEvent.storage_tier:type_name -> kvpilot.v1.Tier
-	11, // 10: kvpilot.v1.KVEvent.stored:type_name -> kvpilot.v1.KVEvent.Stored
-	12, // 11: kvpilot.v1.KVEvent.removed:type_name -> kvpilot.v1.KVEvent.Removed
-	13, // 12: kvpilot.v1.KVEvent.cleared:type_name -> kvpilot.v1.KVEvent.Cleared
-	9,  // 13: kvpilot.v1.KVEvent.Stored.blocks:type_name -> kvpilot.v1.StoredBlock
-	0,  // 14: kvpilot.v1.Control.Apply:input_type -> kvpilot.v1.ApplyRequest
-	2,  // 15: kvpilot.v1.Control.CacheControl:input_type -> kvpilot.v1.CacheControlRequest
-	4,  // 16: kvpilot.v1.Control.Stats:input_type -> kvpilot.v1.StatsRequest
-	8,  // 17: kvpilot.v1.Control.WatchEvents:input_type -> kvpilot.v1.WatchEventsRequest
-	1,  // 18: kvpilot.v1.Control.Apply:output_type -> kvpilot.v1.ApplyResponse
-	3,  // 19: kvpilot.v1.Control.CacheControl:output_type -> kvpilot.v1.CacheControlResponse
-	6,  // 20: kvpilot.v1.Control.Stats:output_type -> kvpilot.v1.StatsResponse
-	10, // 21: kvpilot.v1.Control.WatchEvents:output_type -> kvpilot.v1.KVEvent
-	18, // [18:22] is the sub-list for method output_type
-	14, // [14:18] is the sub-list for method input_type
+	16, // 0: kvpilot.v1.ApplyRequest.directives:type_name -> kvpilot.v1.Directive
+	17, // 1: kvpilot.v1.ApplyResponse.results:type_name -> kvpilot.v1.DirectiveResult
+	18, // 2: kvpilot.v1.ApplyResponse.error:type_name -> kvpilot.v1.Error
+	19, // 3: kvpilot.v1.CacheControlRequest.ttl:type_name -> google.protobuf.Duration
+	18, // 4: kvpilot.v1.CacheControlResponse.error:type_name -> kvpilot.v1.Error
+	20, // 5: kvpilot.v1.TierStats.tier:type_name -> kvpilot.v1.Tier
+	7,  // 6: kvpilot.v1.StatsResponse.tiers:type_name -> kvpilot.v1.TierStats
+	9,  // 7: kvpilot.v1.StatsResponse.degraded_leases:type_name -> kvpilot.v1.DegradedLease
+	20, // 8: kvpilot.v1.WatchEventsRequest.tiers:type_name -> kvpilot.v1.Tier
+	20, // 9: kvpilot.v1.KVEvent.storage_tier:type_name -> kvpilot.v1.Tier
+	13, // 10: kvpilot.v1.KVEvent.stored:type_name -> kvpilot.v1.KVEvent.Stored
+	14, // 11: kvpilot.v1.KVEvent.removed:type_name -> kvpilot.v1.KVEvent.Removed
+	15, // 12: kvpilot.v1.KVEvent.cleared:type_name -> kvpilot.v1.KVEvent.Cleared
+	11, // 13: kvpilot.v1.KVEvent.Stored.blocks:type_name -> kvpilot.v1.StoredBlock
+	2,  // 14: kvpilot.v1.Control.Apply:input_type -> kvpilot.v1.ApplyRequest
+	4,  // 15: kvpilot.v1.Control.CacheControl:input_type -> kvpilot.v1.CacheControlRequest
+	6,  // 16: kvpilot.v1.Control.Stats:input_type -> kvpilot.v1.StatsRequest
+	10, // 17: kvpilot.v1.Control.WatchEvents:input_type -> kvpilot.v1.WatchEventsRequest
+	0,  // 18: kvpilot.v1.Control.Ping:input_type -> kvpilot.v1.PingRequest
+	3,  // 19: kvpilot.v1.Control.Apply:output_type -> kvpilot.v1.ApplyResponse
+	5,  // 20: kvpilot.v1.Control.CacheControl:output_type -> kvpilot.v1.CacheControlResponse
+	8,  // 21: kvpilot.v1.Control.Stats:output_type -> kvpilot.v1.StatsResponse
+	12, // 22: kvpilot.v1.Control.WatchEvents:output_type -> kvpilot.v1.KVEvent
+	1,  // 23: kvpilot.v1.Control.Ping:output_type -> kvpilot.v1.PingResponse
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -1216,19 +1304,19 @@ func file_kvpilot_v1_control_proto_init() {
 	}
 	file_kvpilot_v1_common_proto_init()
 	file_kvpilot_v1_directive_proto_init()
-	file_kvpilot_v1_control_proto_msgTypes[10].OneofWrappers = []any{
+	file_kvpilot_v1_control_proto_msgTypes[12].OneofWrappers = []any{
 		(*KVEvent_Stored_)(nil),
 		(*KVEvent_Removed_)(nil),
 		(*KVEvent_Cleared_)(nil),
 	}
-	file_kvpilot_v1_control_proto_msgTypes[11].OneofWrappers = []any{}
+	file_kvpilot_v1_control_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvpilot_v1_control_proto_rawDesc), len(file_kvpilot_v1_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

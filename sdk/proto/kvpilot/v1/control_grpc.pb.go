@@ -26,6 +26,7 @@ const (
 	Control_CacheControl_FullMethodName = "/kvpilot.v1.Control/CacheControl"
 	Control_Stats_FullMethodName        = "/kvpilot.v1.Control/Stats"
 	Control_WatchEvents_FullMethodName  = "/kvpilot.v1.Control/WatchEvents"
+	Control_Ping_FullMethodName         = "/kvpilot.v1.Control/Ping"
 )
 
 // ControlClient is the client API for Control service.
@@ -53,6 +54,10 @@ type ControlClient interface {
 	// with PERMISSION_DENIED; the status message starts with the registry
 	// code ("rate_limited: ...", "permission_denied: ...").
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[KVEvent], error)
+	// Ping answers at once with the host's worker id and touches nothing: a
+	// liveness check of the socket, and the empty call that bench control
+	// measures a directive's round trip against.
+	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
 }
 
 type controlClient struct {
@@ -112,6 +117,16 @@ func (c *controlClient) WatchEvents(ctx context.Context, in *WatchEventsRequest,
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Control_WatchEventsClient = grpc.ServerStreamingClient[KVEvent]
 
+func (c *controlClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PingResponse)
+	err := c.cc.Invoke(ctx, Control_Ping_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ControlServer is the server API for Control service.
 // All implementations must embed UnimplementedControlServer
 // for forward compatibility.
@@ -137,6 +152,10 @@ type ControlServer interface {
 	// with PERMISSION_DENIED; the status message starts with the registry
 	// code ("rate_limited: ...", "permission_denied: ...").
 	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[KVEvent]) error
+	// Ping answers at once with the host's worker id and touches nothing: a
+	// liveness check of the socket, and the empty call that bench control
+	// measures a directive's round trip against.
+	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	mustEmbedUnimplementedControlServer()
 }
 
@@ -158,6 +177,9 @@ func (UnimplementedControlServer) Stats(context.Context, *StatsRequest) (*StatsR
 }
 func (UnimplementedControlServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[KVEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchEvents not implemented")
+}
+func (UnimplementedControlServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
 }
 func (UnimplementedControlServer) mustEmbedUnimplementedControlServer() {}
 func (UnimplementedControlServer) testEmbeddedByValue()                 {}
@@ -245,6 +267,24 @@ func _Control_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Control_WatchEventsServer = grpc.ServerStreamingServer[KVEvent]
 
+func _Control_Ping_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ControlServer).Ping(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Control_Ping_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ControlServer).Ping(ctx, req.(*PingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Control_ServiceDesc is the grpc.ServiceDesc for Control service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -263,6 +303,10 @@ var Control_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _Control_Stats_Handler,
+		},
+		{
+			MethodName: "Ping",
+			Handler:    _Control_Ping_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

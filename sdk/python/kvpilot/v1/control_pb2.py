@@ -27,7 +27,7 @@ from kvpilot.v1 import directive_pb2 as kvpilot_dot_v1_dot_directive__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18kvpilot/v1/control.proto\x12\nkvpilot.v1\x1a\x17kvpilot/v1/common.proto\x1a\x1akvpilot/v1/directive.proto\x1a\x1egoogle/protobuf/duration.proto\"Z\n\x0c\x41pplyRequest\x12\x0f\n\x07turn_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12)\n\ndirectives\x18\x03 \x03(\x0b\x32\x15.kvpilot.v1.Directive\"\x8d\x01\n\rApplyResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12,\n\x07results\x18\x03 \x03(\x0b\x32\x1b.kvpilot.v1.DirectiveResult\x12 \n\x05\x65rror\x18\x04 \x01(\x0b\x32\x11.kvpilot.v1.Error\x12\x0f\n\x07warning\x18\x05 \x01(\t\"\x99\x01\n\x13\x43\x61\x63heControlRequest\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\t\x12\x14\n\x0c\x62lock_hashes\x18\x02 \x03(\x06\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12&\n\x03ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12\x0e\n\x06tenant\x18\x06 \x01(\t\"\xa6\x01\n\x14\x43\x61\x63heControlResponse\x12\x0e\n\x06status\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\x12\x13\n\x0b\x63ount_field\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12 \n\x05\x65rror\x18\x06 \x01(\x0b\x32\x11.kvpilot.v1.Error\x12\x14\n\x0ctotal_blocks\x18\x07 \x01(\x03\"\x1e\n\x0cStatsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\xa3\x01\n\tTierStats\x12\x1e\n\x04tier\x18\x01 \x01(\x0e\x32\x10.kvpilot.v1.Tier\x12\r\n\x05pages\x18\x02 \x01(\x03\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x04 \x01(\x03\x12\x14\n\x0cpinned_pages\x18\x05 \x01(\x03\x12\x14\n\x0cpinned_bytes\x18\x06 \x01(\x03\x12\x14\n\x0cleased_pages\x18\x07 \x01(\x03\"\xbc\x02\n\rStatsResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x18\n\x10page_size_tokens\x18\x02 \x01(\x03\x12$\n\x05tiers\x18\x03 \x03(\x0b\x32\x15.kvpilot.v1.TierStats\x12\x0e\n\x06leases\x18\x04 \x01(\x03\x12\x10\n\x08sessions\x18\x05 \x01(\x03\x12\x0e\n\x06tenant\x18\x06 \x01(\t\x12\x14\n\x0ctenant_pages\x18\x07 \x01(\x03\x12\x1b\n\x13tenant_pinned_pages\x18\x08 \x01(\x03\x12\x18\n\x10tenant_pin_quota\x18\t \x01(\x03\x12\x32\n\x0f\x64\x65graded_leases\x18\n \x03(\x0b\x32\x19.kvpilot.v1.DegradedLease\x12\x0c\n\x04pins\x18\x0b \x01(\x03\x12\x17\n\x0frestore_pending\x18\x0c \x01(\x08\"A\n\rDegradedLease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"5\n\x12WatchEventsRequest\x12\x1f\n\x05tiers\x18\x01 \x03(\x0e\x32\x10.kvpilot.v1.Tier\"6\n\x0bStoredBlock\x12\x12\n\nblock_hash\x18\x01 \x01(\x06\x12\x13\n\x0btokens_hash\x18\x02 \x01(\x06\"\x86\x03\n\x07KVEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x04\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12&\n\x0cstorage_tier\x18\x03 \x01(\x0e\x32\x10.kvpilot.v1.Tier\x12\x0f\n\x07\x64p_rank\x18\x04 \x01(\x05\x12,\n\x06stored\x18\x05 \x01(\x0b\x32\x1a.kvpilot.v1.KVEvent.StoredH\x00\x12.\n\x07removed\x18\x06 \x01(\x0b\x32\x1b.kvpilot.v1.KVEvent.RemovedH\x00\x12.\n\x07\x63leared\x18\x07 \x01(\x0b\x32\x1b.kvpilot.v1.KVEvent.ClearedH\x00\x1a[\n\x06Stored\x12\x18\n\x0bparent_hash\x18\x01 \x01(\x06H\x00\x88\x01\x01\x12\'\n\x06\x62locks\x18\x02 \x03(\x0b\x32\x17.kvpilot.v1.StoredBlockB\x0e\n\x0c_parent_hash\x1a\x1f\n\x07Removed\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x06\x1a\t\n\x07\x43learedB\x06\n\x04\x64\x61ta2\x9e\x02\n\x07\x43ontrol\x12<\n\x05\x41pply\x12\x18.kvpilot.v1.ApplyRequest\x1a\x19.kvpilot.v1.ApplyResponse\x12Q\n\x0c\x43\x61\x63heControl\x12\x1f.kvpilot.v1.CacheControlRequest\x1a .kvpilot.v1.CacheControlResponse\x12<\n\x05Stats\x12\x18.kvpilot.v1.StatsRequest\x1a\x19.kvpilot.v1.StatsResponse\x12\x44\n\x0bWatchEvents\x12\x1e.kvpilot.v1.WatchEventsRequest\x1a\x13.kvpilot.v1.KVEvent0\x01\x42;Z9github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1;kvpilotv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18kvpilot/v1/control.proto\x12\nkvpilot.v1\x1a\x17kvpilot/v1/common.proto\x1a\x1akvpilot/v1/directive.proto\x1a\x1egoogle/protobuf/duration.proto\"\r\n\x0bPingRequest\"!\n\x0cPingResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\"Z\n\x0c\x41pplyRequest\x12\x0f\n\x07turn_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12)\n\ndirectives\x18\x03 \x03(\x0b\x32\x15.kvpilot.v1.Directive\"\x8d\x01\n\rApplyResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12,\n\x07results\x18\x03 \x03(\x0b\x32\x1b.kvpilot.v1.DirectiveResult\x12 \n\x05\x65rror\x18\x04 \x01(\x0b\x32\x11.kvpilot.v1.Error\x12\x0f\n\x07warning\x18\x05 \x01(\t\"\x99\x01\n\x13\x43\x61\x63heControlRequest\x12\x0e\n\x06\x61\x63tion\x18\x01 \x01(\t\x12\x14\n\x0c\x62lock_hashes\x18\x02 \x03(\x06\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12&\n\x03ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12\x0e\n\x06tenant\x18\x06 \x01(\t\"\xa6\x01\n\x14\x43\x61\x63heControlResponse\x12\x0e\n\x06status\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\x12\x13\n\x0b\x63ount_field\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12 \n\x05\x65rror\x18\x06 \x01(\x0b\x32\x11.kvpilot.v1.Error\x12\x14\n\x0ctotal_blocks\x18\x07 \x01(\x03\"\x1e\n\x0cStatsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"\xa3\x01\n\tTierStats\x12\x1e\n\x04tier\x18\x01 \x01(\x0e\x32\x10.kvpilot.v1.Tier\x12\r\n\x05pages\x18\x02 \x01(\x03\x12\r\n\x05\x62ytes\x18\x03 \x01(\x03\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x04 \x01(\x03\x12\x14\n\x0cpinned_pages\x18\x05 \x01(\x03\x12\x14\n\x0cpinned_bytes\x18\x06 \x01(\x03\x12\x14\n\x0cleased_pages\x18\x07 \x01(\x03\"\xbc\x02\n\rStatsResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x18\n\x10page_size_tokens\x18\x02 \x01(\x03\x12$\n\x05tiers\x18\x03 \x03(\x0b\x32\x15.kvpilot.v1.TierStats\x12\x0e\n\x06leases\x18\x04 \x01(\x03\x12\x10\n\x08sessions\x18\x05 \x01(\x03\x12\x0e\n\x06tenant\x18\x06 \x01(\t\x12\x14\n\x0ctenant_pages\x18\x07 \x01(\x03\x12\x1b\n\x13tenant_pinned_pages\x18\x08 \x01(\x03\x12\x18\n\x10tenant_pin_quota\x18\t \x01(\x03\x12\x32\n\x0f\x64\x65graded_leases\x18\n \x03(\x0b\x32\x19.kvpilot.v1.DegradedLease\x12\x0c\n\x04pins\x18\x0b \x01(\x03\x12\x17\n\x0frestore_pending\x18\x0c \x01(\x08\"A\n\rDegradedLease\x12\x10\n\x08lease_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"5\n\x12WatchEventsRequest\x12\x1f\n\x05tiers\x18\x01 \x03(\x0e\x32\x10.kvpilot.v1.Tier\"6\n\x0bStoredBlock\x12\x12\n\nblock_hash\x18\x01 \x01(\x06\x12\x13\n\x0btokens_hash\x18\x02 \x01(\x06\"\x86\x03\n\x07KVEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x04\x12\x11\n\tworker_id\x18\x02 \x01(\t\x12&\n\x0cstorage_tier\x18\x03 \x01(\x0e\x32\x10.kvpilot.v1.Tier\x12\x0f\n\x07\x64p_rank\x18\x04 \x01(\x05\x12,\n\x06stored\x18\x05 \x01(\x0b\x32\x1a.kvpilot.v1.KVEvent.StoredH\x00\x12.\n\x07removed\x18\x06 \x01(\x0b\x32\x1b.kvpilot.v1.KVEvent.RemovedH\x00\x12.\n\x07\x63leared\x18\x07 \x01(\x0b\x32\x1b.kvpilot.v1.KVEvent.ClearedH\x00\x1a[\n\x06Stored\x12\x18\n\x0bparent_hash\x18\x01 \x01(\x06H\x00\x88\x01\x01\x12\'\n\x06\x62locks\x18\x02 \x03(\x0b\x32\x17.kvpilot.v1.StoredBlockB\x0e\n\x0c_parent_hash\x1a\x1f\n\x07Removed\x12\x14\n\x0c\x62lock_hashes\x18\x01 \x03(\x06\x1a\t\n\x07\x43learedB\x06\n\x04\x64\x61ta2\xd9\x02\n\x07\x43ontrol\x12<\n\x05\x41pply\x12\x18.kvpilot.v1.ApplyRequest\x1a\x19.kvpilot.v1.ApplyResponse\x12Q\n\x0c\x43\x61\x63heControl\x12\x1f.kvpilot.v1.CacheControlRequest\x1a .kvpilot.v1.CacheControlResponse\x12<\n\x05Stats\x12\x18.kvpilot.v1.StatsRequest\x1a\x19.kvpilot.v1.StatsResponse\x12\x44\n\x0bWatchEvents\x12\x1e.kvpilot.v1.WatchEventsRequest\x1a\x13.kvpilot.v1.KVEvent0\x01\x12\x39\n\x04Ping\x12\x17.kvpilot.v1.PingRequest\x1a\x18.kvpilot.v1.PingResponseB;Z9github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1;kvpilotv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,34 +35,38 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kvpilot.v1.control_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z9github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1;kvpilotv1'
-  _globals['_APPLYREQUEST']._serialized_start=125
-  _globals['_APPLYREQUEST']._serialized_end=215
-  _globals['_APPLYRESPONSE']._serialized_start=218
-  _globals['_APPLYRESPONSE']._serialized_end=359
-  _globals['_CACHECONTROLREQUEST']._serialized_start=362
-  _globals['_CACHECONTROLREQUEST']._serialized_end=515
-  _globals['_CACHECONTROLRESPONSE']._serialized_start=518
-  _globals['_CACHECONTROLRESPONSE']._serialized_end=684
-  _globals['_STATSREQUEST']._serialized_start=686
-  _globals['_STATSREQUEST']._serialized_end=716
-  _globals['_TIERSTATS']._serialized_start=719
-  _globals['_TIERSTATS']._serialized_end=882
-  _globals['_STATSRESPONSE']._serialized_start=885
-  _globals['_STATSRESPONSE']._serialized_end=1201
-  _globals['_DEGRADEDLEASE']._serialized_start=1203
-  _globals['_DEGRADEDLEASE']._serialized_end=1268
-  _globals['_WATCHEVENTSREQUEST']._serialized_start=1270
-  _globals['_WATCHEVENTSREQUEST']._serialized_end=1323
-  _globals['_STOREDBLOCK']._serialized_start=1325
-  _globals['_STOREDBLOCK']._serialized_end=1379
-  _globals['_KVEVENT']._serialized_start=1382
-  _globals['_KVEVENT']._serialized_end=1772
-  _globals['_KVEVENT_STORED']._serialized_start=1629
-  _globals['_KVEVENT_STORED']._serialized_end=1720
-  _globals['_KVEVENT_REMOVED']._serialized_start=1722
-  _globals['_KVEVENT_REMOVED']._serialized_end=1753
-  _globals['_KVEVENT_CLEARED']._serialized_start=1755
-  _globals['_KVEVENT_CLEARED']._serialized_end=1764
-  _globals['_CONTROL']._serialized_start=1775
-  _globals['_CONTROL']._serialized_end=2061
+  _globals['_PINGREQUEST']._serialized_start=125
+  _globals['_PINGREQUEST']._serialized_end=138
+  _globals['_PINGRESPONSE']._serialized_start=140
+  _globals['_PINGRESPONSE']._serialized_end=173
+  _globals['_APPLYREQUEST']._serialized_start=175
+  _globals['_APPLYREQUEST']._serialized_end=265
+  _globals['_APPLYRESPONSE']._serialized_start=268
+  _globals['_APPLYRESPONSE']._serialized_end=409
+  _globals['_CACHECONTROLREQUEST']._serialized_start=412
+  _globals['_CACHECONTROLREQUEST']._serialized_end=565
+  _globals['_CACHECONTROLRESPONSE']._serialized_start=568
+  _globals['_CACHECONTROLRESPONSE']._serialized_end=734
+  _globals['_STATSREQUEST']._serialized_start=736
+  _globals['_STATSREQUEST']._serialized_end=766
+  _globals['_TIERSTATS']._serialized_start=769
+  _globals['_TIERSTATS']._serialized_end=932
+  _globals['_STATSRESPONSE']._serialized_start=935
+  _globals['_STATSRESPONSE']._serialized_end=1251
+  _globals['_DEGRADEDLEASE']._serialized_start=1253
+  _globals['_DEGRADEDLEASE']._serialized_end=1318
+  _globals['_WATCHEVENTSREQUEST']._serialized_start=1320
+  _globals['_WATCHEVENTSREQUEST']._serialized_end=1373
+  _globals['_STOREDBLOCK']._serialized_start=1375
+  _globals['_STOREDBLOCK']._serialized_end=1429
+  _globals['_KVEVENT']._serialized_start=1432
+  _globals['_KVEVENT']._serialized_end=1822
+  _globals['_KVEVENT_STORED']._serialized_start=1679
+  _globals['_KVEVENT_STORED']._serialized_end=1770
+  _globals['_KVEVENT_REMOVED']._serialized_start=1772
+  _globals['_KVEVENT_REMOVED']._serialized_end=1803
+  _globals['_KVEVENT_CLEARED']._serialized_start=1805
+  _globals['_KVEVENT_CLEARED']._serialized_end=1814
+  _globals['_CONTROL']._serialized_start=1825
+  _globals['_CONTROL']._serialized_end=2170
 # @@protoc_insertion_point(module_scope)

@@ -54,6 +54,11 @@ class ControlStub:
                 request_serializer=kvpilot_dot_v1_dot_control__pb2.WatchEventsRequest.SerializeToString,
                 response_deserializer=kvpilot_dot_v1_dot_control__pb2.KVEvent.FromString,
                 _registered_method=True)
+        self.Ping = channel.unary_unary(
+                '/kvpilot.v1.Control/Ping',
+                request_serializer=kvpilot_dot_v1_dot_control__pb2.PingRequest.SerializeToString,
+                response_deserializer=kvpilot_dot_v1_dot_control__pb2.PingResponse.FromString,
+                _registered_method=True)
 
 
 class ControlServicer:
@@ -100,6 +105,15 @@ class ControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Ping(self, request, context):
+        """Ping answers at once with the host's worker id and touches nothing: a
+        liveness check of the socket, and the empty call that bench control
+        measures a directive's round trip against.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -122,6 +136,11 @@ def add_ControlServicer_to_server(servicer, server):
                     servicer.WatchEvents,
                     request_deserializer=kvpilot_dot_v1_dot_control__pb2.WatchEventsRequest.FromString,
                     response_serializer=kvpilot_dot_v1_dot_control__pb2.KVEvent.SerializeToString,
+            ),
+            'Ping': grpc.unary_unary_rpc_method_handler(
+                    servicer.Ping,
+                    request_deserializer=kvpilot_dot_v1_dot_control__pb2.PingRequest.FromString,
+                    response_serializer=kvpilot_dot_v1_dot_control__pb2.PingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -232,6 +251,33 @@ class Control:
             '/kvpilot.v1.Control/WatchEvents',
             kvpilot_dot_v1_dot_control__pb2.WatchEventsRequest.SerializeToString,
             kvpilot_dot_v1_dot_control__pb2.KVEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Ping(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kvpilot.v1.Control/Ping',
+            kvpilot_dot_v1_dot_control__pb2.PingRequest.SerializeToString,
+            kvpilot_dot_v1_dot_control__pb2.PingResponse.FromString,
             options,
             channel_credentials,
             insecure,
