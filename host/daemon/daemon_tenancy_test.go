@@ -142,6 +142,7 @@ func TestControlTenancyAcrossUIDs(t *testing.T) {
 	}
 
 	// The refusals are in the audit log under the peer's uid.
+	d.core.audit.Flush()
 	recs, err := executor.ReadAuditFile(filepath.Join(c.DataDir, "audit.log"))
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func TestEveryDoorCountsAndAuditsAlike(t *testing.T) {
 		if n := delta(`kvpilot_directive_duration_seconds_count{verb="Cache"}`); n != 2 {
 			t.Errorf("%s: %v latencies observed, want 2", door.name, n)
 		}
-		auditedBoth(t, c.DataDir, door.name, door.source, string(directive.VerbCache))
+		auditedBoth(t, d, c.DataDir, door.name, door.source, string(directive.VerbCache))
 	}
 
 	// The engine's door: Finish with cache_control pins the prompt.
@@ -83,7 +83,7 @@ func TestEveryDoorCountsAndAuditsAlike(t *testing.T) {
 	if n := after[`kvpilot_directive_duration_seconds_count{verb="pin_prefix"}`] - before[`kvpilot_directive_duration_seconds_count{verb="pin_prefix"}`]; n != 1 {
 		t.Errorf("engine: %v latencies observed, want 1", n)
 	}
-	recs := auditRecords(t, c.DataDir)
+	recs := auditRecords(t, d, c.DataDir)
 	if !has(recs, func(r executor.Record) bool {
 		return strings.HasPrefix(r.Source, "engine:") && r.Verb == "pin_prefix" && r.Status == directive.StatusOK
 	}) {
@@ -93,9 +93,9 @@ func TestEveryDoorCountsAndAuditsAlike(t *testing.T) {
 
 // auditedBoth checks that door left an applied and a refused record of
 // verb under a source starting with source.
-func auditedBoth(t *testing.T, dataDir, door, source, verb string) {
+func auditedBoth(t *testing.T, d *Daemon, dataDir, door, source, verb string) {
 	t.Helper()
-	recs := auditRecords(t, dataDir)
+	recs := auditRecords(t, d, dataDir)
 	ok := has(recs, func(r executor.Record) bool {
 		return strings.HasPrefix(r.Source, source) && r.Verb == verb && r.Status == directive.StatusOK
 	})
@@ -107,8 +107,9 @@ func auditedBoth(t *testing.T, dataDir, door, source, verb string) {
 	}
 }
 
-func auditRecords(t *testing.T, dataDir string) []executor.Record {
+func auditRecords(t *testing.T, d *Daemon, dataDir string) []executor.Record {
 	t.Helper()
+	d.core.audit.Flush()
 	recs, err := executor.ReadAuditFile(filepath.Join(dataDir, "audit.log"))
 	if err != nil {
 		t.Fatal(err)

@@ -77,6 +77,7 @@ func TestPolicyPinsThroughExecutorAndHotSwaps(t *testing.T) {
 		return p.PinCount > 0
 	})
 
+	d.core.audit.Flush()
 	recs, err := executor.ReadAuditFile(filepath.Join(dir, "data", "audit.log"))
 	if err != nil {
 		t.Fatal(err)

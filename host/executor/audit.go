@@ -3,6 +3,7 @@ package executor
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -47,15 +48,34 @@ type AuditLog interface {
 }
 
 // FileAudit appends JSON lines to a file opened O_APPEND with mode 0600.
-// Each turn is written with one write call, so concurrent writers (or a
-// crash) never interleave a turn's lines with another's. With Sync set it
-// fsyncs after every turn.
+// A turn's lines are always written together, in order, so concurrent
+// writers (or a crash) never interleave a turn's lines with another's.
+//
+// With Sync set, Append writes and fsyncs each turn before it returns.
+// Without it, Append queues the lines and returns, and they are written
+// in one call with those of the next WriteBehind: a write is several
+// microseconds of a directive's round trip, while the audit log is a
+// trail for operators, not the host's state (pins and leases are saved
+// apart, host/meta). A crash can lose the last WriteBehind of lines;
+// Flush writes them now, and Close writes what is left.
 type FileAudit struct {
-	mu   sync.Mutex
-	f    *os.File
-	buf  []byte
-	sync bool
+	mu      sync.Mutex
+	f       *os.File
+	sync    bool
+	pending []byte // lines appended and not yet written
+	spare   []byte
+	timer   *time.Timer
+	// werr is the last write's failure, reported by the next Append.
+	werr error
+	// wmu orders writes: lines reach the file in the order of Append.
+	wmu       sync.Mutex
+	closeOnce sync.Once
+	closeErr  error
 }
+
+// WriteBehind is how long a FileAudit without Sync holds lines before it
+// writes them.
+const WriteBehind = time.Millisecond
 
 // OpenFileAudit opens (creating if needed) the audit log at path.
 func OpenFileAudit(path string, fsync bool) (*FileAudit, error) {
@@ -63,45 +83,78 @@ func OpenFileAudit(path string, fsync bool) (*FileAudit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}
-	return &FileAudit{f: f, sync: fsync}, nil
+	a := &FileAudit{f: f, sync: fsync}
+	a.timer = time.AfterFunc(time.Hour, a.Flush)
+	a.timer.Stop()
+	return a, nil
 }
 
-// Append writes recs as JSON lines.
+// Append writes recs as JSON lines (see FileAudit for when).
 func (a *FileAudit) Append(recs []Record) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.f == nil {
-		return fmt.Errorf("audit log: %w", os.ErrClosed)
-	}
-	a.buf = a.buf[:0]
+	var lines []byte
 	for i := range recs {
 		line, err := json.Marshal(&recs[i])
 		if err != nil {
 			return fmt.Errorf("audit log: encode record: %w", err)
 		}
-		a.buf = append(append(a.buf, line...), '\n')
+		lines = append(append(lines, line...), '\n')
 	}
-	if _, err := a.f.Write(a.buf); err != nil {
-		return fmt.Errorf("audit log: write %s: %w", a.f.Name(), err)
-	}
-	if a.sync {
-		if err := a.f.Sync(); err != nil {
-			return fmt.Errorf("audit log: fsync %s: %w", a.f.Name(), err)
-		}
-	}
-	return nil
-}
-
-// Close closes the file.
-func (a *FileAudit) Close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.f == nil {
+		return fmt.Errorf("audit log: %w", os.ErrClosed)
+	}
+	if a.sync {
+		if _, err := a.f.Write(lines); err != nil {
+			return fmt.Errorf("audit log: write %s: %w", a.f.Name(), err)
+		}
+		if err := a.f.Sync(); err != nil {
+			return fmt.Errorf("audit log: fsync %s: %w", a.f.Name(), err)
+		}
 		return nil
 	}
-	err := a.f.Close()
-	a.f = nil
+	if len(a.pending) == 0 {
+		a.timer.Reset(WriteBehind)
+	}
+	a.pending = append(a.pending, lines...)
+	err := a.werr
+	a.werr = nil
 	return err
+}
+
+// Flush writes every line appended so far.
+func (a *FileAudit) Flush() {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	a.mu.Lock()
+	buf, f := a.pending, a.f
+	a.pending, a.spare = a.spare[:0], nil
+	a.mu.Unlock()
+	if len(buf) == 0 || f == nil {
+		return
+	}
+	_, err := f.Write(buf)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.spare = buf[:0]
+	if err != nil {
+		a.werr = fmt.Errorf("audit log: write %s: %w", f.Name(), err)
+	}
+}
+
+// Close writes what is queued and closes the file.
+func (a *FileAudit) Close() error {
+	a.closeOnce.Do(func() {
+		a.timer.Stop()
+		a.Flush()
+		a.wmu.Lock()
+		defer a.wmu.Unlock()
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.closeErr = errors.Join(a.werr, a.f.Close())
+		a.f = nil
+	})
+	return a.closeErr
 }
 
 // ReadAuditFile reads a JSON-lines audit log back, for tools and tests.
