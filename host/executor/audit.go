@@ -62,8 +62,12 @@ type FileAudit struct {
 	mu      sync.Mutex
 	f       *os.File
 	sync    bool
-	pending []byte // lines appended and not yet written
-	spare   []byte
+	// pending are the records appended and not yet written; encoding them
+	// waits for the write too. Records are values: a caller never changes
+	// one it appended.
+	pending []Record
+	spare   []Record
+	buf     []byte // Flush's encoding buffer (under wmu)
 	timer   *time.Timer
 	// werr is the last write's failure, reported by the next Append.
 	werr error
@@ -91,20 +95,16 @@ func OpenFileAudit(path string, fsync bool) (*FileAudit, error) {
 
 // Append writes recs as JSON lines (see FileAudit for when).
 func (a *FileAudit) Append(recs []Record) error {
-	var lines []byte
-	for i := range recs {
-		line, err := json.Marshal(&recs[i])
-		if err != nil {
-			return fmt.Errorf("audit log: encode record: %w", err)
-		}
-		lines = append(append(lines, line...), '\n')
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.f == nil {
 		return fmt.Errorf("audit log: %w", os.ErrClosed)
 	}
 	if a.sync {
+		lines, err := encodeRecords(nil, recs)
+		if err != nil {
+			return err
+		}
 		if _, err := a.f.Write(lines); err != nil {
 			return fmt.Errorf("audit log: write %s: %w", a.f.Name(), err)
 		}
@@ -116,29 +116,47 @@ func (a *FileAudit) Append(recs []Record) error {
 	if len(a.pending) == 0 {
 		a.timer.Reset(WriteBehind)
 	}
-	a.pending = append(a.pending, lines...)
+	a.pending = append(a.pending, recs...)
 	err := a.werr
 	a.werr = nil
 	return err
 }
 
-// Flush writes every line appended so far.
+// encodeRecords appends recs to buf as JSON lines.
+func encodeRecords(buf []byte, recs []Record) ([]byte, error) {
+	for i := range recs {
+		line, err := json.Marshal(&recs[i])
+		if err != nil {
+			return buf, fmt.Errorf("audit log: encode record: %w", err)
+		}
+		buf = append(append(buf, line...), '\n')
+	}
+	return buf, nil
+}
+
+// Flush writes every record appended so far.
 func (a *FileAudit) Flush() {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
 	a.mu.Lock()
-	buf, f := a.pending, a.f
+	recs, f := a.pending, a.f
 	a.pending, a.spare = a.spare[:0], nil
 	a.mu.Unlock()
-	if len(buf) == 0 || f == nil {
+	if len(recs) == 0 || f == nil {
 		return
 	}
-	_, err := f.Write(buf)
+	var err error
+	if a.buf, err = encodeRecords(a.buf[:0], recs); err == nil {
+		if _, werr := f.Write(a.buf); werr != nil {
+			err = fmt.Errorf("audit log: write %s: %w", f.Name(), werr)
+		}
+	}
+	clear(recs) // drop the strings they hold
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.spare = buf[:0]
+	a.spare = recs[:0]
 	if err != nil {
-		a.werr = fmt.Errorf("audit log: write %s: %w", f.Name(), err)
+		a.werr = err
 	}
 }
 
