@@ -59,9 +59,9 @@ type AuditLog interface {
 // apart, host/meta). A crash can lose the last WriteBehind of lines;
 // Flush writes them now, and Close writes what is left.
 type FileAudit struct {
-	mu      sync.Mutex
-	f       *os.File
-	sync    bool
+	mu   sync.Mutex
+	f    *os.File
+	sync bool
 	// pending are the records appended and not yet written; encoding them
 	// waits for the write too. Records are values: a caller never changes
 	// one it appended.

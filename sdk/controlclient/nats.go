@@ -1,6 +1,7 @@
 package controlclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -206,6 +207,9 @@ func (e *QueuedError) Error() string {
 // "seq"}, no "status"), which a host's command stream sends in place of
 // the host's answer.
 func queuedIn(data []byte) *QueuedError {
+	if bytes.Contains(data, []byte(`"status"`)) {
+		return nil // every answer of the host's has one; skip a second decode
+	}
 	var ack struct {
 		Stream string          `json:"stream"`
 		Seq    uint64          `json:"seq"`

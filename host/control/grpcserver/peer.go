@@ -2,7 +2,7 @@ package grpcserver
 
 import (
 	"context"
-	"fmt"
+	"strconv"
 
 	"google.golang.org/grpc/metadata"
 
@@ -24,7 +24,7 @@ func uidOf(ctx context.Context) int {
 func sourceOf(ctx context.Context) string {
 	src := "uds:uid=?"
 	if p, ok := rpcpeer.Of(ctx); ok {
-		src = fmt.Sprintf("uds:uid=%d", p.UID)
+		src = "uds:uid=" + strconv.Itoa(p.UID)
 	}
 	if name := metadataValue(ctx, controlclient.MetadataSource); name != "" {
 		src += ":" + name
