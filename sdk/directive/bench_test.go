@@ -1,6 +1,9 @@
 package directive
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 func BenchmarkDecodeCommand(b *testing.B) {
 	data := []byte(`{"type": "Pause", "block_hashes": [666, 777], "ttl_seconds": 3600, "lease_id": "session-abc"}`)
@@ -32,6 +35,21 @@ func BenchmarkValidateTurn(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := ValidateTurn(t, Limits{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeTurnCache is what a host decodes for bench control's NATS
+// arm: a one-directive turn as the Go client encodes it.
+func BenchmarkDecodeTurnCache(b *testing.B) {
+	data, err := json.Marshal(Turn{Directives: []Directive{Cache{BlockHashes: []Hash{1234567890123}, Pin: true}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeTurn(data, Limits{}); err != nil {
 			b.Fatal(err)
 		}
 	}
