@@ -183,10 +183,13 @@ func (s *Store) Put(ctx context.Context, pe pool.Entry, page []byte) error {
 	s.nextGen++
 	s.mu.Unlock()
 
-	h := header{fp: s.fp, entry: pe, length: uint32(len(page)), payloadSum: payloadSum(page), gen: gen}
 	var hb [headerSize]byte
-	h.encode(hb[:])
-	if err := s.writeRecord(slot, hb[:], page); err != nil {
+	seal := func(sum uint64) []byte {
+		h := header{fp: s.fp, entry: pe, length: uint32(len(page)), payloadSum: sum, gen: gen}
+		h.encode(hb[:])
+		return hb[:]
+	}
+	if err := s.writeRecord(slot, seal, page); err != nil {
 		s.tombstone(slot)
 		s.alloc.Free(slot)
 		return fmt.Errorf("disk put %v: %w", key, err)
@@ -201,13 +204,15 @@ func (s *Store) Put(ctx context.Context, pe pool.Entry, page []byte) error {
 	return nil
 }
 
-func (s *Store) writeRecord(slot pool.Slot, hdr, page []byte) error {
+// writeRecord writes page and then the header seal encodes for its
+// checksum (overlap.go).
+func (s *Store) writeRecord(slot pool.Slot, seal func(sum uint64) []byte, page []byte) error {
 	s.io.RLock()
 	defer s.io.RUnlock()
 	if s.closed {
 		return pool.ErrClosed
 	}
-	if err := pwritevFull(int(s.f.Fd()), [][]byte{page, hdr}, int64(slot)*s.rec); err != nil {
+	if err := writeHashed(int(s.f.Fd()), page, int64(slot)*s.rec, seal); err != nil {
 		return err
 	}
 	if s.fsync == FsyncAlways {
@@ -237,9 +242,9 @@ func (s *Store) Get(ctx context.Context, key pool.Key, dst []byte) error {
 	s.mu.Unlock()
 
 	var hb [headerSize]byte
-	err := s.readRecord(e.slot, hb[:], dst)
+	sum, err := s.readRecord(e.slot, hb[:], dst)
 	if err == nil {
-		err = s.verify(hb[:], key, e.gen, dst)
+		err = s.verify(hb[:], key, e.gen, len(dst), sum)
 		if err != nil {
 			err = fmt.Errorf("%w: %v", pool.ErrCorrupt, err)
 		}
@@ -264,16 +269,20 @@ func (s *Store) Get(ctx context.Context, key pool.Key, dst []byte) error {
 	return nil
 }
 
-func (s *Store) readRecord(slot pool.Slot, hdr, page []byte) error {
+// readRecord reads the record at slot and returns its page's checksum
+// (overlap.go).
+func (s *Store) readRecord(slot pool.Slot, hdr, page []byte) (uint64, error) {
 	s.io.RLock()
 	defer s.io.RUnlock()
 	if s.closed {
-		return pool.ErrClosed
+		return 0, pool.ErrClosed
 	}
-	return preadvFull(int(s.f.Fd()), [][]byte{page, hdr}, int64(slot)*s.rec)
+	return readHashed(int(s.f.Fd()), page, hdr, int64(slot)*s.rec)
 }
 
-func (s *Store) verify(hb []byte, key pool.Key, gen uint64, page []byte) error {
+// verify checks a record's header against what the index expects, and the
+// checksum of the page read (sum, of n bytes) against the header's.
+func (s *Store) verify(hb []byte, key pool.Key, gen uint64, n int, sum uint64) error {
 	var h header
 	if err := h.decode(hb); err != nil {
 		return err
@@ -283,11 +292,11 @@ func (s *Store) verify(hb []byte, key pool.Key, gen uint64, page []byte) error {
 		return fmt.Errorf("record is for layout %s, not %s", h.fp, s.fp)
 	case h.entry.Key != key || h.gen != gen:
 		return fmt.Errorf("record holds %v gen %d, index says %v gen %d", h.entry.Key, h.gen, key, gen)
-	case int(h.length) != len(page):
-		return fmt.Errorf("record length %d, page is %d", h.length, len(page))
+	case int(h.length) != n:
+		return fmt.Errorf("record length %d, page is %d", h.length, n)
 	}
-	if got := payloadSum(page); got != h.payloadSum {
-		return fmt.Errorf("payload checksum %016x, stored %016x", got, h.payloadSum)
+	if sum != h.payloadSum {
+		return fmt.Errorf("payload checksum %016x, stored %016x", sum, h.payloadSum)
 	}
 	return nil
 }
