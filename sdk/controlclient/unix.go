@@ -100,6 +100,15 @@ func (c *UnixClient) CacheControl(ctx context.Context, cc directive.CacheControl
 // Stats implements Client.
 func (c *UnixClient) Stats(ctx context.Context) (Stats, error) { return c.TenantStats(ctx, "") }
 
+// Ping checks the host answers on the socket and returns its worker id.
+func (c *UnixClient) Ping(ctx context.Context) (string, error) {
+	resp, err := c.rpc.Ping(c.ctx(ctx), &pb.PingRequest{})
+	if err != nil {
+		return "", convert.FromGRPCStatus(err)
+	}
+	return resp.GetWorkerId(), nil
+}
+
 // TenantStats implements Client.
 func (c *UnixClient) TenantStats(ctx context.Context, tenant string) (Stats, error) {
 	resp, err := c.rpc.Stats(c.ctx(ctx), &pb.StatsRequest{Tenant: tenant})

@@ -39,6 +39,10 @@ func TestStatsReportDegradedLeases(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// A host with a degraded lease still answers Ping.
+	if id, err := e.uds.Ping(ctx); err != nil || id == "" {
+		t.Fatalf("Ping: %q %v", id, err)
+	}
 	for _, tenant := range []string{"", "acme"} {
 		st, err := e.uds.TenantStats(ctx, tenant)
 		if err != nil {

@@ -368,6 +368,11 @@ class ControlClient:
             raise err
         return result
 
+    def ping(self, *, timeout: float | None = None) -> str:
+        """Checks the host answers on the socket; returns its worker id."""
+        r = self._rpc(self._stub.Ping, control_pb2.PingRequest(), timeout)
+        return str(r.worker_id)
+
     def stats(self, tenant: str = "", *, timeout: float | None = None) -> Stats:
         """Each tier's pages, bytes, pinned and leased pages: host-wide, or
         one tenant's.

@@ -32,6 +32,7 @@ def test_pin_prefix_shows_in_stats(kvpilot_host) -> None:
     ):
         hashes = commit_prefix(c, tokens, "pinned")
         before = ctl.stats()
+        assert ctl.ping() == before.worker_id
         assert before.page_size_tokens == PAGE
         assert before.tiers["device"].pages == 3 and before.tiers["device"].pinned_pages == 0
 
