@@ -2,6 +2,7 @@ package executor
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -178,7 +179,7 @@ func (o *op) describe() string {
 	case o.lease != "" && len(o.hashes) == 0:
 		return "lease " + o.lease
 	case o.tokens != nil:
-		return fmt.Sprintf("%d tokens", len(o.tokens))
+		return strconv.Itoa(len(o.tokens)) + " tokens"
 	case len(o.hashes) > 0:
 		var b strings.Builder
 		b.WriteString("blocks ")
@@ -190,7 +191,7 @@ func (o *op) describe() string {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			fmt.Fprint(&b, h)
+			b.WriteString(strconv.FormatUint(h, 10))
 		}
 		if o.lease != "" {
 			b.WriteString(" lease " + o.lease)
