@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
 	"github.com/kvpilot/kvpilot/host/bench/scenario"
+	"github.com/kvpilot/kvpilot/host/freeport"
 )
 
 // result is one pass: what the clients saw, the engine's totals, what the
@@ -164,14 +165,7 @@ func replay(ctx context.Context, o options, url string, sessions []session, rec 
 	return err
 }
 
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+func freePort() (string, error) { return freeport.Addr() }
 
 func waitTCP(ctx context.Context, addr string) error {
 	deadline := time.Now().Add(30 * time.Second)

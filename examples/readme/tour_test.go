@@ -7,7 +7,6 @@ package readme
 import (
 	"bufio"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvpilot/kvpilot/host/freeport"
 )
 
 // shellLine is one command of a README shell block: its text (comments
@@ -113,14 +114,15 @@ func notRun(text string) (string, bool) {
 	return "", false
 }
 
+// freePort is a port for the host to listen on across the tour's
+// restarts (see freeport for why not an ephemeral one).
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // tour is the newcomer's machine: the repository, a working directory

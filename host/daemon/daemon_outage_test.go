@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kvpilot/kvpilot/host/freeport"
 	"github.com/kvpilot/kvpilot/host/natsembed"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
 	"github.com/kvpilot/kvpilot/sdk/directive"
@@ -19,12 +19,11 @@ import (
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ps, err := freeport.Ports(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	return strconv.Itoa(ps[0])
 }
 
 // eventLog collects the KV events a router would see, by event_id.

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvpilot/kvpilot/host/freeport"
 )
 
 // Node is one nats-server process.
@@ -223,19 +224,5 @@ func jetStreamReady(ctx context.Context, url string) error {
 	return err
 }
 
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	ls := make([]net.Listener, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls[i] = l
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports, nil
-}
+// freePorts are the nodes' client and route ports, kept across restarts.
+func freePorts(n int) ([]int, error) { return freeport.Ports(n) }
