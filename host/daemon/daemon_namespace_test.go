@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/engineclient"
 )
@@ -90,6 +91,14 @@ func TestShareGroupSharesPrefixesOnly(t *testing.T) {
 
 	ma := nsTurn(t, cl, "alice", "sa", toks, 10)
 	before := readSlots(t, cl, ma.PageSlots)
+	// The device tier (8 pages) is full with alice's and carol's pages; the
+	// splice's fresh pages evict carol's, which needs their write-through
+	// to the host tier done (slow on a loaded machine).
+	waitFor(t, "the write-through of the device pages", func() bool {
+		ix := d.core.index.Lock()
+		defer d.core.index.Unlock()
+		return ix.Stats().Tiers[tier.Host].Pages >= 8
+	})
 	// Bob evicts [4, 8) of his session: the pages after it move by -4 and
 	// are re-rotated. They are alice's pages too, so they must be copied.
 	r := d.Executor().Apply(context.Background(), directive.Turn{Source: "test", Tenant: "bob",
