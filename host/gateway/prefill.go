@@ -72,6 +72,7 @@ func (s *Server) prefillEdits(ctx context.Context, t *turn, raw map[string]json.
 	toks, err := s.tokenize(ctx, raw)
 	if err != nil {
 		log.Warn("edit not spliced: tokenizing the edited messages failed", "error", err)
+		s.countEngineSplice(outcomeTokenize, 0)
 		return
 	}
 	e, ok := splice.DiffGrown(old[:min(cached, len(old))], toks)
@@ -83,19 +84,24 @@ func (s *Server) prefillEdits(ctx context.Context, t *turn, raw map[string]json.
 	if end >= len(toks) {
 		return // the request's own prefill reaches no kept token
 	}
+	prefilled := 0
 	if end > e.Start/page*page {
 		if err := s.prefill(ctx, raw["model"], toks[:end], t.tenant); err != nil {
 			log.Warn("edit not spliced: the prefill request failed", "error", err)
+			s.countEngineSplice(outcomePrefill, 0)
 			return
 		}
+		prefilled = end - e.Start/page*page // from the page the edit starts in: no prefix cache holds it
 	}
 	sp := directive.Splice{Session: t.sess.id, Start: int64(e.Start), End: int64(e.End),
 		Replacement: directive.Replacement{Tokens: e.Replacement}}
 	reply := s.dirs.Submit(ctx, t.tenant, []directive.Directive{sp})
 	if reply.Status != directive.StatusOK {
 		log.Warn("edit not spliced: the splice was refused", "error", reply.Error)
+		s.countEngineSplice(outcomeSplice, prefilled)
 		return
 	}
+	s.countEngineSplice(outcomeSpliced, prefilled)
 	log.Debug("edit spliced", "start", e.Start, "end", e.End, "replacement", len(e.Replacement), "prefilled_to", end, "kept", cached-e.End)
 }
 
@@ -146,4 +152,19 @@ func (s *Server) prefill(ctx context.Context, model json.RawMessage, tokens []ui
 	defer resp.Body.Close()
 	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	return err
+}
+
+// Outcomes of a front-door splice, for kvpilot_gateway_engine_splices_total.
+const (
+	outcomeSpliced  = "spliced"
+	outcomeTokenize = "tokenize"
+	outcomePrefill  = "prefill"
+	outcomeSplice   = "splice"
+)
+
+func (s *Server) countEngineSplice(outcome string, prefilled int) {
+	if m := s.cfg.Metrics; m != nil {
+		m.EngineSplices.WithLabelValues(outcome).Inc()
+		m.PrefilledTokens.Add(float64(prefilled))
+	}
 }

@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 )
@@ -96,12 +100,22 @@ func (r *recordedDirectives) Submit(_ context.Context, _ string, ds []directive.
 	return directive.TurnReply{Status: directive.StatusOK}
 }
 
-func startConnectorGateway(t *testing.T, up *connectorUpstream, old []uint32) (*recordedDirectives, string) {
+func startConnectorGateway(t *testing.T, up *connectorUpstream, old []uint32) (*recordedDirectives, *metrics.Gateway, string) {
 	t.Helper()
 	us := httptestServer(t, up)
 	dirs := &recordedDirectives{}
-	g := New(Config{Upstream: us + "/v1", Timeout: 2 * time.Second, Engine: connectorEngine{old: old}}, dirs)
-	return dirs, httptestServer(t, g.Handler())
+	m := &metrics.New().Gateway
+	g := New(Config{Upstream: us + "/v1", Timeout: 2 * time.Second, Engine: connectorEngine{old: old}, Metrics: m}, dirs)
+	return dirs, m, httptestServer(t, g.Handler())
+}
+
+func counted(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }
 
 // clearBody is a chat request over msgs that clears every tool result.
@@ -124,7 +138,7 @@ func TestConnectorEditIsPrefilledThenSpliced(t *testing.T) {
 		chatwire.Message{Role: "user", Content: "thanks"})
 
 	up := &connectorUpstream{fakeUpstream: fakeUpstream{mode: "ok"}}
-	dirs, gw := startConnectorGateway(t, up, old)
+	dirs, m, gw := startConnectorGateway(t, up, old)
 	if code, b := post(t, gw+"/v1/chat/completions", clearBody(t, next), SessionHeader, "s1"); code != 200 {
 		t.Fatalf("%d %s", code, b)
 	}
@@ -151,6 +165,12 @@ func TestConnectorEditIsPrefilledThenSpliced(t *testing.T) {
 	if int(sp.End) >= len(old)/prefillPage*prefillPage {
 		t.Fatalf("splice ends at %d: nothing cached after it is kept", sp.End)
 	}
+	if n := counted(t, m.EngineSplices.WithLabelValues(outcomeSpliced)); n != 1 {
+		t.Fatalf("%v splices counted, want 1", n)
+	}
+	if n := counted(t, m.PrefilledTokens); n != float64(len(prompt)-int(sp.Start)/prefillPage*prefillPage) {
+		t.Fatalf("%v prefilled tokens counted for a %d-token prefill from %d", n, len(prompt), sp.Start)
+	}
 }
 
 // A failed step leaves the request as it would be without the front
@@ -158,7 +178,7 @@ func TestConnectorEditIsPrefilledThenSpliced(t *testing.T) {
 func TestConnectorEditFailureStillForwards(t *testing.T) {
 	history := append(conversation(1), chatwire.Message{Role: "user", Content: "now explain what the output says, at length"})
 	up := &connectorUpstream{fakeUpstream: fakeUpstream{mode: "ok"}, failTok: true}
-	dirs, gw := startConnectorGateway(t, up, render(history))
+	dirs, m, gw := startConnectorGateway(t, up, render(history))
 	next := append(slices.Clone(history), chatwire.Message{Role: "user", Content: "thanks"})
 	if code, b := post(t, gw+"/v1/chat/completions", clearBody(t, next), SessionHeader, "s1"); code != 200 {
 		t.Fatalf("%d %s", code, b)
@@ -168,6 +188,9 @@ func TestConnectorEditFailureStillForwards(t *testing.T) {
 	}
 	if len(dirs.turns) != 0 {
 		t.Fatalf("directives %v, want none", dirs.turns)
+	}
+	if n := counted(t, m.EngineSplices.WithLabelValues(outcomeTokenize)); n != 1 {
+		t.Fatalf("%v tokenize failures counted, want 1", n)
 	}
 	// A turn with no new edit asks nothing more of the upstream.
 	up.paths = nil

@@ -19,6 +19,12 @@ type Gateway struct {
 	// ClearedTokens counts the input tokens those first clears removed,
 	// by edit type.
 	ClearedTokens *prometheus.CounterVec
+	// EngineSplices counts the edits the front door splices itself on an
+	// engine that serves no fill orders (vLLM's connector), by outcome:
+	// spliced, or the step that failed (tokenize, prefill, splice).
+	EngineSplices *prometheus.CounterVec
+	// PrefilledTokens counts the tokens of those splices' prefill requests.
+	PrefilledTokens prometheus.Counter
 }
 
 // requestBuckets span a front-door request: a cached turn's first token
@@ -39,6 +45,13 @@ func (m *Metrics) newGateway() {
 		ClearedTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvpilot_gateway_cleared_tokens_total", Help: "Input tokens removed by first-time clears, by edit type.",
 		}, []string{"type"}),
+		EngineSplices: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvpilot_gateway_engine_splices_total", Help: "Edits the front door spliced on a connector-mode engine, by outcome (spliced, or the failed step: tokenize, prefill, splice).",
+		}, []string{"outcome"}),
+		PrefilledTokens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvpilot_gateway_prefilled_tokens_total", Help: "Tokens of the prefill requests the front door sent ahead of its splices.",
+		}),
 	}
-	m.Registry.MustRegister(m.Gateway.Requests, m.Gateway.Duration, m.Gateway.Clears, m.Gateway.ClearedTokens)
+	m.Registry.MustRegister(m.Gateway.Requests, m.Gateway.Duration, m.Gateway.Clears, m.Gateway.ClearedTokens,
+		m.Gateway.EngineSplices, m.Gateway.PrefilledTokens)
 }
