@@ -31,14 +31,6 @@ def msgpack_decoder() -> Any:
         return None
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 class NatsSubscriber:
     """Subscribes to one subject on a NATS server and collects messages."""
 

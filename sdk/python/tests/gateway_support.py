@@ -24,18 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 #: The model name the reference engine serves.
 MODEL = "ref-gqa"
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_accepting(port: int, timeout: float = 20.0) -> None:

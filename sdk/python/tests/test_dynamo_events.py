@@ -30,7 +30,8 @@ dynamo_core = pytest.importorskip(
     "dynamo._core", reason="ai-dynamo-runtime is not installed (pip install ai-dynamo-runtime)"
 )
 
-from dynamo_wire import NatsSubscriber, free_port, msgpack_decoder, router_events  # noqa: E402
+from dynamo_wire import NatsSubscriber, msgpack_decoder, router_events  # noqa: E402
+from ports import free_port  # noqa: E402
 
 from kvpilot import ControlClient, EngineClient, Layout  # noqa: E402
 

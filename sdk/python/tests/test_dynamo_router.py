@@ -22,7 +22,7 @@ dynamo_core = pytest.importorskip(
     "dynamo._core", reason="ai-dynamo-runtime is not installed (pip install ai-dynamo-runtime)"
 )
 
-from dynamo_wire import free_port  # noqa: E402
+from ports import free_port  # noqa: E402
 
 import kvpilot.dynamo  # noqa: E402
 from kvpilot import ControlClient, EngineClient, Layout  # noqa: E402

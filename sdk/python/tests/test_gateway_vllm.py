@@ -24,7 +24,8 @@ import anthropic
 import httpx
 import openai
 import pytest
-from gateway_support import REPO_ROOT, free_port, wait_accepting
+from gateway_support import REPO_ROOT, wait_accepting
+from ports import free_port
 
 from kvpilot import ControlClient
 
