@@ -80,13 +80,17 @@ type turnEnvelope struct {
 	Directives []json.RawMessage `json:"directives"`
 }
 
+// envelopeKeys are turnEnvelope's field names; what nests under
+// directives is decoded on its own.
+var envelopeKeys = map[string]bool{"id": true, "source": true, "tenant": true, "directives": true}
+
 // decodeEnvelope is DecodeTurn's fast path for what clients send, an
 // envelope: one strict decode of it, then one of each directive. It
 // reports false for any other form and for any failure, and DecodeTurn then
 // goes the general way, which gives the canonical errors.
 func decodeEnvelope(data []byte, l Limits) (Turn, bool) {
 	var env turnEnvelope
-	if strictDecode(data, &env) != nil || env.Directives == nil {
+	if decodeKnown(data, &env, envelopeKeys, true) != nil || env.Directives == nil {
 		return Turn{}, false
 	}
 	ds, err := decodeList(env.Directives, l)

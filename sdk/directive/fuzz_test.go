@@ -67,6 +67,33 @@ func FuzzTypeTagShortcutAgrees(f *testing.F) {
 	})
 }
 
+// The plain-object shortcut (json.Unmarshal where only known keys can
+// meet the decoder) is only a shortcut too: turns and commands decode
+// exactly as the strict decoder alone decodes them, and fail alike.
+func FuzzPlainShortcutAgrees(f *testing.F) {
+	fuzzSeeds(f)
+	f.Add([]byte(`{"directives":[{"type":"Cache","block_hashes":[1],"pin":true}]}`))
+	f.Add([]byte(`{"directives":[{"type":"Cache","block_hashes":[1],"pin":true,"Pin":false}]}`))
+	f.Add([]byte(`{"ID":"x","directives":[{"type":"Cache","block_hashes":[1],"pin":true}]}`))
+	f.Add([]byte(`{"id":"x","directives":[],"extra":{"a":1}}`))
+	f.Add([]byte(`{"type":"Splice","session":"s","start":4,"end":9,"replacement":{"text":"x","more":1}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		decode := func(shortcut bool) (Turn, error) {
+			defer func(was bool) { plainShortcut = was }(plainShortcut)
+			plainShortcut = shortcut
+			return DecodeTurn(data, Limits{MaxDirectives: 64})
+		}
+		fast, ferr := decode(true)
+		slow, serr := decode(false)
+		if (ferr == nil) != (serr == nil) || !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%q: shortcut %#v, %v; strict %#v, %v", data, fast, ferr, slow, serr)
+		}
+		if ferr != nil && ferr.Error() != serr.Error() {
+			t.Fatalf("%q: shortcut error %v, strict %v", data, ferr, serr)
+		}
+	})
+}
+
 func FuzzDecodeTurn(f *testing.F) {
 	fuzzSeeds(f)
 	f.Add([]byte(`{"id":"t","tenant":"a","directives":[{"type":"Splice","session":"s","start":4,"end":9,"replacement":"x"},{"type":"Evict","session":"s","start":8,"end":12}]}`))

@@ -23,8 +23,9 @@ type wireCodec struct {
 	verb     Verb
 	goType   reflect.Type
 	in, out  reflect.Type
-	required []bool // by field of goType
-	missing  string // the error detail naming every required field
+	required []bool          // by field of goType
+	missing  string          // the error detail naming every required field
+	keys     map[string]bool // the object's member names, "type" included
 }
 
 func newWireCodec(v Verb, t reflect.Type) *wireCodec {
@@ -33,12 +34,15 @@ func newWireCodec(v Verb, t reflect.Type) *wireCodec {
 	}
 	tag := reflect.StructField{Name: "Type", Type: reflect.TypeOf(v), Tag: `json:"type"`}
 	in, out := []reflect.StructField{tag}, []reflect.StructField{tag}
-	c := &wireCodec{verb: v, goType: t, required: make([]bool, t.NumField())}
+	c := &wireCodec{verb: v, goType: t, required: make([]bool, t.NumField()), keys: map[string]bool{"type": true}}
 	var names []string
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if !f.IsExported() || f.Anonymous || f.Name == tag.Name {
 			panic(fmt.Sprintf("directive: verb %s: field %s must be a plain exported field", v, f.Name))
+		}
+		if name := jsonName(f); name != "-" {
+			c.keys[name] = true
 		}
 		plain := reflect.StructField{Name: f.Name, Type: f.Type, Tag: f.Tag}
 		out = append(out, plain)
@@ -57,7 +61,7 @@ func newWireCodec(v Verb, t reflect.Type) *wireCodec {
 // decode decodes data strictly into dst, a settable value of the verb's type.
 func (c *wireCodec) decode(data []byte, dst reflect.Value) error {
 	w := reflect.New(c.in)
-	if err := strictDecode(data, w.Interface()); err != nil {
+	if err := decodeKnown(data, w.Interface(), c.keys, false); err != nil {
 		return err
 	}
 	w = w.Elem()
