@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvpilot/kvpilot/host/freeport"
 )
 
 // Node is one redis-server process.
@@ -191,33 +192,19 @@ func waitClusterOK(t testing.TB, addr string, within time.Duration) {
 	}
 }
 
-// freePort finds a free loopback port; a cluster node's bus port, 10000
-// above it, must be free too, so those come from below the ephemeral range.
+// freePort finds a free loopback port (see freeport: servers may restart
+// on it). A cluster node's bus port, 10000 above it, must be free too.
 func freePort(t testing.TB, cluster bool) int {
 	t.Helper()
-	if !cluster {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for range 1000 {
+		ps, err := freeport.Ports(1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port
-	}
-	for range 1000 {
-		p := 20000 + rand.IntN(10000)
-		if free(p) && free(p+10000) {
+		if p := ps[0]; !cluster || freeport.Free(p+10000) {
 			return p
 		}
 	}
 	t.Fatal("no free port pair for a redis cluster node")
 	return 0
-}
-
-func free(port int) bool {
-	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		return false
-	}
-	l.Close()
-	return true
 }
