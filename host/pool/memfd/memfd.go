@@ -236,18 +236,20 @@ func copySegments(l *layout.Layout, arr layout.Arrangement, pages int, mem []byt
 		return
 	}
 	var pageOff int
+	batch := segmentBatch{pageBytes: len(buf)}
 	for layer := 0; layer < l.Layers; layer++ {
 		for b := range l.Buffers {
 			n := l.SegmentBytes(b)
 			off := int(l.ArenaSegmentOffset(arr, pages, int(s), layer, b))
 			if write {
-				segmentCopy(mem[off:off+n], buf[pageOff:pageOff+n], len(buf))
+				batch.add(mem[off:off+n], buf[pageOff:pageOff+n])
 			} else {
-				segmentCopy(buf[pageOff:pageOff+n], mem[off:off+n], len(buf))
+				batch.add(buf[pageOff:pageOff+n], mem[off:off+n])
 			}
 			pageOff += n
 		}
 	}
+	batch.flush()
 }
 
 // Close unmaps and closes the memfd. The memory lives on in any process

@@ -8,4 +8,10 @@ import "golang.org/x/sys/cpu"
 //go:noescape
 func copyNT(dst, src *byte, n int)
 
+// copyNT4 copies s[k] to d[k] for k < 4, n bytes each (a multiple of 128,
+// every d[k] aligned to 32 bytes, AVX2 present), the four interleaved.
+//
+//go:noescape
+func copyNT4(d, s *[4]*byte, n int)
+
 var streamingStores = cpu.X86.HasAVX2 && !raceEnabled

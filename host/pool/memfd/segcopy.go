@@ -23,6 +23,61 @@ func segmentCopy(dst, src []byte, pageBytes int) {
 	streamCopy(dst[:n], src)
 }
 
+// segmentBatch gathers a page's segment copies four at a time, so that
+// four equal, aligned segments go through copyNT4 together: a layer-major
+// page's segments lie an arena's layer apart (megabytes), and copying one
+// at a time stalls on each segment's first misses. Measured on this
+// project's 2-core machine, a 2 MiB page gathered from 64 segments went
+// from about 0.8 of a contiguous memcpy to about 0.95 with four streams;
+// two streams gave about 0.9, and two goroutines were slower than one.
+type segmentBatch struct {
+	pageBytes int
+	n         int // copies held
+	size      int // their common length
+	dst, src  [4][]byte
+}
+
+// add queues one copy; the batch copies as soon as it holds four.
+func (b *segmentBatch) add(dst, src []byte) {
+	if b.n > 0 && len(src) != b.size {
+		b.flush()
+	}
+	b.dst[b.n], b.src[b.n], b.size = dst, src, len(src)
+	b.n++
+	if b.n == len(b.dst) {
+		b.flush()
+	}
+}
+
+// flush copies what the batch holds: four at once where copyNT4 can take
+// them, one by one otherwise.
+func (b *segmentBatch) flush() {
+	if b.n == len(b.dst) && b.quadOK() {
+		var d, s [4]*byte
+		for k := range d {
+			d[k], s[k] = unsafe.SliceData(b.dst[k]), unsafe.SliceData(b.src[k])
+		}
+		copyNT4(&d, &s, b.size)
+	} else {
+		for k := range b.n {
+			segmentCopy(b.dst[k], b.src[k], b.pageBytes)
+		}
+	}
+	b.n = 0
+}
+
+func (b *segmentBatch) quadOK() bool {
+	if !streamingStores || b.pageBytes < streamingMin || b.size < 128 || b.size%128 != 0 {
+		return false
+	}
+	for k := range b.dst {
+		if len(b.dst[k]) < b.size || uintptr(unsafe.Pointer(unsafe.SliceData(b.dst[k])))%32 != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // streamCopy copies src into dst (same length, at least 128 bytes): the
 // unaligned head and the tail with copy, the body with streaming stores.
 func streamCopy(dst, src []byte) {

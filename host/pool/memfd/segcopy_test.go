@@ -32,3 +32,48 @@ func TestStreamCopy(t *testing.T) {
 		}
 	}
 }
+
+// A batch moves every segment to its own destination, whether it goes
+// four at a time (equal, aligned, a multiple of 128), one by one (mixed
+// lengths, an unaligned destination), or as the leftovers of a page.
+func TestSegmentBatch(t *testing.T) {
+	src := make([]byte, 1<<16)
+	for i := range src {
+		src[i] = byte(i*31 + i>>8)
+	}
+	for _, c := range []struct {
+		name  string
+		sizes []int
+		skew  int // destination misalignment
+	}{
+		{"four equal", []int{1024, 1024, 1024, 1024}, 0},
+		{"nine equal", []int{512, 512, 512, 512, 512, 512, 512, 512, 512}, 0},
+		{"mixed", []int{1024, 1024, 256, 256, 256, 256, 4096}, 0},
+		{"unaligned", []int{1024, 1024, 1024, 1024}, 3},
+		{"odd length", []int{1000, 1000, 1000, 1000}, 0},
+	} {
+		dst := bytes.Repeat([]byte{0xEE}, len(src)+64)
+		b := segmentBatch{pageBytes: streamingMin}
+		var off int
+		for _, n := range c.sizes {
+			// Segments land in reverse order so a copy to the wrong place shows.
+			at := len(src) - off - n
+			b.add(dst[c.skew+at:c.skew+at+n], src[off:off+n])
+			off += n
+		}
+		b.flush()
+		off = 0
+		for _, n := range c.sizes {
+			at := len(src) - off - n
+			if !bytes.Equal(dst[c.skew+at:c.skew+at+n], src[off:off+n]) {
+				t.Fatalf("%s: segment at %d differs", c.name, off)
+			}
+			off += n
+		}
+		for i := range c.skew {
+			if dst[i] != 0xEE {
+				t.Fatalf("%s: byte %d outside every segment written", c.name, i)
+			}
+		}
+	}
+}
