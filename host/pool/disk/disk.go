@@ -244,7 +244,7 @@ func (s *Store) Get(ctx context.Context, key pool.Key, dst []byte) error {
 	var hb [headerSize]byte
 	sum, err := s.readRecord(e.slot, hb[:], dst)
 	if err == nil {
-		err = s.verify(hb[:], key, e.gen, len(dst), sum)
+		err = s.verify(hb[:], key, e.gen, dst, sum)
 		if err != nil {
 			err = fmt.Errorf("%w: %v", pool.ErrCorrupt, err)
 		}
@@ -281,8 +281,9 @@ func (s *Store) readRecord(slot pool.Slot, hdr, page []byte) (uint64, error) {
 }
 
 // verify checks a record's header against what the index expects, and the
-// checksum of the page read (sum, of n bytes) against the header's.
-func (s *Store) verify(hb []byte, key pool.Key, gen uint64, n int, sum uint64) error {
+// checksum of the page read against the header's: sum is the page's
+// version 2 checksum, recomputed here for a version 1 record.
+func (s *Store) verify(hb []byte, key pool.Key, gen uint64, page []byte, sum uint64) error {
 	var h header
 	if err := h.decode(hb); err != nil {
 		return err
@@ -292,8 +293,11 @@ func (s *Store) verify(hb []byte, key pool.Key, gen uint64, n int, sum uint64) e
 		return fmt.Errorf("record is for layout %s, not %s", h.fp, s.fp)
 	case h.entry.Key != key || h.gen != gen:
 		return fmt.Errorf("record holds %v gen %d, index says %v gen %d", h.entry.Key, h.gen, key, gen)
-	case int(h.length) != n:
-		return fmt.Errorf("record length %d, page is %d", h.length, n)
+	case int(h.length) != len(page):
+		return fmt.Errorf("record length %d, page is %d", h.length, len(page))
+	}
+	if h.version != version {
+		sum = sumFor(h.version, page)
 	}
 	if sum != h.payloadSum {
 		return fmt.Errorf("payload checksum %016x, stored %016x", sum, h.payloadSum)

@@ -31,19 +31,23 @@ import (
 //	32  generation           8   higher wins when a key appears twice
 //	40  local hash           8
 //	48  parent seq hash      8   valid when flags has flagHasParent
-//	56  payload xxh3-64      8
+//	56  payload checksum     8   see payloadSum
 //	64  namespace           192
 //	256 reserved           252
 //	508 header crc32c        4   over bytes 0..508
 //
 // The payload is hashed with xxh3 (tens of GB/s) rather than crc32c
 // (about 10 GB/s) so verifying a page costs little next to reading it.
+// Version 2 hashes a large page as two halves (payloadSum) so a read can
+// verify each half on the core that read it; version 1 records, one xxh3
+// over the whole page, are still read.
 // A free slot has a zero magic; deleting a page zeroes the magic.
 const (
 	headerSize    = 512
 	recordAlign   = 4096
 	magic         = "KVPG"
-	version       = 1
+	version       = 2
+	versionWhole  = 1 // the page's checksum is xxh3 of the whole page
 	nsOffset      = 64
 	hdrCRCOffset  = headerSize - 4
 	flagHasParent = 1
@@ -58,6 +62,7 @@ type header struct {
 	length     uint32
 	payloadSum uint64
 	gen        uint64
+	version    uint16
 }
 
 func (h *header) encode(b []byte) {
@@ -94,8 +99,9 @@ func (h *header) decode(b []byte) error {
 	if got, want := crc32.Checksum(b[:hdrCRCOffset], castagnoli), binary.LittleEndian.Uint32(b[hdrCRCOffset:]); got != want {
 		return fmt.Errorf("header checksum %08x, stored %08x", got, want)
 	}
-	if v := binary.LittleEndian.Uint16(b[4:]); v != version {
-		return fmt.Errorf("record version %d, this build reads %d", v, version)
+	h.version = binary.LittleEndian.Uint16(b[4:])
+	if h.version != version && h.version != versionWhole {
+		return fmt.Errorf("record version %d, this build reads %d and %d", h.version, versionWhole, version)
 	}
 	nsLen := int(binary.LittleEndian.Uint16(b[28:]))
 	if nsLen > pool.MaxNamespace {
@@ -114,8 +120,36 @@ func (h *header) decode(b []byte) error {
 	return nil
 }
 
-// payloadSum is the page checksum stored in the header.
-func payloadSum(page []byte) uint64 { return xxh3.Hash(page) }
+// splitMin is the page size from which a version 2 checksum covers the
+// page as two halves.
+const splitMin = 512 << 10
+
+// payloadSum is the page checksum a version 2 header stores: for a page of
+// splitMin or more, xxh3 over the xxh3 of each half (halfSums); below it,
+// xxh3 of the page.
+func payloadSum(page []byte) uint64 {
+	if len(page) < splitMin {
+		return xxh3.Hash(page)
+	}
+	h := len(page) / 2
+	return joinHalves(xxh3.Hash(page[:h]), xxh3.Hash(page[h:]))
+}
+
+// joinHalves is a split page's checksum from its halves' hashes.
+func joinHalves(first, second uint64) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], first)
+	binary.LittleEndian.PutUint64(b[8:], second)
+	return xxh3.Hash(b[:])
+}
+
+// sumFor is the checksum a header of version v stores for page.
+func sumFor(v uint16, page []byte) uint64 {
+	if v == versionWhole {
+		return xxh3.Hash(page)
+	}
+	return payloadSum(page)
+}
 
 func recordSize(pageBytes int) int64 {
 	n := int64(headerSize + pageBytes)

@@ -50,7 +50,7 @@ func (s *Store) scan(verifyPayload bool) error {
 			if rerr := preadvFull(fd, [][]byte{page}, off); rerr != nil {
 				return fmt.Errorf("disk store %s: scanning slot %d: %w", s.path, slot, rerr)
 			}
-			err = s.verify(hb, h.entry.Key, h.gen, len(page), payloadSum(page))
+			err = s.verify(hb, h.entry.Key, h.gen, page, payloadSum(page))
 		}
 		if err != nil {
 			dropped++
