@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/kvpilot/kvpilot/host/freeport"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/pool/remote"
 )
@@ -122,12 +123,11 @@ func (f *Fixture) openRedis(dir, addr string) error {
 // startRedis runs a throwaway redis-server (no persistence) on a free
 // loopback port.
 func (f *Fixture) startRedis(dir string) (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		return "", err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := ports[0]
 	rdir := filepath.Join(dir, "redis")
 	if err := os.MkdirAll(rdir, 0o700); err != nil {
 		return "", err

@@ -54,6 +54,10 @@ const (
 	metaLocal     = "Kvpilot-Local"
 	metaParent    = "Kvpilot-Parent"
 	metaSum       = "Kvpilot-Sum" // xxh3 of the page, hex; absent on pages written before it
+	// metaReadSum is never stored: a backend's Get may set it to the
+	// checksum of the bytes it copied into dst, hashed beside the copy,
+	// and the Store then checks it instead of hashing dst once more.
+	metaReadSum = "Kvpilot-Read-Sum"
 )
 
 var metaKeys = []string{metaLayout, metaNamespace, metaSeq, metaLocal, metaParent, metaSum}

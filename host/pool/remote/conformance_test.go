@@ -272,3 +272,38 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+// TestConformanceLargePages runs the checksum paths that only pages past
+// inlineSum take (hashed beside the send, and beside the copy on a read):
+// a page comes back whole, and a page changed in any part is dropped.
+func TestConformanceLargePages(t *testing.T) {
+	for _, bc := range backendCases() {
+		t.Run(bc.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			open, tamper := bc.setup(t, ctx)
+			l := layout.MHA("large", 16, layout.BF16, 4, 4, 64, 64, layout.HalfSplit)
+			pb := l.PageBytes()
+			if pb < inlineSum {
+				t.Fatalf("page of %d bytes is hashed inline", pb)
+			}
+			a, b := open(&l), open(&l)
+			for i, at := range []int{0, pb / 2, pb - 1} {
+				k := pool.Entry{Key: pool.Key{Namespace: "large", Seq: uint64(i)}}
+				want := page(pb, byte(i))
+				if err := a.Put(ctx, k, want); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]byte, pb)
+				if err := b.Get(ctx, k.Key, got); err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("page %d read back: %v", i, err)
+				}
+				bad := bytes.Clone(want)
+				bad[at] ^= 0x01
+				tamper(ObjectName(l.Fingerprint(), k.Key), bad)
+				if err := b.Get(ctx, k.Key, got); !errors.Is(err, pool.ErrCorrupt) {
+					t.Fatalf("byte %d changed: served (%v)", at, err)
+				}
+			}
+		})
+	}
+}

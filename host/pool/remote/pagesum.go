@@ -51,3 +51,16 @@ func (s *Sum) String() string { return s.Value() }
 func (s *Sum) MarshalBinary() ([]byte, error) { return []byte(s.Value()), nil }
 
 func pageSum(page []byte) string { return strconv.FormatUint(xxh3.Hash(page), 16) }
+
+// copySummed copies src into dst (the same length) and returns src's
+// checksum, hashed on a second goroutine beside the copy for a large page.
+func copySummed(dst []byte, src string) string {
+	if len(src) < inlineSum {
+		copy(dst, src)
+		return strconv.FormatUint(xxh3.HashString(src), 16)
+	}
+	sum := make(chan uint64, 1)
+	go func() { sum <- xxh3.HashString(src) }()
+	copy(dst, src)
+	return strconv.FormatUint(<-sum, 16)
+}

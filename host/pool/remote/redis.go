@@ -175,8 +175,10 @@ func (b *redisBackend) Get(ctx context.Context, name string, dst []byte) (Meta, 
 	if len(page) != len(dst) {
 		return meta, fmt.Errorf("%w: object is %d bytes, a page is %d", errDamaged, len(page), len(dst))
 	}
-	// A page without metadata fails the Store's checks.
-	copy(dst, page)
+	// A page without metadata fails the Store's checks. The checksum is
+	// taken from the reply while the copy runs, rather than from dst after
+	// it (pagesum.go).
+	meta[metaReadSum] = copySummed(dst, page)
 	return meta, nil
 }
 

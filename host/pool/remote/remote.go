@@ -281,7 +281,11 @@ func (s *Store) checkMeta(meta Meta, key pool.Key, page []byte) error {
 			meta[metaLayout], meta[metaNamespace], meta[metaSeq])
 	}
 	if sum, ok := meta[metaSum]; ok {
-		if got := pageSum(page); got != sum {
+		got, hashed := meta[metaReadSum]
+		if !hashed {
+			got = pageSum(page)
+		}
+		if got != sum {
 			return fmt.Errorf("page checksum %s, stored %s", got, sum)
 		}
 	} else if d, ok := s.be.(digester); !ok || !d.digests() {
