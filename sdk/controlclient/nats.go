@@ -181,7 +181,13 @@ func (c *NATSClient) request(ctx context.Context, payload []byte, tenant, id str
 		q.Subject = c.o.Subject
 		return q
 	}
-	if err := json.Unmarshal(data, out); err != nil {
+	var err error
+	if r, ok := out.(*directive.TurnReply); ok {
+		*r, err = directive.DecodeTurnReply(data) // without reflection for the host's plain answers
+	} else {
+		err = json.Unmarshal(data, out)
+	}
+	if err != nil {
 		return fmt.Errorf("decode the host's answer %.200q: %w", data, err)
 	}
 	return nil

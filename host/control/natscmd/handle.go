@@ -51,14 +51,18 @@ func (s *Server) handle(ctx context.Context, in incoming) []byte {
 		// length out of logs and labels before it gets there.
 		tenant = tenant[:directive.MaxNameLen+1]
 	}
-	if isCacheControl(in.data, s.limits) {
+	// A turn is decoded before the cache_control probe is run, and the
+	// probe only when the decode fails: a turn DecodeTurn accepts has no
+	// key but a turn's, so the probe would have said no to it, and the
+	// common case is spared a second parse.
+	t, derr := directive.DecodeTurn(in.data, s.limits)
+	if derr != nil && isCacheControl(in.data, s.limits) {
 		return s.handleCacheControl(ctx, in, tenant)
 	}
-	return s.handleTurn(ctx, in, tenant)
+	return s.handleTurn(ctx, in, tenant, t, derr)
 }
 
-func (s *Server) handleTurn(ctx context.Context, in incoming, tenant string) []byte {
-	t, derr := directive.DecodeTurn(in.data, s.limits)
+func (s *Server) handleTurn(ctx context.Context, in incoming, tenant string, t directive.Turn, derr error) []byte {
 	declared := ""
 	if derr == nil {
 		declared = t.Source
@@ -84,7 +88,11 @@ func (s *Server) handleTurn(ctx context.Context, in incoming, tenant string) []b
 		}
 		reply = s.cfg.Ingress.Apply(ctx, t)
 	}
-	return encode(reply)
+	b, err := reply.AppendJSON(make([]byte, 0, 256))
+	if err != nil {
+		return encode(reply) // answers with the encoding error
+	}
+	return b
 }
 
 func (s *Server) handleCacheControl(ctx context.Context, in incoming, tenant string) []byte {
