@@ -4,7 +4,8 @@
 // for disk, and for each remote backend the same bytes put and got raw
 // through the same server and client (JetStream objects on the embedded
 // server; Redis SET and GET, on a redis-server it starts when one is
-// installed). `kvpilot bench tiers` prints it.
+// installed). S3-compatible storage is measured raw beside them as a
+// candidate (s3arms.go). `kvpilot bench tiers` prints it.
 package tierbench
 
 import (
@@ -26,6 +27,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/pool/memfd"
 	"github.com/kvpilot/kvpilot/host/pool/remote"
 	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/minio/minio-go/v7"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 )
@@ -58,6 +60,10 @@ type Options struct {
 	// "auto" starts one when redis-server is installed; "" or "off" skips
 	// them.
 	Redis string
+	// S3 is the endpoint of an S3-compatible store for the s3 candidate
+	// arms; "auto" starts SeaweedFS when weed is installed; "" or "off"
+	// skips them.
+	S3 string
 }
 
 // Arm is one measured transfer.
@@ -76,6 +82,18 @@ type Result struct {
 	Target   float64            `json:"target"`
 	Pass     bool               `json:"pass"` // memory and disk pairs
 	Targets  Targets            `json:"targets"`
+	// Candidates are the shared-tier stores measured raw in this run, for
+	// choosing among them by the figures.
+	Candidates []Candidate `json:"candidates,omitempty"`
+}
+
+// Candidate is one store's raw put and get of the run's pages.
+type Candidate struct {
+	Store   string  `json:"store"`
+	PutGBps float64 `json:"put_gb_per_s"`
+	GetGBps float64 `json:"get_gb_per_s"`
+	// Backend: the remote tier has a backend on this store.
+	Backend bool `json:"backend"`
 }
 
 // Targets are every target of the run and whether all were met.
@@ -125,6 +143,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if err := f.openRedis(o.Dir, o.Redis); err != nil {
 			return nil, err
 		}
+		if err := f.openS3(o.Dir, o.S3); err != nil {
+			return nil, err
+		}
 	}
 	pb := int64(o.Layout.PageBytes())
 	res := &Result{Scenario: "tiers", Arms: map[string]Arm{}, Ratio: map[string]float64{}, Target: Target,
@@ -161,6 +182,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			arm{"host_to_redis", o.RemotePages, f.storeArm(f.redis, true)},
 			arm{"redis_raw_get", o.RemotePages, f.rawRedis(false)},
 			arm{"redis_to_host", o.RemotePages, f.storeArm(f.redis, false)})
+	}
+	if f.s3 != nil {
+		arms = append(arms,
+			arm{"s3_raw_put", o.RemotePages, f.rawS3(true)},
+			arm{"s3_raw_get", o.RemotePages, f.rawS3(false)})
 	}
 	// Arms run interleaved, round by round, and each ratio is the median of
 	// its per-round ratios: a pair and its baseline are measured seconds
@@ -229,6 +255,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if fastest < FastestRemoteGBps {
 		res.Targets.Met = false
 	}
+	for _, c := range []struct {
+		store, put, get string
+		backend         bool
+	}{
+		{"jetstream", "jetstream_raw_put", "jetstream_raw_get", true},
+		{"redis", "redis_raw_set", "redis_raw_get", true},
+		{"s3", "s3_raw_put", "s3_raw_get", false},
+	} {
+		if put, ok := res.Arms[c.put]; ok {
+			res.Candidates = append(res.Candidates, Candidate{Store: c.store, PutGBps: put.GBps, GetGBps: res.Arms[c.get].GBps, Backend: c.backend})
+		}
+	}
 	return res, nil
 }
 
@@ -244,7 +282,7 @@ func (r *Result) Table(w io.Writer) {
 	fmt.Fprintf(w, "%-16s %12s %10s %8s\n", "arm", "bytes", "GB/s", "ratio")
 	for _, name := range []string{"memcpy", "device_to_host", "host_to_device", "file_write", "host_to_disk", "file_read", "disk_to_host",
 		"jetstream_raw_put", "host_to_remote", "jetstream_raw_get", "remote_to_host",
-		"redis_raw_set", "host_to_redis", "redis_raw_get", "redis_to_host"} {
+		"redis_raw_set", "host_to_redis", "redis_raw_get", "redis_to_host", "s3_raw_put", "s3_raw_get"} {
 		a, ok := r.Arms[name]
 		if !ok {
 			continue
@@ -254,6 +292,20 @@ func (r *Result) Table(w io.Writer) {
 			ratio = fmt.Sprintf("%.2f", v)
 		}
 		fmt.Fprintf(w, "%-16s %12d %10.2f %8s\n", name, a.Bytes, a.GBps, ratio)
+	}
+	if len(r.Candidates) > 0 {
+		fmt.Fprintf(w, "\nshared-tier stores, raw (GB/s): ")
+		for i, c := range r.Candidates {
+			if i > 0 {
+				fmt.Fprint(w, "; ")
+			}
+			backend := ""
+			if !c.Backend {
+				backend = ", no backend"
+			}
+			fmt.Fprintf(w, "%s put %.2f get %.2f%s", c.Store, c.PutGBps, c.GetGBps, backend)
+		}
+		fmt.Fprintln(w)
 	}
 	t := r.Targets
 	fmt.Fprintf(w, "\ntargets: ratio >= %.2f for memory and disk pairs (%v); remote backends >= %.2f of their raw baseline; the fastest (%s) >= %.1f GB/s both ways\n",
@@ -278,6 +330,8 @@ type Fixture struct {
 	redis     *remote.Store // the redis backend, when the run has one
 	rc        *redis.Client // the raw Redis baseline's client
 	redisProc *exec.Cmd     // a redis-server started for the run
+	s3        *minio.Client // the s3 candidate arms' client
+	s3Proc    *exec.Cmd     // a SeaweedFS server started for the run
 	devSlots  []pool.Slot
 	hostSlot  []pool.Slot
 }
@@ -457,6 +511,7 @@ func (f *Fixture) RemoteToHost(n int) error {
 // Close releases everything.
 func (f *Fixture) Close() error {
 	f.closeRedis()
+	f.closeS3()
 	for _, c := range []io.Closer{f.remote, f.disk, f.dev, f.host, f.raw, f.file} {
 		if c != nil && !isNil(c) {
 			c.Close()

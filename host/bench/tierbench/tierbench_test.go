@@ -51,6 +51,31 @@ func TestRunSmall(t *testing.T) {
 	}
 }
 
+// TestS3CandidateArms measures the S3 candidate against a SeaweedFS server
+// the run starts, where weed is installed: both arms move pages, and the
+// candidates list every store measured, s3 without a backend.
+func TestS3CandidateArms(t *testing.T) {
+	if _, err := exec.LookPath("weed"); err != nil {
+		t.Skip("weed (SeaweedFS) is not installed; the s3 arms are skipped")
+	}
+	r, err := Run(context.Background(), Options{Pages: 4, RemotePages: 2, Iters: 1, Dir: t.TempDir(), Layout: small(), Redis: "off", S3: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"s3_raw_put", "s3_raw_get"} {
+		if r.Arms[a].GBps <= 0 {
+			t.Fatalf("arm %s: %+v", a, r.Arms[a])
+		}
+	}
+	stores := map[string]bool{}
+	for _, c := range r.Candidates {
+		stores[c.Store] = c.Backend
+	}
+	if backend, ok := stores["s3"]; !ok || backend || !stores["jetstream"] {
+		t.Fatalf("candidates: %+v", r.Candidates)
+	}
+}
+
 func benchArm(b *testing.B, arm func(f *Fixture) func(int) error, remote bool) {
 	benchArmAfter(b, nil, arm, remote)
 }

@@ -1,0 +1,144 @@
+package tierbench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/kvpilot/kvpilot/host/freeport"
+)
+
+// The S3 arms measure S3-compatible storage as a candidate for the remote
+// tier, raw: the bench's pages put and got as objects of one bucket, with
+// no kvpilot backend between (the remote tier has none for S3; these
+// figures are what one would start from). With "auto" they run against a
+// SeaweedFS server (`weed server -s3`, one process holding its master,
+// volume, filer and S3 gateway) that the run starts when weed is on PATH.
+
+const s3Bucket = "kvpilot-bench"
+
+// openS3 binds the S3 arms to endpoint (host:port, or an http:// URL);
+// "auto" starts a SeaweedFS server under dir when weed is installed, and
+// "" or "off" skips them.
+func (f *Fixture) openS3(dir, endpoint string) error {
+	switch endpoint {
+	case "", "off":
+		return nil
+	case "auto":
+		if _, err := exec.LookPath("weed"); err != nil {
+			return nil
+		}
+		e, err := f.startSeaweed(dir)
+		if err != nil {
+			return err
+		}
+		endpoint = e
+	}
+	if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
+		endpoint = u.Host
+	}
+	c, err := minio.New(endpoint, &minio.Options{Secure: false})
+	if err != nil {
+		return fmt.Errorf("s3 client for %s: %w", endpoint, err)
+	}
+	// A fresh server answers before its volumes have registered; the
+	// bucket is made once it takes writes.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		err = c.MakeBucket(ctx, s3Bucket, minio.MakeBucketOptions{})
+		var resp minio.ErrorResponse
+		if err == nil || errors.As(err, &resp) && (resp.Code == "BucketAlreadyOwnedByYou" || resp.Code == "BucketAlreadyExists") {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("s3 at %s: make bucket %s: %w", endpoint, s3Bucket, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	f.s3 = c
+	return f.rawS3(true)(1) // the first put waits for a volume to be assigned
+}
+
+// rawS3 puts n host pages as objects, or gets them back into host pages.
+func (f *Fixture) rawS3(put bool) func(n int) error {
+	return func(n int) error {
+		ctx := context.Background()
+		pb := int64(f.lay.PageBytes())
+		for i := range n {
+			name := "raw/" + strconv.Itoa(i%f.pages)
+			if put {
+				_, err := f.s3.PutObject(ctx, s3Bucket, name, bytes.NewReader(f.hostView(i)), pb,
+					minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true})
+				if err != nil {
+					return fmt.Errorf("s3 put %s: %w", name, err)
+				}
+				continue
+			}
+			obj, err := f.s3.GetObject(ctx, s3Bucket, name, minio.GetObjectOptions{})
+			if err != nil {
+				return fmt.Errorf("s3 get %s: %w", name, err)
+			}
+			_, err = io.ReadFull(obj, f.hostView(i))
+			obj.Close()
+			if err != nil {
+				return fmt.Errorf("s3 get %s: %w", name, err)
+			}
+		}
+		return nil
+	}
+}
+
+// startSeaweed runs a throwaway SeaweedFS server with its S3 gateway on
+// free loopback ports and returns the gateway's address.
+func (f *Fixture) startSeaweed(dir string) (string, error) {
+	ports, err := freeport.Ports(8)
+	if err != nil {
+		return "", err
+	}
+	wdir := filepath.Join(dir, "seaweedfs")
+	if err := os.MkdirAll(wdir, 0o700); err != nil {
+		return "", err
+	}
+	p := func(i int) string { return strconv.Itoa(ports[i]) }
+	f.s3Proc = exec.Command("weed", "server", "-dir="+wdir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+		"-master.port="+p(0), "-master.port.grpc="+p(1), "-master.volumeSizeLimitMB=1024",
+		"-volume.port="+p(2), "-volume.port.grpc="+p(3), "-volume.max=8",
+		"-filer", "-filer.port="+p(4), "-filer.port.grpc="+p(5),
+		"-s3", "-s3.port="+p(6), "-s3.port.grpc="+p(7))
+	log, err := os.Create(filepath.Join(wdir, "weed.log"))
+	if err != nil {
+		return "", err
+	}
+	defer log.Close()
+	f.s3Proc.Stdout, f.s3Proc.Stderr = log, log
+	if err := f.s3Proc.Start(); err != nil {
+		return "", fmt.Errorf("start weed server: %w", err)
+	}
+	return "127.0.0.1:" + p(6), nil
+}
+
+func (f *Fixture) closeS3() {
+	if f.s3Proc != nil && f.s3Proc.Process != nil {
+		_ = f.s3Proc.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = f.s3Proc.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = f.s3Proc.Process.Kill()
+			<-done
+		}
+	}
+}
