@@ -125,7 +125,7 @@ func (h *header) decode(b []byte) error {
 const splitMin = 512 << 10
 
 // payloadSum is the page checksum a version 2 header stores: for a page of
-// splitMin or more, xxh3 over the xxh3 of each half (halfSums); below it,
+// splitMin or more, xxh3 over the xxh3 of each half (joinHalves); below it,
 // xxh3 of the page.
 func payloadSum(page []byte) uint64 {
 	if len(page) < splitMin {
