@@ -68,12 +68,51 @@ $(VENV)/.installed: $(PYREQS) sdk/python/pyproject.toml
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
+## bench-mooncake: Mooncake's distributed KV store, raw put/get of 2 MiB pages
+## on loopback TCP (host/bench/mooncake), one JSON object; measured from
+## Python in its own .venv-mooncake, as the store has no client a cgo-free
+## host can link. MOONCAKE_PKG is the CPU build (the default CUDA build needs
+## the NVIDIA driver); rm -rf .venv-mooncake after changing it
+MOONCAKE_VENV ?= .venv-mooncake
+MOONCAKE_PKG  ?= mooncake-transfer-engine-non-cuda==0.3.13.post1
+
+.PHONY: bench-mooncake
+bench-mooncake: $(MOONCAKE_VENV)/.installed
+	$(MOONCAKE_VENV)/bin/python host/bench/mooncake/mooncake_bench.py --json
+
+# --no-deps: the store binding imports nothing else, and this keeps the venv
+# to the one pinned package.
+$(MOONCAKE_VENV)/.installed:
+	$(PYTHON) -m venv $(MOONCAKE_VENV)
+	$(MOONCAKE_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps $(MOONCAKE_PKG)
+	touch $@
+
+## bench-stores: the shared-tier candidates in one run: bench tiers (JetStream,
+## Redis when redis-server is installed, S3 on a SeaweedFS server built into
+## .tools/ from the Go module proxy the first time, a few minutes), then
+## bench-mooncake
+SEAWEEDFS_VERSION ?= v0.0.0-20261109003541-7506e5f91cd6
+TOOLS ?= .tools
+
+.PHONY: bench-stores
+bench-stores: build $(TOOLS)/weed
+	PATH="$(CURDIR)/$(TOOLS):$$PATH" bin/kvpilot-bench tiers --json
+	$(MAKE) -s bench-mooncake
+
+# SeaweedFS's module has replace directives, which go install refuses: its
+# source is downloaded and built in place.
+$(TOOLS)/weed:
+	mkdir -p $(TOOLS)
+	src=$$(cd $$(mktemp -d) && $(GO) mod download -json github.com/seaweedfs/seaweedfs@$(SEAWEEDFS_VERSION) | sed -n 's/^.*"Dir": "\(.*\)",$$/\1/p'); \
+	  rm -rf $(TOOLS)/seaweedfs && cp -r "$$src" $(TOOLS)/seaweedfs && chmod -R u+w $(TOOLS)/seaweedfs && \
+	  cd $(TOOLS)/seaweedfs && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/$(TOOLS)/weed ./weed
+
 ## lint: formatting and vet (Go), ruff (Python)
 lint: py-env
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags invariants $(PKGS)
-	$(VENV)/bin/ruff check sdk/python
-	$(VENV)/bin/ruff format --check sdk/python
+	$(VENV)/bin/ruff check sdk/python host/bench/mooncake
+	$(VENV)/bin/ruff format --check sdk/python host/bench/mooncake
 
 ## verify: lint, plus generated code and go.mod up to date
 verify: lint
