@@ -98,7 +98,7 @@ func (c *NATSClient) Conn() *nats.Conn { return c.conn }
 // {"id","tenant","directives":[...]}.
 func (c *NATSClient) Apply(ctx context.Context, t directive.Turn) (directive.TurnReply, error) {
 	t.Source = ""
-	payload, err := json.Marshal(t)
+	payload, err := t.AppendJSON(make([]byte, 0, 256))
 	if err != nil {
 		return directive.TurnReply{}, fmt.Errorf("encode turn: %w", err)
 	}

@@ -103,3 +103,27 @@ func TestReplyScannerTakesHostAnswers(t *testing.T) {
 		}
 	}
 }
+
+// FuzzTurnJSONAgrees: Turn.AppendJSON writes what json.Marshal writes, for
+// every seed command in every envelope.
+func FuzzTurnJSONAgrees(f *testing.F) {
+	f.Add("t-1", "router", "acme", uint8(3))
+	f.Add("", "", "", uint8(0))
+	f.Add("<id>", "a b", "é\x00", uint8(255))
+	f.Fuzz(func(t *testing.T, id, source, tenant string, pick uint8) {
+		turn := Turn{ID: id, Source: source, Tenant: tenant}
+		if pick != 0 {
+			turn.Directives = []Directive{}
+			for i, c := range seedCommands {
+				if pick&(1<<(i%8)) != 0 {
+					turn.Directives = append(turn.Directives, c.want)
+				}
+			}
+		}
+		want, werr := json.Marshal(turn)
+		got, gerr := turn.AppendJSON(nil)
+		if (werr == nil) != (gerr == nil) || string(got) != string(want) {
+			t.Fatalf("AppendJSON %s (%v), json.Marshal %s (%v)", got, gerr, want, werr)
+		}
+	})
+}
