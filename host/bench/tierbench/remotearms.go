@@ -96,18 +96,9 @@ func (f *Fixture) openRawJetStream(js jetstream.JetStream) (err error) {
 // openRedis binds the Redis arms to addr; "auto" starts a redis-server
 // of its own under dir when one is on PATH, and "" or "off" skips them.
 func (f *Fixture) openRedis(dir, addr string) error {
-	switch addr {
-	case "", "off":
-		return nil
-	case "auto":
-		if _, err := exec.LookPath("redis-server"); err != nil {
-			return nil
-		}
-		a, err := f.startRedis(dir)
-		if err != nil {
-			return err
-		}
-		addr = a
+	addr, err := serverAddr(addr, "redis-server", func() (string, error) { return f.startRedis(dir) })
+	if addr == "" || err != nil {
+		return err
 	}
 	be, err := remote.NewRedis(remote.RedisOptions{Addrs: []string{addr}, Bucket: "kvpilot-bench"})
 	if err != nil {
@@ -118,6 +109,22 @@ func (f *Fixture) openRedis(dir, addr string) error {
 	}
 	f.rc = redis.NewClient(&redis.Options{Addr: addr})
 	return nil
+}
+
+// serverAddr resolves an arm's server flag: "" or "off" skip the arms
+// (""), "auto" starts a server with start when bin is on PATH (and skips
+// them when it is not), anything else is the server's address.
+func serverAddr(flag, bin string, start func() (string, error)) (string, error) {
+	switch flag {
+	case "", "off":
+		return "", nil
+	case "auto":
+		if _, err := exec.LookPath(bin); err != nil {
+			return "", nil
+		}
+		return start()
+	}
+	return flag, nil
 }
 
 // startRedis runs a throwaway redis-server (no persistence) on a free

@@ -32,18 +32,9 @@ const s3Bucket = "kvpilot-bench"
 // "auto" starts a SeaweedFS server under dir when weed is installed, and
 // "" or "off" skips them.
 func (f *Fixture) openS3(dir, endpoint string) error {
-	switch endpoint {
-	case "", "off":
-		return nil
-	case "auto":
-		if _, err := exec.LookPath("weed"); err != nil {
-			return nil
-		}
-		e, err := f.startSeaweed(dir)
-		if err != nil {
-			return err
-		}
-		endpoint = e
+	endpoint, err := serverAddr(endpoint, "weed", func() (string, error) { return f.startSeaweed(dir) })
+	if endpoint == "" || err != nil {
+		return err
 	}
 	if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
 		endpoint = u.Host
