@@ -27,7 +27,7 @@ type turnCheck struct {
 // op that would fail. It returns one entry per op (nil where the op is
 // fine), or nil when every op is fine. Caller holds the lock.
 func (e *Executor) check(tenant string, ops []*op, st *turnState) []*errcode.Error {
-	tc := &turnCheck{e: e, tenant: tenant, leases: map[string]*leaseView{}}
+	tc := &turnCheck{e: e, tenant: tenant} // leases made on first use
 	var errs []*errcode.Error
 	for i, o := range ops {
 		if err := tc.op(o, st); err != nil {
@@ -88,6 +88,9 @@ func (tc *turnCheck) lease(id string) *leaseView {
 	v := &leaseView{}
 	if li, ok := tc.e.ix().Lease(id); ok {
 		v.exists, v.tenant = true, li.Tenant
+	}
+	if tc.leases == nil {
+		tc.leases = map[string]*leaseView{}
 	}
 	tc.leases[id] = v
 	return v

@@ -3,7 +3,6 @@ package executor
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/cache"
@@ -181,22 +180,26 @@ func (o *op) describe() string {
 	case o.tokens != nil:
 		return strconv.Itoa(len(o.tokens)) + " tokens"
 	case len(o.hashes) > 0:
-		var b strings.Builder
-		b.WriteString("blocks ")
+		// Appended into one buffer: every audited directive pays for it.
+		b := make([]byte, 0, 96)
+		b = append(b, "blocks "...)
 		for i, h := range o.hashes {
 			if i == 4 {
-				fmt.Fprintf(&b, " +%d more", len(o.hashes)-4)
+				b = append(b, " +"...)
+				b = strconv.AppendInt(b, int64(len(o.hashes)-4), 10)
+				b = append(b, " more"...)
 				break
 			}
 			if i > 0 {
-				b.WriteByte(',')
+				b = append(b, ',')
 			}
-			b.WriteString(strconv.FormatUint(h, 10))
+			b = strconv.AppendUint(b, h, 10)
 		}
 		if o.lease != "" {
-			b.WriteString(" lease " + o.lease)
+			b = append(b, " lease "...)
+			b = append(b, o.lease...)
 		}
-		return b.String()
+		return string(b)
 	}
 	return ""
 }

@@ -43,7 +43,8 @@ type spliceGroup struct {
 // prefetch reads, without the index lock, the sessions the turn's span
 // verbs name and the sessions through the pages of its Think purges.
 func (e *Executor) prefetch(tenant string, ops []*op) *turnState {
-	st := &turnState{snaps: map[string]splice.Snapshot{}, snapErr: map[string]error{}}
+	// The maps are made on first use: most turns touch no session.
+	st := &turnState{}
 	sp := e.att().Splicer
 	if sp == nil {
 		return st
@@ -53,6 +54,9 @@ func (e *Executor) prefetch(tenant string, ops []*op) *turnState {
 		case o.session != "":
 			if _, done := st.snaps[o.session]; done || st.snapErr[o.session] != nil {
 				continue
+			}
+			if st.snaps == nil {
+				st.snaps, st.snapErr = map[string]splice.Snapshot{}, map[string]error{}
 			}
 			if s, err := sp.Snapshot(o.session); err != nil {
 				st.snapErr[o.session] = err

@@ -52,9 +52,14 @@ func ValidateTurn(t Turn, l Limits) error {
 		}
 	}
 
-	each := make([]*errcode.Error, len(t.Directives))
+	// each is made at the first failure: a valid turn allocates nothing
+	// for it.
+	var each []*errcode.Error
 	var first *errcode.Error
 	fail := func(i int, err error) {
+		if each == nil {
+			each = make([]*errcode.Error, len(t.Directives))
+		}
 		if each[i] != nil {
 			return
 		}

@@ -1,0 +1,21 @@
+package executor
+
+import "testing"
+
+// The audit log's target names at most four blocks, then how many more.
+func TestDescribe(t *testing.T) {
+	for _, c := range []struct {
+		o    op
+		want string
+	}{
+		{op{hashes: []uint64{7}}, "blocks 7"},
+		{op{hashes: []uint64{1, 2, 3, 4, 5, 6}, lease: "l-1"}, "blocks 1,2,3,4 +2 more lease l-1"},
+		{op{lease: "l-2"}, "lease l-2"},
+		{op{tokens: make([]uint32, 3)}, "3 tokens"},
+		{op{}, ""},
+	} {
+		if got := c.o.describe(); got != c.want {
+			t.Errorf("describe %+v = %q, want %q", c.o, got, c.want)
+		}
+	}
+}
