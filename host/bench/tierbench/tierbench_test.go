@@ -56,7 +56,7 @@ func TestRunSmall(t *testing.T) {
 // candidates list every store measured, s3 without a backend.
 func TestS3CandidateArms(t *testing.T) {
 	if _, err := exec.LookPath("weed"); err != nil {
-		t.Skip("weed (SeaweedFS) is not installed; the s3 arms are skipped")
+		t.Skip("weed (SeaweedFS) is not on PATH; make bench-stores builds it into .tools/")
 	}
 	r, err := Run(context.Background(), Options{Pages: 4, RemotePages: 2, Iters: 1, Dir: t.TempDir(), Layout: small(), Redis: "off", S3: "auto"})
 	if err != nil {
