@@ -47,6 +47,8 @@ func (l redisLog) Printf(_ context.Context, format string, v ...any) {
 // still spread over the primaries.
 type redisBackend struct {
 	c      redis.UniversalClient
+	direct *redisDirect // pages' bytes, where it can (redisdirect.go)
+	log    hclog.Logger
 	prefix string
 	desc   string
 }
@@ -86,7 +88,7 @@ func NewRedis(o RedisOptions) (Backend, error) {
 		// stand, but retries back off so a failover can finish.
 		MaxRetries: 5,
 	})
-	return &redisBackend{c: c, prefix: "kvpilot:" + o.Bucket + ":",
+	return &redisBackend{c: c, direct: newRedisDirect(o.Username, o.Password), log: o.Logger, prefix: "kvpilot:" + o.Bucket + ":",
 		desc: fmt.Sprintf("redis %s (keys kvpilot:%s:)", strings.Join(o.Addrs, ","), o.Bucket)}, nil
 }
 
@@ -143,6 +145,13 @@ func (b *redisBackend) Put(ctx context.Context, name string, meta Meta, page []b
 
 func (b *redisBackend) Get(ctx context.Context, name string, dst []byte) (Meta, error) {
 	pk, mk := b.keys(name)
+	if addr, ok := b.addrFor(ctx, pk); ok {
+		meta, err := b.direct.get(ctx, addr, pk, mk, dst)
+		if !errors.Is(err, errIndirect) {
+			return meta, err
+		}
+		b.log.Debug("redis get goes through the client", "object", name, "error", err)
+	}
 	var (
 		pc *redis.StringCmd
 		mc *redis.SliceCmd
@@ -265,7 +274,27 @@ func (b *redisBackend) metas(ctx context.Context, c *redis.Client, keys []string
 	return out, nil
 }
 
-func (b *redisBackend) Close() error { return b.c.Close() }
+func (b *redisBackend) Close() error {
+	b.direct.close()
+	return b.c.Close()
+}
+
+// addrFor is the server that holds key, for the direct path: the one
+// server, or the primary of key's slot as the cluster client last mapped
+// it (a stale map gets a MOVED, and the call goes through the client).
+func (b *redisBackend) addrFor(ctx context.Context, key string) (string, bool) {
+	switch c := b.c.(type) {
+	case *redis.Client:
+		return c.Options().Addr, true
+	case *redis.ClusterClient:
+		n, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return "", false
+		}
+		return n.Options().Addr, true
+	}
+	return "", false
+}
 
 func metaFrom(vals []any) Meta {
 	m := Meta{}
