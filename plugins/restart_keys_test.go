@@ -1,34 +1,17 @@
 package plugins
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvpilot/kvpilot/internal/syncbuf"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Only policies change live: an edit of any other key in a watched config
 // is logged as needing a restart, naming the key, instead of being ignored.
@@ -37,7 +20,7 @@ func TestEditOfOtherKeysSaysItNeedsARestart(t *testing.T) {
 	if err := os.WriteFile(path, []byte("gc_percent: 400\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	r := newRuntime(t, &recorder{}, func(o *Options) {
 		o.Logger = hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
 	})

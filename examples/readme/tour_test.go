@@ -11,11 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/freeport"
+	"github.com/kvpilot/kvpilot/internal/syncbuf"
 )
 
 // shellLine is one command of a README shell block: its text (comments
@@ -132,26 +132,7 @@ type tour struct {
 	repo, dir string
 	ports     []string // the host's HTTP and NATS addresses, free ones
 	host      *exec.Cmd
-	hostLog   *syncLog
-}
-
-// syncLog is a host's output, written by its process's copier and read by
-// the test.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	hostLog   *syncbuf.Buffer
 }
 
 func (tr *tour) build(out, pkg string) {
@@ -193,7 +174,7 @@ func (tr *tour) run(line, dir string) (string, error) {
 // bound; the previous host is stopped first, as Ctrl-C would.
 func (tr *tour) serve(line string) {
 	tr.stop()
-	log := &syncLog{}
+	log := &syncbuf.Buffer{}
 	cmd := tr.command(context.Background(), line, tr.dir)
 	cmd.Stdout, cmd.Stderr = log, log
 	sock := filepath.Join(tr.dir, "kvpilot-data", "run", "control.sock")

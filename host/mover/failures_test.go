@@ -1,11 +1,9 @@
 package mover
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/internal/syncbuf"
 )
 
 // brokenDisk is the pools with a disk tier whose every write fails, as a
@@ -34,23 +33,6 @@ var errDiskBroken = errors.New("disk put: alloc 1 slots: pool full")
 
 func (failingStore) Put(context.Context, pool.Entry, []byte) error { return errDiskBroken }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Pause copies to a failing tier are tried again only after a growing
 // wait, each failure is counted, the log keeps one line per tier pair per
 // interval, and the lease ends degraded with its pages evictable. The
@@ -58,7 +40,7 @@ func (s *syncBuffer) String() string {
 func TestFailingPauseBacksOffCountedAndQuiet(t *testing.T) {
 	h := newHost(t, hostConfig{dataDir: t.TempDir()})
 	var failures atomic.Int64
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	var err error
 	h.mv, err = New(Options{Index: h.g, Pools: brokenDisk{h.pools}, Workers: 4, Retries: -1,
 		OnFailure: func(from, to tier.Tier) {

@@ -6,11 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/kvpilot/kvpilot/internal/syncbuf"
 )
 
 // synthTrace is a small agent session: user task, then turns of an
@@ -65,29 +66,12 @@ func jsonFields(t *testing.T, v any, paths ...string) map[string]any {
 
 // captureHostLog makes rigs log to a buffer, for tests that must tell a
 // host limitation from a failure.
-func captureHostLog(t *testing.T) *syncBuffer {
+func captureHostLog(t *testing.T) *syncbuf.Buffer {
 	t.Helper()
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	defaultRigLog = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &buf})
 	t.Cleanup(func() { defaultRigLog = nil })
 	return &buf
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestPinFloodTiny(t *testing.T) {
@@ -161,7 +145,7 @@ func TestThinkStripTiny(t *testing.T) {
 // skipWithoutFills skips when the host reported that the engine served no
 // fill order for a splice: the splice arms then measure a limitation of
 // the reference engine, not the splice path.
-func skipWithoutFills(t *testing.T, log *syncBuffer) {
+func skipWithoutFills(t *testing.T, log *syncbuf.Buffer) {
 	t.Helper()
 	if l := log.String(); strings.Contains(l, "splice fill failed") || strings.Contains(l, "does not serve fill orders") {
 		t.Skipf("the reference engine serves no splice fill orders yet; host log:\n%.600s", log.String())

@@ -155,26 +155,18 @@ func (d *redisDirect) close() {
 	}
 }
 
-// command buffers one command of plain arguments.
+// command buffers one command of plain arguments; flush sends it.
 func (c *respConn) command(args ...string) {
-	c.writeArrayHeader(len(args))
-	for _, a := range args {
-		c.writeBulk(a)
-	}
-}
-
-func (c *respConn) writeArrayHeader(n int) {
 	c.w.WriteByte('*')
-	c.w.WriteString(strconv.Itoa(n))
+	c.w.WriteString(strconv.Itoa(len(args)))
 	c.w.WriteString("\r\n")
-}
-
-func (c *respConn) writeBulk(s string) {
-	c.w.WriteByte('$')
-	c.w.WriteString(strconv.Itoa(len(s)))
-	c.w.WriteString("\r\n")
-	c.w.WriteString(s)
-	c.w.WriteString("\r\n")
+	for _, a := range args {
+		c.w.WriteByte('$')
+		c.w.WriteString(strconv.Itoa(len(a)))
+		c.w.WriteString("\r\n")
+		c.w.WriteString(a)
+		c.w.WriteString("\r\n")
+	}
 }
 
 func (c *respConn) flush() error { return c.w.Flush() }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -16,33 +15,16 @@ import (
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/pool/remote/redistest"
+	"github.com/kvpilot/kvpilot/internal/syncbuf"
 )
-
-// lockedBuffer collects a logger's output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 const fellBack = "goes through the client"
 
 // openLogged opens a Redis store of 1 MiB pages whose backend logs at
 // debug level into the returned buffer.
-func openLogged(t *testing.T, ctx context.Context, o RedisOptions) (*Store, *lockedBuffer) {
+func openLogged(t *testing.T, ctx context.Context, o RedisOptions) (*Store, *syncbuf.Buffer) {
 	t.Helper()
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	o.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: &logs})
 	be, err := NewRedis(o)
 	if err != nil {
