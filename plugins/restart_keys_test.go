@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kvpilot/kvpilot/internal/syncbuf"
+	"github.com/kvpilot/kvpilot/host/syncbuf"
 )
 
 // Only policies change live: an edit of any other key in a watched config

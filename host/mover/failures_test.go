@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvpilot/kvpilot/host/pool"
+	"github.com/kvpilot/kvpilot/host/syncbuf"
 	"github.com/kvpilot/kvpilot/host/tier"
-	"github.com/kvpilot/kvpilot/internal/syncbuf"
 )
 
 // brokenDisk is the pools with a disk tier whose every write fails, as a

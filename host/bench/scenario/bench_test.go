@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kvpilot/kvpilot/internal/syncbuf"
+	"github.com/kvpilot/kvpilot/host/syncbuf"
 )
 
 // synthTrace is a small agent session: user task, then turns of an

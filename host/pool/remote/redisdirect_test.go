@@ -15,7 +15,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/pool/remote/redistest"
-	"github.com/kvpilot/kvpilot/internal/syncbuf"
+	"github.com/kvpilot/kvpilot/host/syncbuf"
 )
 
 const fellBack = "goes through the client"
