@@ -53,9 +53,9 @@ func (o *procObserver) TryObserve(obs policy.Observation) ([]directive.Directive
 // debug-gym trace: its decisions must equal the golden file the policy's
 // own in-process tests produce.
 func TestBuiltinProcessMatchesGolden(t *testing.T) {
-	trs, err := policytest.LoadTraces("../../shared/traces/debuggym_debug_gym.jsonl")
+	trs, err := policytest.LoadNamedTraces("debuggym_debug_gym.jsonl")
 	if err != nil {
-		t.Skipf("traces not available: %v", err)
+		t.Fatalf("the repository's traces: %v", err)
 	}
 	want, err := os.ReadFile("../policies/truncation/testdata/leyline-debuggym.golden")
 	if err != nil {

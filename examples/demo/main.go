@@ -1,5 +1,5 @@
 // Command demo is `make demo`: it replays real agent sessions from
-// shared/traces through kvpilot's front door (the OpenAI API of `kvpilot
+// examples/traces through kvpilot's front door (the OpenAI API of `kvpilot
 // serve`, gateway.listen) as a harness does, resending each session's full
 // history every turn, to the reference engine's HTTP server. It runs three
 // hosts (`kvpilot serve`, a child process on a temporary data directory):
@@ -67,7 +67,7 @@ func demo(ctx context.Context, o options) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(os.Stderr, "demo: %d sessions from shared/traces behind one 4K-token system block\n", len(sessions))
+	fmt.Fprintf(os.Stderr, "demo: %d sessions from the agent traces behind one 4K-token system block\n", len(sessions))
 	cfgs, cleanup, err := passConfigs(o.config)
 	if err != nil {
 		return nil, err

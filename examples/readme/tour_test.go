@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/freeport"
-	"github.com/kvpilot/kvpilot/internal/syncbuf"
+	"github.com/kvpilot/kvpilot/host/syncbuf"
 )
 
 // shellLine is one command of a README shell block: its text (comments
@@ -274,7 +274,7 @@ func TestReadmeTourRunsAsWritten(t *testing.T) {
 }
 
 // bench runs a benchmark as step 4 says: from the repository (the traces
-// are in ../shared/traces). real-model needs a Python with the kvpilot
+// are in examples/traces). real-model needs a Python with the kvpilot
 // package and PyTorch: without one (KVPILOT_PYTHON, .venv) it is skipped.
 func (tr *tour) bench(line string) {
 	if strings.Contains(line, "real-model") && os.Getenv("KVPILOT_PYTHON") == "" {

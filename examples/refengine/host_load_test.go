@@ -42,9 +42,9 @@ func loadDuration(t *testing.T) time.Duration {
 }
 
 func loadTraces(t *testing.T) []policytest.Trace {
-	dir := os.Getenv("KVPILOT_TRACES")
-	if dir == "" {
-		dir = "/work/shared/traces"
+	dir, err := policytest.TracesDir()
+	if err != nil {
+		t.Fatal(err)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	var out []policytest.Trace
@@ -56,7 +56,7 @@ func loadTraces(t *testing.T) []policytest.Trace {
 		out = append(out, trs...)
 	}
 	if len(out) == 0 {
-		t.Skipf("no traces under %s (set KVPILOT_TRACES)", dir)
+		t.Fatalf("no traces under %s", dir)
 	}
 	return out
 }

@@ -11,12 +11,12 @@ import (
 
 // The Opus session is the one trace with reasoning; rendered as
 // <think>…</think> inside the assistant turns, as Qwen3-style templates do.
-const opus = "../../../shared/traces/spotter_258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+const opus = "spotter_258c7280-ae70-4798-800f-63464d01a85d.jsonl"
 
 func TestTraceGolden(t *testing.T) {
-	trs, err := policytest.LoadTraces(opus)
+	trs, err := policytest.LoadNamedTraces(opus)
 	if err != nil {
-		t.Skipf("traces not available: %v", err)
+		t.Fatalf("the repository's traces: %v", err)
 	}
 	h := policytest.New(t, New(), map[string]any{"keep": 1})
 	res, err := policytest.Replay(h, trs[0], policytest.ReplayOptions{RenderThinking: true})

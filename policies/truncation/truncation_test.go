@@ -10,8 +10,6 @@ import (
 	"github.com/kvpilot/kvpilot/sdk/policytest"
 )
 
-const traces = "../../../shared/traces"
-
 func TestTraceGolden(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -28,9 +26,9 @@ func TestTraceGolden(t *testing.T) {
 			"exclude_tools": []string{"Glob"}, "placeholder": "[tool result cleared]", "mode": "forget"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			trs, err := policytest.LoadTraces(filepath.Join(traces, tc.file))
+			trs, err := policytest.LoadNamedTraces(tc.file)
 			if err != nil {
-				t.Skipf("traces not available: %v", err)
+				t.Fatalf("the repository's traces: %v", err)
 			}
 			var out []byte
 			for _, tr := range trs {

@@ -25,9 +25,16 @@ func FuzzLoadTraces(f *testing.F) {
 	f.Add([]byte(`{"session_id":"s2","messages":[{"role":"assistant","content":null,"tool_name":null,"thinking":"t"}]}` + "\n" + `{"session_id":"s3","messages":[]}`))
 	f.Add([]byte("{\"session_id\":1}\n"))
 	f.Add([]byte("not json\n"))
-	// Excerpts of the shared traces, when this checkout has them: the
-	// first session of each file, cut to a few short messages.
-	files, _ := filepath.Glob("../../../shared/traces/*.jsonl")
+	// Excerpts of the repository's traces: the first session of each
+	// file, cut to a few short messages.
+	traces, err := TracesDir()
+	if err != nil {
+		f.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(traces, "*.jsonl"))
+	if len(files) == 0 {
+		f.Fatalf("no trace files in %s", traces)
+	}
 	for _, p := range files {
 		trs, err := LoadTraces(p)
 		if err != nil || len(trs) == 0 {

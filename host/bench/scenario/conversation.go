@@ -3,8 +3,6 @@ package scenario
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"unicode/utf8"
 
@@ -13,7 +11,7 @@ import (
 	"github.com/kvpilot/kvpilot/sdk/policytest"
 )
 
-// Trace is a recorded agent session (the shared/traces JSON Lines format).
+// Trace is a recorded agent session (the examples/traces JSON Lines format).
 type Trace = policytest.Trace
 
 // Message is one message of a Trace.
@@ -24,38 +22,13 @@ type Message = policytest.TraceMessage
 // is prefix-stable: a message renders to the same tokens wherever it sits.
 func Tokenize(s string) []uint32 { return policytest.Tokenize(s) }
 
-// TracesEnv names a directory searched first for trace files.
-const TracesEnv = "KVPILOT_TRACES"
+// TracesEnv names a directory of traces used instead of the repository's.
+const TracesEnv = policytest.TracesEnv
 
 // FindTrace resolves a trace file name: a path that exists as given, else
-// the name under $KVPILOT_TRACES, else under shared/traces in the working
-// directory or any parent (the repository sits beside shared/).
-func FindTrace(name string) (string, error) {
-	if _, err := os.Stat(name); err == nil {
-		return name, nil
-	}
-	base := filepath.Base(name)
-	if dir := os.Getenv(TracesEnv); dir != "" {
-		p := filepath.Join(dir, base)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find trace %s: %w", name, err)
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		p := filepath.Join(dir, "shared", "traces", base)
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-		if filepath.Dir(dir) == dir {
-			break
-		}
-	}
-	return "", fmt.Errorf("find trace %s: %w (pass --trace PATH or set %s to the traces directory)", name, os.ErrNotExist, TracesEnv)
-}
+// the file of that name in $KVPILOT_TRACES or the repository's
+// examples/traces (policytest.TracePath).
+func FindTrace(name string) (string, error) { return policytest.TracePath(name) }
 
 // LoadTraces reads the named trace files (see FindTrace) in order.
 func LoadTraces(names ...string) ([]Trace, error) {
@@ -77,7 +50,7 @@ func LoadTraces(names ...string) ([]Trace, error) {
 	return out, nil
 }
 
-// The shared traces the scenarios use by default.
+// The repository's traces (examples/traces) the scenarios use by default.
 const (
 	TraceOpus     = "spotter_258c7280-ae70-4798-800f-63464d01a85d.jsonl" // Claude Code, Opus, with thinking
 	TraceSubagent = "spotter_agent-a2898e3.jsonl"

@@ -68,8 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--traces",
         default="",
-        help="agent traces directory (default $KVPILOT_TRACES, else shared/traces above the "
-        "working directory)",
+        help="agent traces directory (default $KVPILOT_TRACES, else the repository's "
+        "examples/traces)",
     )
     ap.add_argument("--trace", default=DEFAULT_TRACE, help="trace file in --traces")
     ap.add_argument("--session", type=int, default=0, help="session (line) of the trace file")

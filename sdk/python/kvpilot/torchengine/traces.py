@@ -53,17 +53,17 @@ TRACES_ENV = "KVPILOT_TRACES"
 
 
 def find_traces_dir(given: str = "") -> Path | None:
-    """The traces directory: ``given``, else ``$KVPILOT_TRACES``, else
-    ``shared/traces`` in the working directory or a parent (the repository
-    sits beside shared/), else None.
+    """The traces directory: ``given``, else ``$KVPILOT_TRACES``, else the
+    repository's ``examples/traces`` (found above the working directory, or
+    above this file in a source checkout), else None.
     """
     for d in (given, os.environ.get(TRACES_ENV, "")):
         if d:
             return Path(d)
-    here = Path.cwd().resolve()
-    for d in (here, *here.parents):
-        if (d / "shared" / "traces").is_dir():
-            return d / "shared" / "traces"
+    for start in (Path.cwd().resolve(), Path(__file__).resolve().parent):
+        for d in (start, *start.parents):
+            if (d / "go.mod").is_file() and (d / "examples" / "traces").is_dir():
+                return d / "examples" / "traces"
     return None
 
 
