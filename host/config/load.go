@@ -26,7 +26,7 @@ const EnvConfigFile = "KVPILOT_CONFIG"
 
 // toolEnv are the KVPILOT_ variables that are not configuration keys: the
 // config file's name, and what kvpilot's own tools read (the CPU kernels'
-// choice, bench's Python and traces, a policy plugin's log level and
+// choice, bench's Python, traces and model cache, a policy plugin's log level and
 // handshake, the Python tests' host binary, the opt-in load test's knobs).
 // A shell that exports one still starts the host; any other KVPILOT_ name
 // must be a key, so a typo still fails at start.
@@ -35,6 +35,7 @@ var toolEnv = map[string]bool{
 	"KVPILOT_CPU_KERNELS":      true,
 	"KVPILOT_PYTHON":           true,
 	"KVPILOT_TRACES":           true,
+	"KVPILOT_MODEL_CACHE":      true,
 	"KVPILOT_POLICY_LOG_LEVEL": true,
 	"KVPILOT_POLICY_PLUGIN":    true,
 	"KVPILOT_BIN":              true,
