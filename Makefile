@@ -111,8 +111,8 @@ $(TOOLS)/weed:
 lint: py-env
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags invariants $(PKGS)
-	$(VENV)/bin/ruff check sdk/python host/bench/mooncake
-	$(VENV)/bin/ruff format --check sdk/python host/bench/mooncake
+	$(VENV)/bin/ruff check sdk/python host/bench/mooncake host/bench/python
+	$(VENV)/bin/ruff format --check sdk/python host/bench/mooncake host/bench/python
 
 ## verify: lint, plus generated code and go.mod up to date
 verify: lint

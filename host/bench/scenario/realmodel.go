@@ -110,7 +110,7 @@ func RunRealModel(ctx context.Context, o RealModelOptions) (*RealModelReport, er
 	go func() { done <- d.Run(hctx) }()
 	defer func() { stop(); <-done }()
 
-	args := []string{"-m", "kvpilot.torchengine.bench", "--engine-socket", cfg.EngineSocket(),
+	args := []string{"-m", "kvbench.realmodel", "--engine-socket", cfg.EngineSocket(),
 		"--control-socket", d.ControlSocket(), "--page-size", strconv.Itoa(o.PageSize)}
 	if o.Traces != "" {
 		args = append(args, "--traces", o.Traces)
@@ -123,6 +123,9 @@ func RunRealModel(ctx context.Context, o RealModelOptions) (*RealModelReport, er
 	}
 	args = append(args, o.Args...)
 	cmd := exec.CommandContext(ctx, py, args...)
+	if cmd.Env, err = PythonEnv(); err != nil {
+		return nil, err
+	}
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = o.Stderr

@@ -20,7 +20,7 @@ func init() {
 
 func runBenchRealModel(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("bench real-model", "[--json] [--plot FILE.svg] [--tokens N] [--model NAME] [--python PATH]",
-		"Starts a host and runs kvpilot.torchengine.bench (sdk/python) against it: a tiny\n"+
+		"Starts a host and runs kvbench.realmodel (host/bench/python) against it: a tiny\n"+
 			"transformers model with seeded random weights, on a prompt of about --tokens\n"+
 			"tokens built from the agent traces. Arms, wall clock in one run: full prefill;\n"+
 			"the prefix from kvpilot in a fresh engine; re-prefill after an early tool output\n"+

@@ -25,12 +25,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from kvbench.scenario import host_config, random_conversation, splice_session  # noqa: E402
 from kvpilot.control import ControlClient  # noqa: E402
 from kvpilot.layout import Layout, RopeSlice  # noqa: E402
 from kvpilot.torchengine import models  # noqa: E402
 from kvpilot.torchengine.contract import agreement, check_splice  # noqa: E402
 from kvpilot.torchengine.engine import TorchEngine  # noqa: E402
-from kvpilot.torchengine.scenario import host_config, random_conversation, splice_session  # noqa: E402
+from kvpilot.torchengine.fills import FillServer  # noqa: E402
 
 log = logging.getLogger("test_splice_real")
 
@@ -61,7 +62,7 @@ def run_splice(h, tm: models.TinyModel, *, layout: Layout | None = None):  # typ
         TorchEngine(tm, h.engine_socket, layout=layout) as e,
         ControlClient(h.control_socket) as cc,
     ):
-        fills = e.serve_fills()
+        fills = FillServer(e).start()
         e.prefill(toks, session="s")
         out = splice_session(
             e, fills, cc, session="s", tokens=toks, start=37, end=101, replacement=tau
@@ -144,7 +145,7 @@ def test_first_token_agreement(kvpilot_host_factory, record_property, request, c
     pairs: list[tuple[int, int]] = []
     diffs: list[float] = []
     with TorchEngine(tm, h.engine_socket) as e, ControlClient(h.control_socket) as cc:
-        fills = e.serve_fills()
+        fills = FillServer(e).start()
         for k in range(40):
             conv = random_conversation(rng, tm.vocab_size, turns=7)
             session = f"edit-{k}"

@@ -19,13 +19,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from kvbench.scenario import host_config  # noqa: E402
 from kvpilot.torchengine import models  # noqa: E402
 from kvpilot.torchengine.contract import layer0_rows  # noqa: E402
 from kvpilot.torchengine.engine import TorchEngine  # noqa: E402
 from kvpilot.torchengine.forward import PagedModel  # noqa: E402
 from kvpilot.torchengine.paging import LocalArena, Rows  # noqa: E402
 from kvpilot.torchengine.rope import from_storage, rope_config, to_storage  # noqa: E402
-from kvpilot.torchengine.scenario import host_config  # noqa: E402
 
 # (model, MLA pairing) for every family.
 CASES = [

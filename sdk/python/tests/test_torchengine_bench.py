@@ -1,4 +1,4 @@
-"""``python -m kvpilot.torchengine.bench`` end to end, small.
+"""``python -m kvbench.realmodel`` end to end, small.
 
 A tiny model on a short prompt from a synthetic trace file (so the test does
 not depend on shared/traces): one JSON object on stdout with the four arms,
@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from kvpilot.torchengine.scenario import host_config
+from kvbench.scenario import host_config
 
 
 def synthetic_trace(path: Path) -> None:
@@ -39,10 +39,11 @@ def synthetic_trace(path: Path) -> None:
 def test_bench_reports_four_arms(kvpilot_host_factory, tmp_path: Path) -> None:
     h = kvpilot_host_factory(**host_config(16, 512, sink_tokens=0))
     synthetic_trace(tmp_path / "t.jsonl")
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    repo = Path(__file__).resolve().parents[3]
+    path = [str(repo / "sdk" / "python"), str(repo / "host" / "bench" / "python")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")]))
     args = [
-        sys.executable, "-m", "kvpilot.torchengine.bench",
+        sys.executable, "-m", "kvbench.realmodel",
         "--engine-socket", h.engine_socket, "--control-socket", h.control_socket,
         "--traces", str(tmp_path), "--trace", "t.jsonl",
         "--tokens", "1500", "--size", "tiny", "--repeat", "1", "--page-size", "16",

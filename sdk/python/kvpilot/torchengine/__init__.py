@@ -18,11 +18,11 @@ Modules, one concern each:
 - ``forward``: the paged forward pass;
 - ``engine``: ``TorchEngine``, requests through the engine protocol;
 - ``fills``: ``FillServer``, the engine's side of splice fill orders;
-- ``contract``: the splice contract checked against the model's own keys;
-- ``scenario``: splice scenarios shared by tests and the benchmark;
-- ``traces``: prompts from agent traces, with a hashing tokenizer;
-- ``bench``: ``python -m kvpilot.torchengine.bench``, the real-model
-  benchmark's Python side.
+- ``contract``: the splice contract checked against the model's own keys.
+
+The benchmark that drives it (``kvpilot bench real-model``) and the
+scenarios it shares with the tests live outside the package, in
+``host/bench/python/kvbench``.
 
 It needs torch and transformers (the ``torch`` extra).
 """

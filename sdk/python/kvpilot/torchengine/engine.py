@@ -15,10 +15,11 @@ recomputed against the rows before it and nothing is written. The whole
 request runs under ``EngineClient.run_request``, so a host restart in the
 middle of it runs it again from its match.
 
-Fill orders (splice replacements) are served by ``serve_fills``
-(kvpilot.torchengine.fills) on a background thread. Model work is
-serialised by one lock, so requests from several threads and fills never
-interleave their forward passes.
+Fill orders (splice replacements) are served on a background thread by
+``FillServer(engine).start()`` (kvpilot.torchengine.fills, which imports this
+module, never the reverse). Model work is serialised by one lock, so
+requests from several threads and fills never interleave their forward
+passes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -39,9 +40,6 @@ from kvpilot.torchengine.forward import DEFAULT_CHUNK, PagedModel
 from kvpilot.torchengine.models import TinyModel
 from kvpilot.torchengine.paging import Rows, gather
 from kvpilot.torchengine.rope import rope_config
-
-if TYPE_CHECKING:
-    from kvpilot.torchengine.fills import FillServer
 
 log = logging.getLogger("kvpilot.torchengine")
 
@@ -141,12 +139,6 @@ class TorchEngine:
     def _reregistered(self, reg: Any) -> None:
         # Nothing to drop: the engine keeps no slots between requests.
         log.info("host restarted; registered again (%s)", reg.id)
-
-    def serve_fills(self) -> FillServer:
-        """Starts serving the host's fill orders on a background thread."""
-        from kvpilot.torchengine.fills import FillServer
-
-        return FillServer(self).start()
 
     def close(self) -> None:
         """Closes the client (ends the fill stream, unmaps the arenas)."""

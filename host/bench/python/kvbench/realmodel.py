@@ -2,7 +2,7 @@ r"""The Python side of ``kvpilot bench real-model``.
 
 Against an already running kvpilot host, one run measures wall-clock time
 to first token of a transformers model on this CPU, four ways, on a ~4K
-token prompt built from an agent trace (kvpilot.torchengine.traces):
+token prompt built from an agent trace (kvbench.traces):
 
 - ``full_prefill``: the model's own forward pass over the whole prompt, no
   cache (the baseline);
@@ -21,7 +21,7 @@ token prompt built from an agent trace (kvpilot.torchengine.traces):
 
 Usage::
 
-    python -m kvpilot.torchengine.bench --engine-socket S --control-socket C \\
+    python -m kvbench.realmodel --engine-socket S --control-socket C \\
         --traces DIR [--tokens 4096] [--model llama]
 
 It prints exactly one JSON object on stdout; logs go to stderr.
@@ -38,19 +38,20 @@ from typing import Any
 
 import torch
 
-from kvpilot.control import ControlClient
-from kvpilot.torchengine import models
-from kvpilot.torchengine.contract import check_splice
-from kvpilot.torchengine.engine import TorchEngine
-from kvpilot.torchengine.scenario import splice_session
-from kvpilot.torchengine.traces import (
+from kvbench.scenario import splice_session
+from kvbench.traces import (
     HashTokenizer,
     find_traces_dir,
     trace_prompt,
     truncate_tool_output,
 )
+from kvpilot.control import ControlClient
+from kvpilot.torchengine import models
+from kvpilot.torchengine.contract import check_splice
+from kvpilot.torchengine.engine import TorchEngine
+from kvpilot.torchengine.fills import FillServer
 
-log = logging.getLogger("kvpilot.torchengine.bench")
+log = logging.getLogger("kvbench.realmodel")
 
 DEFAULT_TRACE = "spotter_258c7280-ae70-4798-800f-63464d01a85d.jsonl"
 PREFIX_TARGET = 0.25
@@ -61,7 +62,7 @@ LOGIT_TARGET = 1e-5
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module doc)."""
     ap = argparse.ArgumentParser(
-        prog="python -m kvpilot.torchengine.bench", description=__doc__.split("\n")[0]
+        prog="python -m kvbench.realmodel", description=__doc__.split("\n")[0]
     )
     ap.add_argument("--engine-socket", required=True, help="the host's engine socket")
     ap.add_argument("--control-socket", required=True, help="the host's control socket")
@@ -183,7 +184,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         TorchEngine(fresh, args.engine_socket, page_size=ps, engine_id="bench") as e,
         ControlClient(args.control_socket, source="bench-real-model") as cc,
     ):
-        fills = e.serve_fills()
+        fills = FillServer(e).start()
         _warm(e, fresh)
         re_runs = []
         for _ in range(args.repeat):

@@ -1,0 +1,13 @@
+"""kvbench: the Python sides of kvpilot's benchmarks.
+
+Benchmark drivers, not SDK: they live beside the Go harnesses that run them
+(``host/bench``) and are not installed with the ``kvpilot`` package. The Go
+side starts a host and runs a module here with this folder on
+``PYTHONPATH``; the Python tests put it on their path too
+(``sdk/python/pyproject.toml``).
+
+- ``realmodel``: ``kvpilot bench real-model``, a transformers model on this
+  CPU with kvpilot as its KV store (``python -m kvbench.realmodel``);
+- ``scenario``: splice scenarios shared by that benchmark and the tests;
+- ``traces``: prompts from the repository's agent traces.
+"""
