@@ -19,11 +19,12 @@ hashes are unsigned or signed 64-bit integers, or decimal / 0x-hex strings.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from google.protobuf import json_format
 
+from kvpilot import _verbs
 from kvpilot.errors import BadRequest, InvalidHash, MissingField, UnknownVerb
 from kvpilot.ttl import TTLValue, to_duration
 from kvpilot.v1 import directive_pb2 as pb
@@ -49,22 +50,9 @@ __all__ = [
     "warm",
 ]
 
-#: Wire names of the verbs ("type" tags) and their proto oneof fields.
-VERBS: dict[str, str] = {
-    "Warm": "warm",
-    "Prune": "prune",
-    "Cache": "cache",
-    "Think": "think",
-    "Pause": "pause",
-    "RenewLease": "renew_lease",
-    "RevokeLease": "revoke_lease",
-    "Splice": "splice",
-    "Pin": "pin",
-    "Retain": "retain",
-    "Evict": "evict",
-    "Resume": "resume",
-    "Share": "share",
-}
+#: Wire names of the verbs ("type" tags) and their proto oneof fields, in wire
+#: order (generated from the Go definitions: kvpilot._verbs).
+VERBS: dict[str, str] = {name: v.field for name, v in _verbs.VERBS.items()}
 _FIELD_TO_VERB = {f: v for v, f in VERBS.items()}
 
 _U64 = (1 << 64) - 1
@@ -212,19 +200,15 @@ def verb_of(d: pb.Directive) -> str:
     return _FIELD_TO_VERB.get(field, "") if field else ""
 
 
-def _need(d: Mapping[str, Any], key: str, verb: str) -> Any:
-    if key not in d:
-        raise MissingField(f"{verb}.{key}")
-    return d[key]
-
-
 def from_dict(d: Mapping[str, Any]) -> pb.Directive:
     """A directive from its JSON command form or a proto-shaped dict.
 
     ``{"type": "Pin", "session": "s", "end": 64, "ttl": "5m"}`` (the NATS
     and docs form: TTLs ``ttl_seconds``/``new_ttl_seconds`` for block verbs,
     ``ttl``/``duration`` for span verbs), or ``{"pin": {...}}`` (the proto's
-    field names, durations as ``"300s"``).
+    field names, durations as ``"300s"``). The JSON form is held to what the
+    host's strict decoder accepts (kvpilot._verbs, generated from it): no
+    unknown field, every required one present.
     """
     if "type" not in d:
         if len(d) == 1 and next(iter(d)) in _FIELD_TO_VERB:
@@ -235,76 +219,70 @@ def from_dict(d: Mapping[str, Any]) -> pb.Directive:
                 raise BadRequest(str(e)) from None
             return msg
         raise MissingField('type (or one proto verb field such as "pin")')
-    verb = d["type"]
+    name = d["type"]
+    verb = _verbs.VERBS.get(name) if isinstance(name, str) else None
+    if verb is None:
+        raise UnknownVerb(f"{name!r}: want one of {', '.join(VERBS)}")
     rest = {k: v for k, v in d.items() if k != "type"}
-    allowed: dict[str, set[str]] = {
-        "Warm": {"block_keys", "target_tier"},
-        "Prune": {"after_block_hash"},
-        "Cache": {"block_hashes", "pin", "ttl_seconds"},
-        "Think": {"block_hashes", "transient"},
-        "Pause": {"block_hashes", "ttl_seconds", "lease_id"},
-        "RenewLease": {"lease_id", "new_ttl_seconds"},
-        "RevokeLease": {"lease_id"},
-        "Splice": {"session", "start", "end", "replacement", "mode"},
-        "Pin": {"session", "end", "ttl"},
-        "Retain": {"session", "start", "end", "priority", "duration"},
-        "Evict": {"session", "start", "end", "mode"},
-        "Resume": {"lease_id"},
-        "Share": {"session", "end", "scope"},
-    }
-    if verb not in allowed:
-        raise UnknownVerb(f"{verb!r}: want one of {', '.join(VERBS)}")
-    unknown = set(rest) - allowed[verb]
+    unknown = set(rest) - {f.json for f in verb.fields}
     if unknown:
-        raise BadRequest(f"{verb}: unknown field(s) {', '.join(sorted(unknown))}")
-    if verb == "Warm":
-        return warm(rest.get("block_keys", []), rest.get("target_tier", ""))
-    if verb == "Prune":
-        return prune(_need(rest, "after_block_hash", verb))
-    if verb == "Cache":
-        return cache(
-            rest.get("block_hashes", []), bool(_need(rest, "pin", verb)), rest.get("ttl_seconds")
-        )
-    if verb == "Think":
-        return think(rest.get("block_hashes", []), bool(_need(rest, "transient", verb)))
-    if verb == "Pause":
-        return pause(
-            rest.get("block_hashes", []), rest.get("ttl_seconds"), rest.get("lease_id", "")
-        )
-    if verb == "RenewLease":
-        return renew_lease(rest.get("lease_id", ""), _need(rest, "new_ttl_seconds", verb))
-    if verb == "RevokeLease":
-        return revoke_lease(rest.get("lease_id", ""))
-    if verb == "Splice":
-        rep = rest.get("replacement") or {}
-        return splice(
-            rest.get("session", ""),
-            int(_need(rest, "start", verb)),
-            int(_need(rest, "end", verb)),
-            tokens=rep.get("tokens"),
-            text=rep.get("text", ""),
-            mode=rest.get("mode", ""),
-        )
-    if verb == "Pin":
-        return pin(rest.get("session", ""), int(_need(rest, "end", verb)), rest.get("ttl"))
-    if verb == "Retain":
-        return retain(
-            rest.get("session", ""),
-            int(rest.get("start", 0)),
-            int(_need(rest, "end", verb)),
-            int(_need(rest, "priority", verb)),
-            rest.get("duration"),
-        )
-    if verb == "Evict":
-        return evict(
-            rest.get("session", ""),
-            int(_need(rest, "start", verb)),
-            int(_need(rest, "end", verb)),
-            rest.get("mode", ""),
-        )
-    if verb == "Resume":
-        return resume(rest.get("lease_id", ""))
-    return share(rest.get("session", ""), int(_need(rest, "end", verb)), rest.get("scope", ""))
+        raise BadRequest(f"{name}: unknown field(s) {', '.join(sorted(unknown))}")
+    absent = [f"{name}.{f.json}" for f in verb.fields if f.required and f.json not in rest]
+    if absent:
+        raise MissingField(" and ".join(absent))
+    msg = getattr(pb, name)()
+    for f in verb.fields:
+        if f.json in rest and rest[f.json] is not None:
+            try:
+                _READERS[f.kind](msg, f.proto, rest[f.json])
+            except (TypeError, ValueError) as e:
+                raise BadRequest(f"{name}.{f.json}: {e}") from None
+    return pb.Directive(**{verb.field: msg})
+
+
+def _read_int(msg: Any, field: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{v!r} is not an integer")
+    setattr(msg, field, v)
+
+
+def _read_str(msg: Any, field: str, v: Any) -> None:
+    if not isinstance(v, str):
+        raise TypeError(f"{v!r} is not a string")
+    setattr(msg, field, v)
+
+
+def _read_bool(msg: Any, field: str, v: Any) -> None:
+    if not isinstance(v, bool):
+        raise TypeError(f"{v!r} is not true or false")
+    setattr(msg, field, v)
+
+
+def _read_replacement(msg: Any, field: str, v: Any) -> None:
+    if not isinstance(v, Mapping):
+        raise TypeError(f"{v!r} is not an object with tokens or text")
+    extra = set(v) - {"tokens", "text"}
+    if extra:
+        raise ValueError(f"unknown field(s) {', '.join(sorted(extra))}")
+    rep = getattr(msg, field)
+    rep.tokens.extend(v.get("tokens") or ())
+    rep.text = v.get("text") or ""
+
+
+def _read_block_keys(msg: Any, field: str, v: Any) -> None:
+    getattr(msg, field).extend(str(k) for k in v)
+
+
+_READERS: dict[str, Callable[[Any, str, Any], None]] = {
+    "hash": lambda m, f, v: setattr(m, f, hash_value(v)),
+    "hashes": lambda m, f, v: getattr(m, f).extend(_hashes(v)),
+    "ttl": _set_ttl,
+    "replacement": _read_replacement,
+    "block_keys": _read_block_keys,
+    "str": _read_str,
+    "int": _read_int,
+    "bool": _read_bool,
+}
 
 
 def to_directive(d: pb.Directive | Mapping[str, Any]) -> pb.Directive:

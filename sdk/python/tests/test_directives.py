@@ -101,6 +101,15 @@ def test_from_dict_proto_shape() -> None:
         ({"type": "Cache", "block_hashes": [1]}, MissingField),
         ({"type": "Pin", "session": "s", "end": 1, "extra": 1}, BadRequest),
         ({"pin": {"bogus": 1}}, BadRequest),
+        # As the host's strict decoder (kvpilot._verbs is generated from it):
+        # a required field absent, a value of the wrong JSON type.
+        ({"type": "Retain", "session": "s", "end": 64, "priority": 70}, MissingField),
+        ({"type": "Splice", "session": "s", "start": "4", "end": 9}, BadRequest),
+        (
+            {"type": "Splice", "session": "s", "start": 4, "end": 9, "replacement": {"x": 1}},
+            BadRequest,
+        ),
+        ({"type": "Think", "block_hashes": [3], "transient": 1}, BadRequest),
     ],
 )
 def test_from_dict_refuses(cmd, err) -> None:
