@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/daemon"
 	"github.com/kvpilot/kvpilot/policies/autopin"
@@ -132,15 +133,16 @@ func TestLoad128SessionsReplayTracesWithPolicies(t *testing.T) {
 	deadline := time.Now().Add(dur)
 	// The policies' work, sampled: pins and leases must have happened for
 	// "back to baseline" to mean anything.
-	ix, imu := d.Index().Held(), d.Index() // the index and the guard that locks it
+	stats := func() (st cache.Stats) {
+		d.Index().Do(func(ix *cache.Index) { st = ix.Stats() })
+		return st
+	}
 	var maxPinned, maxLeases int
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		for time.Now().Before(deadline) {
-			imu.Lock()
-			st := ix.Stats()
-			imu.Unlock()
+			st := stats()
 			maxPinned, maxLeases = max(maxPinned, st.PinnedPages), max(maxLeases, st.Leases)
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -231,9 +233,7 @@ func TestLoad128SessionsReplayTracesWithPolicies(t *testing.T) {
 	var last string
 	settle := time.Now().Add(30 * time.Second)
 	for {
-		imu.Lock()
-		st := ix.Stats()
-		imu.Unlock()
+		st := stats()
 		g, fd, heap := runtime.NumGoroutine(), openFDs(t), heapInUse()
 		last = fmt.Sprintf("goroutines %d (baseline %d), fds %d (baseline %d), heap %d MiB (baseline %d MiB), pinned pages %d, leases %d, in flight %d",
 			g, baseG, fd, baseFD, heap>>20, baseHeap>>20, st.PinnedPages, st.Leases, st.InFlight)

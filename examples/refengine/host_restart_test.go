@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
 	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/daemon"
 	"github.com/kvpilot/kvpilot/host/tier"
@@ -94,17 +95,16 @@ func apply(t *testing.T, ctl *controlclient.UnixClient, ds ...directive.Directiv
 // waitOnDisk waits until every full page of toks has a disk copy.
 func waitOnDisk(t *testing.T, d *daemon.Daemon, toks []uint32) {
 	t.Helper()
-	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		n := 0
-		mu.Lock()
-		for _, h := range hashesOf(toks, "") {
-			if p, ok := ix.Lookup("", uint64(h)); ok && p.Tiers.Has(tier.Disk) {
-				n++
+		d.Index().Do(func(ix *cache.Index) {
+			for _, h := range hashesOf(toks, "") {
+				if p, ok := ix.Lookup("", uint64(h)); ok && p.Tiers.Has(tier.Disk) {
+					n++
+				}
 			}
-		}
-		mu.Unlock()
+		})
 		if n == len(toks)/hostPage {
 			return
 		}
@@ -170,12 +170,17 @@ func pinsAndPauseSurviveRestart(t *testing.T, configured bool) {
 	if st.Cached != len(pinned) || st.LoadedPages == 0 || st.CheckedRows == 0 {
 		t.Fatalf("pinned prefix after restart: cached %d of %d, %d pages loaded, %d rows checked", st.Cached, len(pinned), st.LoadedPages, st.CheckedRows)
 	}
-	ix, mu := d2.Index().Held(), d2.Index() // the index and the guard that locks it
-	mu.Lock()
-	p, _ := ix.Lookup("", uint64(ph[len(ph)-1]))
-	lease, leased := ix.Lease("lease-1")
-	now := ix.Config().Clock.Now()
-	mu.Unlock()
+	var (
+		p      cache.PageInfo
+		lease  cache.LeaseInfo
+		leased bool
+		now    time.Duration
+	)
+	d2.Index().Do(func(ix *cache.Index) {
+		p, _ = ix.Lookup("", uint64(ph[len(ph)-1]))
+		lease, leased = ix.Lease("lease-1")
+		now = ix.Config().Clock.Now()
+	})
 	if p.PinCount != 1 || p.PinExpiry-now < 59*time.Minute {
 		t.Fatalf("pin after restart: %+v", p)
 	}

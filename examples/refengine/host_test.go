@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
 	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/daemon"
 	"github.com/kvpilot/kvpilot/host/engine/enginetest"
@@ -115,18 +116,17 @@ func engineWithFills(t *testing.T, socket string, m refengine.Model) (*refengine
 func waitCached(t *testing.T, d *daemon.Daemon, tenant string, toks []uint32) {
 	t.Helper()
 	h := blockid.Compute(toks[:len(toks)/hostPage*hostPage], hostPage, blockid.Salt{Namespace: tenant})
-	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		mu.Lock()
 		n := 0
-		for _, s := range h.Sequence {
-			if p, ok := ix.Lookup(tenant, s); !ok || !p.Tiers.Has(tier.Device) {
-				break
+		d.Index().Do(func(ix *cache.Index) {
+			for _, s := range h.Sequence {
+				if p, ok := ix.Lookup(tenant, s); !ok || !p.Tiers.Has(tier.Device) {
+					break
+				}
+				n++
 			}
-			n++
-		}
-		mu.Unlock()
+		})
 		if n == len(h.Sequence) {
 			return
 		}
@@ -328,17 +328,17 @@ func TestTruncationPolicySplicesRealTraffic(t *testing.T) {
 // the tokens cached.
 func waitForEither(t *testing.T, d *daemon.Daemon, delta int, a []uint32, oldA int, b []uint32, oldB int) int {
 	t.Helper()
-	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
 	cached := func(toks []uint32, old int) int {
 		n := (old/hostPage*hostPage + delta) / hostPage * hostPage
 		h := blockid.Compute(toks[:n], hostPage, blockid.Salt{})
-		mu.Lock()
-		defer mu.Unlock()
-		for _, s := range h.Sequence {
-			if p, ok := ix.Lookup("", s); !ok || !p.Tiers.Has(tier.Device) {
-				return 0
+		d.Index().Do(func(ix *cache.Index) {
+			for _, s := range h.Sequence {
+				if p, ok := ix.Lookup("", s); !ok || !p.Tiers.Has(tier.Device) {
+					n = 0
+					return
+				}
 			}
-		}
+		})
 		return n
 	}
 	deadline := time.Now().Add(20 * time.Second)

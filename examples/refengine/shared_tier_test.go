@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/daemon"
 	"github.com/kvpilot/kvpilot/host/natsembed/natscluster"
@@ -35,9 +36,11 @@ func waitLeaseSettled(t *testing.T, d *daemon.Daemon, id string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		ix := d.Index().Lock()
-		li, ok := ix.Lease(id)
-		d.Index().Unlock()
+		var (
+			li cache.LeaseInfo
+			ok bool
+		)
+		d.Index().Do(func(ix *cache.Index) { li, ok = ix.Lease(id) })
 		if ok && li.Settled {
 			return
 		}
@@ -104,15 +107,16 @@ func warmAndResume(t *testing.T, d *daemon.Daemon, c config.Config, e *refengine
 }
 
 // onTier reports whether every page is indexed on tier t.
-func onTier(d *daemon.Daemon, hs []directive.Hash, t tier.Tier) bool {
-	ix := d.Index().Lock()
-	defer d.Index().Unlock()
-	for _, h := range hs {
-		if p, ok := ix.Lookup("", uint64(h)); !ok || !p.Tiers.Has(t) {
-			return false
+func onTier(d *daemon.Daemon, hs []directive.Hash, t tier.Tier) (all bool) {
+	d.Index().Do(func(ix *cache.Index) {
+		for _, h := range hs {
+			if p, ok := ix.Lookup("", uint64(h)); !ok || !p.Tiers.Has(t) {
+				return
+			}
 		}
-	}
-	return true
+		all = true
+	})
+	return all
 }
 
 // Host A pauses sessions to the remote tier; host B, sharing A's NATS

@@ -185,6 +185,9 @@ type Index struct {
 
 	// jr records reversible changes while a caller's journal is open.
 	jr journal
+	// panicIn names the method whose next change panics once it is done
+	// (invariants builds only: PanicAfterNext).
+	panicIn string
 
 	leases     map[string]*lease
 	leaseOrder []*lease // creation order, so Plan is deterministic

@@ -69,6 +69,15 @@ func (ix *Index) RollbackJournal() {
 	ix.afterMutation()
 }
 
+// AbortJournal rolls back the open journal, if any: for a caller that
+// unwinds from a panic in the middle of its turn (host/internal/guarded),
+// so the turn changes nothing and the next one can open a journal.
+func (ix *Index) AbortJournal() {
+	if ix.jr.active {
+		ix.RollbackJournal()
+	}
+}
+
 // journalPage saves n's reversible state the first time the open journal
 // sees it change. Call before changing pin state or the transient flag.
 func (ix *Index) journalPage(n *node) {

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvpilot/kvpilot/host/cache"
 )
 
 // indexCollector reports the cache index's per-tier gauges at scrape time,
@@ -32,10 +34,11 @@ func (ic *indexCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (ic *indexCollector) Collect(ch chan<- prometheus.Metric) {
-	ic.c.index.Lock()
-	st := ic.c.index.Held().Stats()
-	degraded := len(ic.c.index.Held().DegradedLeases())
-	ic.c.index.Unlock()
+	var (
+		st       cache.Stats
+		degraded int
+	)
+	ic.c.index.Do(func(ix *cache.Index) { st, degraded = ix.Stats(), len(ix.DegradedLeases()) })
 	bpp := float64(ic.pageBytes())
 	for _, t := range st.Tiers {
 		name := t.Tier.String()

@@ -173,9 +173,8 @@ func (d *Daemon) sweep(ctx context.Context) {
 		case <-t.C:
 		}
 		c := &d.core
-		c.index.Lock()
-		res := c.index.Held().Sweep(c.clock.Now())
-		c.index.Unlock()
+		var res cache.SweepResult
+		c.index.Do(func(ix *cache.Index) { res = ix.Sweep(c.clock.Now()) })
 		if res.Pins > 0 || res.Leases > 0 {
 			d.log.Debug("swept expired entries", "pins", res.Pins, "leases", res.Leases, "expired_leases", res.Expired)
 		}

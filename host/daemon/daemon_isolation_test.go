@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
@@ -71,20 +72,18 @@ func (tr transports) apply(t *testing.T, via string, turn directive.Turn) direct
 
 // tenantState is everything about a tenant's pages another tenant must not
 // be able to change.
-func tenantState(d *Daemon, tenant string, seqs []uint64) string {
-	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
-	mu.Lock()
-	defer mu.Unlock()
-	s := ""
-	for _, q := range seqs {
-		p, ok := ix.Lookup(tenant, q)
-		s += fmt.Sprintf("|%d:%v pin=%d tr=%v lease=%q prio=%d", q, ok, p.PinCount, p.Transient, p.Lease, p.Priority)
-	}
-	for _, l := range ix.Leases() {
-		if l.Tenant == tenant {
-			s += fmt.Sprintf("|lease %s pages=%d", l.ID, l.Pages)
+func tenantState(d *Daemon, tenant string, seqs []uint64) (s string) {
+	d.Index().Do(func(ix *cache.Index) {
+		for _, q := range seqs {
+			p, ok := ix.Lookup(tenant, q)
+			s += fmt.Sprintf("|%d:%v pin=%d tr=%v lease=%q prio=%d", q, ok, p.PinCount, p.Transient, p.Lease, p.Priority)
 		}
-	}
+		for _, l := range ix.Leases() {
+			if l.Tenant == tenant {
+				s += fmt.Sprintf("|lease %s pages=%d", l.ID, l.Pages)
+			}
+		}
+	})
 	return s
 }
 
@@ -301,13 +300,18 @@ func TestPinFloodRefusedPastQuota(t *testing.T) {
 	if oks != 0 || codes[errcode.TenantQuota] != 200 {
 		t.Fatalf("flood past quota: %d applied, refusals %v; want all 200 refused with %s", oks, codes, errcode.TenantQuota)
 	}
-	ix, mu2 := d.Index().Held(), d.Index() // the index and the guard that locks it
-	mu2.Lock()
-	defer mu2.Unlock()
-	if err := ix.Check(); err != nil {
+	var (
+		err error
+		st  cache.Stats
+		pb  cache.PageInfo
+	)
+	d.Index().Do(func(ix *cache.Index) {
+		err, st = ix.Check(), ix.Stats()
+		pb, _ = ix.Lookup("b", hb.Sequence[1])
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	st := ix.Stats()
 	if st.PinnedPages != 4 {
 		t.Fatalf("pinned pages %d, want a's 2 and b's 2", st.PinnedPages)
 	}
@@ -317,8 +321,8 @@ func TestPinFloodRefusedPastQuota(t *testing.T) {
 			t.Fatalf("%s: %d pinned pages over its budget %d", tt, ts.Pinned, budget)
 		}
 	}
-	if p, _ := ix.Lookup("b", hb.Sequence[1]); p.PinCount != 5 {
-		t.Fatalf("b's pin count %d, want 5", p.PinCount)
+	if pb.PinCount != 5 {
+		t.Fatalf("b's pin count %d, want 5", pb.PinCount)
 	}
 }
 
@@ -345,10 +349,8 @@ func TestPinFloodStopsAtTierBudget(t *testing.T) {
 		default:
 			t.Fatalf("%s pin: %+v", tn, r)
 		}
-		ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
-		mu.Lock()
-		st := ix.Stats()
-		mu.Unlock()
+		var st cache.Stats
+		d.Index().Do(func(ix *cache.Index) { st = ix.Stats() })
 		if st.Tiers[tier.Device].Pinned > 2 || st.PinnedPages > st.PinBudget {
 			t.Fatalf("after %s: device pinned %d, pinned pages %d over budget %d", tn, st.Tiers[tier.Device].Pinned, st.PinnedPages, st.PinBudget)
 		}

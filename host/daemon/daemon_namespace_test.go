@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/engineclient"
@@ -94,10 +95,9 @@ func TestShareGroupSharesPrefixesOnly(t *testing.T) {
 	// The device tier (8 pages) is full with alice's and carol's pages; the
 	// splice's fresh pages evict carol's, which needs their write-through
 	// to the host tier done (slow on a loaded machine).
-	waitFor(t, "the write-through of the device pages", func() bool {
-		ix := d.core.index.Lock()
-		defer d.core.index.Unlock()
-		return ix.Stats().Tiers[tier.Host].Pages >= 8
+	waitFor(t, "the write-through of the device pages", func() (done bool) {
+		d.core.index.Do(func(ix *cache.Index) { done = ix.Stats().Tiers[tier.Host].Pages >= 8 })
+		return done
 	})
 	// Bob evicts [4, 8) of his session: the pages after it move by -4 and
 	// are re-rotated. They are alice's pages too, so they must be copied.

@@ -105,7 +105,7 @@ func (g gatewayEngine) PrefillPage() (int, bool) {
 	if !ok || reg.Mode != engine.ModeConnector || !g.d.cfg.Index.AutoSplice {
 		return 0, false
 	}
-	return g.d.core.index.Held().PageSize(), true
+	return g.d.core.index.PageSize(), true
 }
 
 func (g gatewayEngine) SessionTokens(tenant, session string) ([]uint32, int, bool) {

@@ -122,10 +122,8 @@ func (d *Daemon) pinnedOffDisk() bool {
 	if d.cfg.Tiers.Disk.CapacityPages <= 0 {
 		return false
 	}
-	c := &d.core
-	c.index.Lock()
-	st := c.index.Held().Stats()
-	c.index.Unlock()
+	var st cache.Stats
+	d.core.index.Do(func(ix *cache.Index) { st = ix.Stats() })
 	return st.Tiers[tier.Disk].Pinned < st.PinnedPages
 }
 
@@ -157,16 +155,25 @@ func (d *Daemon) restoreMeta() {
 		d.log.Warn("reading persisted pins and leases", "error", err)
 	}
 	c := &d.core
-	c.index.Lock()
-	defer c.index.Unlock()
-	now, wall := c.clock.Now(), time.Now()
 	var leases, pins, skipped int
+	c.index.Do(func(ix *cache.Index) {
+		leases, pins, skipped = d.restoreSnapshot(ix, snap)
+	})
+	if leases+pins+skipped > 0 {
+		d.log.Info("restored persisted pins and leases", "leases", leases, "pins", pins, "skipped", skipped)
+	}
+}
+
+// restoreSnapshot re-applies snap to ix, the index the caller holds, and
+// counts what it restored and skipped.
+func (d *Daemon) restoreSnapshot(ix *cache.Index, snap meta.Snapshot) (leases, pins, skipped int) {
+	now, wall := d.core.clock.Now(), time.Now()
 	for _, l := range snap.Leases {
 		left := l.Expiry.Sub(wall)
 		if left <= 0 {
 			continue
 		}
-		if _, _, err := c.index.Held().Pause(cache.TargetHashes(l.Tenant, l.Seqs...), l.ID, l.Tier, left); err != nil {
+		if _, _, err := ix.Pause(cache.TargetHashes(l.Tenant, l.Seqs...), l.ID, l.Tier, left); err != nil {
 			skipped++
 			d.log.Warn("lease not restored", "lease", l.ID, "tenant", l.Tenant, "error", err)
 			continue
@@ -178,16 +185,14 @@ func (d *Daemon) restoreMeta() {
 		if left <= 0 {
 			continue
 		}
-		if err := c.index.Held().RestorePin(cache.TargetHashes(p.Tenant, p.Seq), p.Count, p.TTL, now+left); err != nil {
+		if err := ix.RestorePin(cache.TargetHashes(p.Tenant, p.Seq), p.Count, p.TTL, now+left); err != nil {
 			skipped++
 			d.log.Warn("pin not restored", "tenant", p.Tenant, "block", p.Seq, "error", err)
 			continue
 		}
 		pins++
 	}
-	if leases+pins+skipped > 0 {
-		d.log.Info("restored persisted pins and leases", "leases", leases, "pins", pins, "skipped", skipped)
-	}
+	return leases, pins, skipped
 }
 
 // savedMeta counts the saved pins and leases of tenant (or all) while they
@@ -220,18 +225,17 @@ func (d *Daemon) saveMeta() error {
 	if d.meta.store == nil || !d.meta.restored.Load() {
 		return nil
 	}
-	c := &d.core
-	c.index.Lock()
-	now, wall := c.clock.Now(), time.Now()
-	toWall := func(at time.Duration) time.Time { return wall.Add(at - now) }
 	var snap meta.Snapshot
-	for _, p := range c.index.Held().Pins(now) {
-		snap.Pins = append(snap.Pins, meta.Pin{Tenant: p.Tenant, Seq: p.Seq, Count: p.Count, TTL: p.TTL, Expiry: toWall(p.Expiry)})
-	}
-	for _, l := range c.index.Held().Leases() {
-		snap.Leases = append(snap.Leases, meta.Lease{ID: l.ID, Tenant: l.Tenant, Tier: l.Tier, Seqs: l.Seqs, Expiry: toWall(l.Expiry)})
-	}
-	c.index.Unlock()
+	d.core.index.Do(func(ix *cache.Index) {
+		now, wall := d.core.clock.Now(), time.Now()
+		toWall := func(at time.Duration) time.Time { return wall.Add(at - now) }
+		for _, p := range ix.Pins(now) {
+			snap.Pins = append(snap.Pins, meta.Pin{Tenant: p.Tenant, Seq: p.Seq, Count: p.Count, TTL: p.TTL, Expiry: toWall(p.Expiry)})
+		}
+		for _, l := range ix.Leases() {
+			snap.Leases = append(snap.Leases, meta.Lease{ID: l.ID, Tenant: l.Tenant, Tier: l.Tier, Seqs: l.Seqs, Expiry: toWall(l.Expiry)})
+		}
+	})
 	if err := d.meta.store.Save(snap); err != nil {
 		return fmt.Errorf("persist pins and leases: %w", err)
 	}

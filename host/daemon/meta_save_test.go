@@ -52,9 +52,7 @@ func TestPinNotSavedRepliesWithAWarning(t *testing.T) {
 	if !reply.OK() || !strings.Contains(reply.Warning, "could not be saved to disk") {
 		t.Fatalf("a pin that could not be saved: %+v", reply)
 	}
-	ix := d.Index().Lock()
-	p, _ := ix.Lookup("acme", h.Sequence[0])
-	d.Index().Unlock()
+	p, _ := pageInfo(d, "acme", h.Sequence[0])
 	if p.PinCount != 2 {
 		t.Fatalf("pin count %d, want 2: the turn applied", p.PinCount)
 	}

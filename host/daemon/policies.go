@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/plugins"
@@ -90,9 +91,8 @@ func (d *Daemon) runPolicies(ctx context.Context, wg *sync.WaitGroup) {
 // tick offers a Tick, and pressure for every tier above its high watermark.
 func (d *Daemon) tick(now time.Time, every time.Duration) {
 	d.observe(policy.Observation{Time: now, Kind: policy.KindTick, Tick: &policy.Tick{Interval: every}})
-	d.core.index.Lock()
-	st := d.core.index.Held().Stats()
-	d.core.index.Unlock()
+	var st cache.Stats
+	d.core.index.Do(func(ix *cache.Index) { st = ix.Stats() })
 	for _, ts := range st.Tiers {
 		high := d.tierConfig(ts.Tier).HighWatermark
 		if ts.Capacity == 0 || float64(ts.Pages) <= high*float64(ts.Capacity) {

@@ -48,11 +48,8 @@ func commitPages(t testing.TB, d *Daemon, tenant string, toks []uint32) (blockid
 		}
 		locs[i] = uint64(s)
 	}
-	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
-	mu.Lock()
 	var res cache.CommitResult
-	err = ix.Commit(tenant, h, locs, &res)
-	mu.Unlock()
+	d.Index().Do(func(ix *cache.Index) { err = ix.Commit(tenant, h, locs, &res) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +65,10 @@ func commitTokens(t *testing.T, d *Daemon, tenant string, toks []uint32, pageSiz
 	for i := range locs {
 		locs[i] = uint64(i)
 	}
-	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
-	mu.Lock()
-	defer mu.Unlock()
 	var res cache.CommitResult
-	if err := ix.Commit(tenant, h, locs, &res); err != nil {
+	var err error
+	d.Index().Do(func(ix *cache.Index) { err = ix.Commit(tenant, h, locs, &res) })
+	if err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -89,11 +85,15 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func pageInfo(d *Daemon, tenant string, seq uint64) (cache.PageInfo, bool) {
-	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
-	mu.Lock()
-	defer mu.Unlock()
-	return ix.Lookup(tenant, seq)
+// leaseNow reads lease id and the index's clock.
+func leaseNow(ix *cache.Index, id string) (cache.LeaseInfo, bool, time.Duration) {
+	li, ok := ix.Lease(id)
+	return li, ok, ix.Config().Clock.Now()
+}
+
+func pageInfo(d *Daemon, tenant string, seq uint64) (p cache.PageInfo, ok bool) {
+	d.Index().Do(func(ix *cache.Index) { p, ok = ix.Lookup(tenant, seq) })
+	return p, ok
 }
 
 func TestPausedSessionSurvivesRestart(t *testing.T) {
@@ -139,11 +139,12 @@ func TestPausedSessionSurvivesRestart(t *testing.T) {
 	}
 	// The lease and the pin came back too, expiring about when they would
 	// have (the restart took well under a minute).
-	ix2, mu2 := d2.Index().Held(), d2.Index() // the index and the guard that locks it
-	mu2.Lock()
-	lease, ok := ix2.Lease("s1")
-	now := ix2.Config().Clock.Now()
-	mu2.Unlock()
+	var (
+		lease cache.LeaseInfo
+		ok    bool
+		now   time.Duration
+	)
+	d2.Index().Do(func(ix *cache.Index) { lease, ok, now = leaseNow(ix, "s1") })
 	if !ok || lease.Tenant != "acme" || lease.Pages != len(h.Sequence) || lease.Expiry-now < 59*time.Minute {
 		t.Fatalf("lease after restart: %+v (ok %v)", lease, ok)
 	}

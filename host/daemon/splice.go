@@ -66,7 +66,7 @@ func (d *Daemon) onRegister(reg engine.Registration, p *engine.Pools) {
 		Index:      d.core.index,
 		Device:     dev,
 		Sessions:   svc.SpliceSessions(),
-		Salt:       d.core.index.Held().Salt,
+		Salt:       d.core.index.Salt,
 		SinkTokens: d.cfg.Index.SinkTokens,
 		Fill:       fill,
 		Free:       d.freeHook(p.Mover),
@@ -123,9 +123,8 @@ func (d *Daemon) releaseKernels(closeKernels func() error) {
 	if closeKernels == nil {
 		return
 	}
-	d.core.index.Lock()
-	err := closeKernels()
-	d.core.index.Unlock()
+	var err error
+	d.core.index.Do(func(*cache.Index) { err = closeKernels() })
 	if err != nil {
 		d.log.Warn("releasing the splice kernels", "error", err)
 	}

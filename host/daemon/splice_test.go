@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/engineclient"
@@ -57,10 +58,7 @@ func TestAttachmentsFollowRegistration(t *testing.T) {
 	if r := applyTurn(t, d, warm); r.OK() || codeOf(r) != errcode.Unavailable {
 		t.Fatalf("warm before any pools: %+v", r)
 	}
-	ix, mu := d.Index().Held(), d.Index() // the index and the guard that locks it
-	mu.Lock()
-	ix.Reset()
-	mu.Unlock()
+	d.Index().Do(func(ix *cache.Index) { ix.Reset() })
 	if r := applyTurn(t, d, directive.Evict{Session: "s", Start: 4, End: 8}); r.OK() || codeOf(r) != errcode.Unavailable {
 		t.Fatalf("evict before any pools: %+v", r)
 	}

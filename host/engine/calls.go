@@ -63,7 +63,7 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 		return nil, err
 	}
 	pages := m.Pages
-	resp := &pb.MatchResponse{RequestId: r.id, PageSize: uint32(s.ix().PageSize()), BlockHashes: append([]uint64(nil), m.Hashes.Sequence...)}
+	resp := &pb.MatchResponse{RequestId: r.id, PageSize: uint32(s.cfg.Index.PageSize()), BlockHashes: append([]uint64(nil), m.Hashes.Sequence...)}
 	var loadBack time.Duration
 	if missing > 0 {
 		loadBack = s.loadBack(ctx, req, r, pools, pages, resp)
@@ -73,7 +73,7 @@ func (s *Service) match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchRes
 		s.endRequest(r)
 		return nil, err
 	}
-	ps := s.ix().PageSize()
+	ps := s.cfg.Index.PageSize()
 	r.matched = cut
 	r.committed = append([]uint32(nil), toks[:cut*ps]...)
 	r.hashes = append([]uint64(nil), resp.BlockHashes[:cut]...)
@@ -115,7 +115,7 @@ func (s *Service) startRequest(req *pb.MatchRequest, msgs []Message) (*request, 
 		return nil, nil, nil, errcode.New(errcode.BadRequest, "request_id %.64q is already running; ids must be unique among running requests", id)
 	}
 	r := &request{
-		id: id, reg: reg, session: req.GetSession(), tenant: req.GetTenant(), salt: s.ix().Salt(req.GetTenant()),
+		id: id, reg: reg, session: req.GetSession(), tenant: req.GetTenant(), salt: s.cfg.Index.Salt(req.GetTenant()),
 		prompt: append([]uint32(nil), req.GetTokens()...), messages: msgs, owned: map[pool.Slot]struct{}{}, touched: s.cfg.Now(),
 	}
 	r.mu.Lock()
@@ -132,21 +132,20 @@ func (s *Service) startRequest(req *pb.MatchRequest, msgs []Message) (*request, 
 
 // matchPath matches the prompt in the index and locks the matched path; it
 // returns the match and how many of its pages are off the device.
-func (s *Service) matchPath(r *request, toks []uint32) (cache.MatchResult, int, error) {
-	var m cache.MatchResult
-	ix := s.cfg.Index.Lock()
-	defer s.cfg.Index.Unlock()
-	ix.Match(r.tenant, r.salt, toks, &m)
-	missing := 0
-	for _, p := range m.Pages {
-		if !p.Tiers.Has(tier.Device) {
-			missing++
+func (s *Service) matchPath(r *request, toks []uint32) (m cache.MatchResult, missing int, err error) {
+	s.cfg.Index.Do(func(ix *cache.Index) {
+		ix.Match(r.tenant, r.salt, toks, &m)
+		for _, p := range m.Pages {
+			if !p.Tiers.Has(tier.Device) {
+				missing++
+			}
 		}
-	}
-	if len(m.Pages) > 0 {
-		if err := s.lockPathLocked(r, m.Pages[len(m.Pages)-1].Seq, true); err != nil {
-			return m, 0, mapIndexErr(err, "lock the matched path")
+		if len(m.Pages) > 0 {
+			err = s.lockPath(ix, r, m.Pages[len(m.Pages)-1].Seq, true)
 		}
+	})
+	if err != nil {
+		return m, 0, mapIndexErr(err, "lock the matched path")
 	}
 	return m, missing, nil
 }
@@ -180,25 +179,27 @@ func (s *Service) loadBack(ctx context.Context, req *pb.MatchRequest, r *request
 // is there. It returns their slots and how many pages they are.
 func (s *Service) servePrefix(r *request, pages []cache.Page, resp *pb.MatchResponse) ([]uint32, int, error) {
 	slots := make([]uint32, 0, len(pages))
-	ix := s.cfg.Index.Lock()
-	defer s.cfg.Index.Unlock()
 	cut := len(pages)
-	for i, p := range pages {
-		info, ok := ix.Lookup(r.tenant, p.Seq)
-		if !ok || !info.Tiers.Has(tier.Device) {
-			cut = i
-			break
+	var err error
+	s.cfg.Index.Do(func(ix *cache.Index) {
+		for i, p := range pages {
+			info, ok := ix.Lookup(r.tenant, p.Seq)
+			if !ok || !info.Tiers.Has(tier.Device) {
+				cut = i
+				break
+			}
+			slots = append(slots, uint32(info.Loc[tier.Device]))
 		}
-		slots = append(slots, uint32(info.Loc[tier.Device]))
-	}
+		switch {
+		case cut == len(pages):
+		case cut > 0:
+			err = s.lockPath(ix, r, pages[cut-1].Seq, true)
+		default:
+			err = s.lockPath(ix, r, 0, false)
+		}
+	})
 	if cut == len(pages) {
 		return slots, cut, nil
-	}
-	var err error
-	if cut > 0 {
-		err = s.lockPathLocked(r, pages[cut-1].Seq, true)
-	} else {
-		err = s.lockPathLocked(r, 0, false)
 	}
 	if err != nil {
 		return nil, 0, mapIndexErr(err, "lock the loaded prefix")
@@ -258,21 +259,16 @@ func (s *Service) allocate(ctx context.Context, req *pb.AllocateRequest) (*pb.Al
 		return nil, errcode.New(errcode.BadRequest, "pages %d: want 1..%d (the device arena's capacity)", n, capPages)
 	}
 	resp := &pb.AllocateResponse{}
-	ix := s.cfg.Index.Held()
 	// The slots count as used in the index from now until they are
 	// committed or freed, so its eviction makes room for them.
-	s.cfg.Index.Lock()
-	err = ix.Reserve(tier.Device, n)
-	s.cfg.Index.Unlock()
+	s.cfg.Index.Do(func(ix *cache.Index) { err = ix.Reserve(tier.Device, n) })
 	if err != nil {
 		return nil, mapIndexErr(err, "reserve %d device pages", n)
 	}
 	slots, evicted, err := s.allocSlots(ctx, p, dev, n)
 	resp.EvictedPages = uint32(evicted)
 	if err != nil {
-		s.cfg.Index.Lock()
-		s.unreserveLocked(r, n)
-		s.cfg.Index.Unlock()
+		s.cfg.Index.Do(func(ix *cache.Index) { s.unreserve(ix, r, n) })
 		st := dev.Stats()
 		return nil, mapIndexErr(err, "allocate %d device pages: %d of %d free; the rest hold cached pages that are locked, pinned or not yet evictable, or slots of running requests", n, st.Free, st.Capacity)
 	}
@@ -310,7 +306,7 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 	}
 	r.touched = s.cfg.Now()
 	toks, offered := req.GetTokens(), req.GetPageSlots()
-	ps := s.ix().PageSize()
+	ps := s.cfg.Index.PageSize()
 	if err := s.checkCommit(len(toks), len(offered), ps); err != nil {
 		return nil, err
 	}
@@ -319,17 +315,24 @@ func (s *Service) commit(req *pb.CommitRequest) (*pb.CommitResponse, error) {
 	p := s.currentPools()
 	capSlots := p.Set.Memory(tier.Device).Stats().Capacity
 
-	ix := s.cfg.Index.Lock()
-	locs, err := s.commitSlotsLocked(ix, r, h, offered, capSlots)
+	var (
+		res     cache.CommitResult
+		cerr    error
+		deepest int
+		unused  map[uint64]bool
+	)
+	s.cfg.Index.Do(func(ix *cache.Index) {
+		var locs []uint64
+		if locs, err = s.commitSlots(ix, r, h, offered, capSlots); err != nil {
+			return
+		}
+		cerr = ix.Commit(r.tenant, h, locs, &res)
+		deepest = s.lockCommitted(ix, r, h, n)
+		unused = s.endReservation(ix, r, offered, res.Unused)
+	})
 	if err != nil {
-		s.cfg.Index.Unlock()
 		return nil, err
 	}
-	var res cache.CommitResult
-	cerr := ix.Commit(r.tenant, h, locs, &res)
-	deepest := s.lockCommittedLocked(ix, r, h, n)
-	unused := s.endReservationLocked(r, offered, res.Unused)
-	s.cfg.Index.Unlock()
 
 	s.freeDuplicates(r, p, offered, unused)
 	s.recordCommitted(r, toks, h, deepest+1, res.Stored)
@@ -358,8 +361,8 @@ func (s *Service) checkCommit(tokens, slots, ps int) error {
 // commitSlotsLocked checks the offered slots and returns them as the
 // pages' device locations. Every slot must be one this request was
 // allocated, or the slot the page already has on the device (a matched
-// page passed back). Caller holds the index lock.
-func (s *Service) commitSlotsLocked(ix *cache.Index, r *request, h blockid.Hashes, offered []uint32, capSlots int64) ([]uint64, error) {
+// page passed back). ix is the index the caller holds.
+func (s *Service) commitSlots(ix *cache.Index, r *request, h blockid.Hashes, offered []uint32, capSlots int64) ([]uint64, error) {
 	locs := make([]uint64, len(offered))
 	seen := make(map[uint32]bool, len(offered))
 	for i, sl := range offered {
@@ -384,8 +387,8 @@ func (s *Service) commitSlotsLocked(ix *cache.Index, r *request, h blockid.Hashe
 // has loaded its matched pages before it computes anything to commit: its
 // staging slots are unlocked, free to be demoted at once, so the staging
 // tier need only hold the pages in flight, not every running request's
-// prompt. Caller holds the index lock.
-func (s *Service) lockCommittedLocked(ix *cache.Index, r *request, h blockid.Hashes, n int) int {
+// prompt. ix is the index the caller holds.
+func (s *Service) lockCommitted(ix *cache.Index, r *request, h blockid.Hashes, n int) int {
 	deepest := -1
 	for i := n - 1; i >= 0; i-- {
 		if info, ok := ix.Lookup(r.tenant, h.Sequence[i]); ok && info.Tiers.Has(tier.Device) {
@@ -395,11 +398,11 @@ func (s *Service) lockCommittedLocked(ix *cache.Index, r *request, h blockid.Has
 	}
 	switch {
 	case r.reg.mode == ModeConnector:
-		if err := s.lockPathLocked(r, 0, false); err != nil {
+		if err := s.lockPath(ix, r, 0, false); err != nil {
 			s.cfg.Log.Error("unlocking staged pages failed", "request", r.id, "error", err)
 		}
 	case deepest >= 0 && deepest+1 > r.matched:
-		if err := s.lockPathLocked(r, h.Sequence[deepest], true); err != nil {
+		if err := s.lockPath(ix, r, h.Sequence[deepest], true); err != nil {
 			s.cfg.Log.Error("locking committed pages failed", "request", r.id, "error", err)
 		}
 	}
@@ -409,8 +412,9 @@ func (s *Service) lockCommittedLocked(ix *cache.Index, r *request, h blockid.Has
 // endReservationLocked ends the reservation of the request's offered slots
 // that the index kept: they are the index's now. It returns the slots the
 // index did not take (pages it already had), which freeDuplicates frees and
-// unreserves after the index lock is dropped. Index lock held.
-func (s *Service) endReservationLocked(r *request, offered []uint32, notTaken []uint64) map[uint64]bool {
+// unreserves after the index lock is dropped. ix is the index the caller
+// holds.
+func (s *Service) endReservation(ix *cache.Index, r *request, offered []uint32, notTaken []uint64) map[uint64]bool {
 	unused := make(map[uint64]bool, len(notTaken))
 	for _, u := range notTaken {
 		unused[u] = true
@@ -421,7 +425,7 @@ func (s *Service) endReservationLocked(r *request, offered []uint32, notTaken []
 			committedOwned++
 		}
 	}
-	s.unreserveLocked(r, committedOwned)
+	s.unreserve(ix, r, committedOwned)
 	return unused
 }
 
@@ -431,7 +435,7 @@ func (s *Service) endReservationLocked(r *request, offered []uint32, notTaken []
 // cached sequence. stored counts the pages the index newly took, for the
 // service's stats. Request lock held; takes the service's mutex.
 func (s *Service) recordCommitted(r *request, toks []uint32, h blockid.Hashes, n, stored int) {
-	ps := s.ix().PageSize()
+	ps := s.cfg.Index.PageSize()
 	if n > len(r.committed)/ps {
 		r.committed = append(r.committed[:0], toks[:n*ps]...)
 		r.hashes = append(r.hashes[:0], h.Sequence[:n]...)
@@ -461,9 +465,7 @@ func (s *Service) freeDuplicates(r *request, p *Pools, offered []uint32, unused 
 	if err := p.Set.Memory(tier.Device).Free(free...); err != nil {
 		s.cfg.Log.Error("freeing duplicate slots failed", "request", r.id, "error", err)
 	}
-	s.cfg.Index.Lock()
-	s.unreserveLocked(r, len(free))
-	s.cfg.Index.Unlock()
+	s.cfg.Index.Do(func(ix *cache.Index) { s.unreserve(ix, r, len(free)) })
 }
 
 // Release implements kvpilot.v1.Engine.
@@ -534,7 +536,7 @@ func (s *Service) finish(ctx context.Context, req *pb.FinishRequest) (*pb.Finish
 			InputTokens: int64(u.GetInputTokens()), CachedTokens: int64(u.GetCachedTokens()),
 			OutputTokens: int64(u.GetOutputTokens()), ReasoningTokens: int64(u.GetReasoningTokens()),
 			CacheControl: cc, CommittedTokens: len(r.committed), BlockHashes: r.hashes,
-			ReasoningBlocks: reasoningPages(r.hashes, s.ix().PageSize(), len(r.prompt), int(u.GetReasoningTokens()))})
+			ReasoningBlocks: reasoningPages(r.hashes, s.cfg.Index.PageSize(), len(r.prompt), int(u.GetReasoningTokens()))})
 	}
 	return resp, nil
 }

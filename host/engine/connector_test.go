@@ -66,14 +66,11 @@ func TestConnectorProcessesShareOneRegistration(t *testing.T) {
 	}
 	// The engine keeps its own copy: committed staging pages are not held
 	// for the rest of the request (the staging tier holds pages in flight).
-	ix := h.Index.Lock()
 	for i, seq := range com.BlockHashes {
-		if p, ok := ix.Lookup("", seq); !ok || p.LockRef != 0 {
-			h.Index.Unlock()
+		if p, ok := h.Page("", seq); !ok || p.LockRef != 0 {
 			t.Fatalf("committed page %d after the commit: %+v (found %v), want unlocked", i, p, ok)
 		}
 	}
-	h.Index.Unlock()
 	// The request's prefix is still its own to pin at Finish.
 	fin, err := sched.Finish(ctx, engineclient.FinishRequest{RequestID: m.RequestID, CacheControlJSON: `{"type":"ephemeral","ttl":"5m"}`})
 	if err != nil || !fin.Pinned || fin.PinnedBlocks != 3 {

@@ -62,7 +62,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 
-	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/layout"
@@ -195,9 +194,9 @@ func New(cfg Config) (*Service, error) {
 		kick:     make(chan struct{}, 1),
 		pools:    cfg.Pools,
 		requests: map[string]*request{},
-		sessions: newSessions(cfg.MaxSessions, cfg.Index.Held().PageSize(), cfg.Index.Held().Namespace),
+		sessions: newSessions(cfg.MaxSessions, cfg.Index.PageSize(), cfg.Index.Namespace),
 	}
-	s.sessions.maxBytes = sessionBudget(cfg.Index.Held())
+	s.sessions.maxBytes = sessionBudget(cfg.Index.Config())
 	s.fills = newFillHub()
 	s.fds = newFDServer(s, cfg.Log.Named("fds"))
 	// Counting sits outside recovery, so a panic counts as internal.
@@ -320,7 +319,3 @@ func randomID(n int) string {
 	}
 	return hex.EncodeToString(b)
 }
-
-// ix is the index, for steps that run under the lock a caller took and for
-// what never changes after the index is built (page size, salts, config).
-func (s *Service) ix() *cache.Index { return s.cfg.Index.Held() }

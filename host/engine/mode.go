@@ -80,7 +80,7 @@ func modeFromProto(m pb.EngineMode) (Mode, error) {
 // policy that keeps no copy of what the engine saves. p may be nil (pools
 // not open yet: they will open as a staging arena).
 func (s *Service) checkConnectorLocked(p *Pools) error {
-	if s.ix().Config().DeviceWrite == cache.WriteNone {
+	if s.cfg.Index.Config().DeviceWrite == cache.WriteNone {
 		return errcode.New(errcode.LayoutConflict,
 			"connector mode stages the engine's pages through the device tier and keeps them in the host tier: set index.write_policy to write-through (or write-back) on this host")
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/rpcpeer"
@@ -91,7 +92,7 @@ func (s *Service) register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 	if err != nil {
 		return nil, err
 	}
-	if ps := s.ix().PageSize(); l.PageSize != ps {
+	if ps := s.cfg.Index.PageSize(); l.PageSize != ps {
 		return nil, errcode.New(errcode.InvalidLayout, "page_size %d: this host's index pages are %d tokens (index.page_size)", l.PageSize, ps)
 	}
 	uid := -1
@@ -131,9 +132,8 @@ func (s *Service) register(ctx context.Context, req *pb.RegisterRequest) (*pb.Re
 		// index's pages and reopen the pools for the new shape.
 		s.resetLocked()
 	} else if reattached && req.GetResetCache() {
-		s.cfg.Index.Lock()
-		n := s.ix().Reset()
-		s.cfg.Index.Unlock()
+		var n int
+		s.cfg.Index.Do(func(ix *cache.Index) { n = ix.Reset() })
 		s.cfg.Log.Info("registration reset the cache", "pages", n)
 	}
 	if s.pools == nil {
@@ -192,18 +192,16 @@ func (s *Service) responseLocked(uid int) *pb.RegisterResponse {
 	}
 }
 
-func (s *Service) cachedPages() int {
-	s.cfg.Index.Lock()
-	defer s.cfg.Index.Unlock()
-	return s.ix().Stats().Pages
+func (s *Service) cachedPages() (n int) {
+	s.cfg.Index.Do(func(ix *cache.Index) { n = ix.Stats().Pages })
+	return n
 }
 
 // resetLocked forgets every cached page and closes the service's pools so
 // that the next registration opens pools of its own layout.
 func (s *Service) resetLocked() {
-	s.cfg.Index.Lock()
-	n := s.ix().Reset()
-	s.cfg.Index.Unlock()
+	var n int
+	s.cfg.Index.Do(func(ix *cache.Index) { n = ix.Reset() })
 	s.SetSplicer(nil)
 	if s.pools.Close != nil {
 		if f := s.cfg.OnPoolsClose; f != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/errmap"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/tier"
@@ -70,9 +71,9 @@ func (s *Service) requestOf(regID, reqID string) (*request, error) {
 
 // lockPath moves the request's lock to the page seq (or drops it when
 // hasSeq is false). The new lock is taken before the old one is dropped, so
-// the shared ancestors are never unlocked in between. Index lock held.
-func (s *Service) lockPathLocked(r *request, seq uint64, hasSeq bool) error {
-	ix := s.cfg.Index.Held()
+// the shared ancestors are never unlocked in between. ix is the index the
+// caller holds.
+func (s *Service) lockPath(ix *cache.Index, r *request, seq uint64, hasSeq bool) error {
 	if hasSeq {
 		if r.hasLock && r.locked == seq {
 			return nil
@@ -113,10 +114,10 @@ func (s *Service) endRequest(r *request) int {
 	}
 	// The slots are back in the pool before their reservation ends, so
 	// the index never counts less than the pool holds.
-	s.cfg.Index.Lock()
-	_ = s.lockPathLocked(r, 0, false)
-	s.unreserveLocked(r, n)
-	s.cfg.Index.Unlock()
+	s.cfg.Index.Do(func(ix *cache.Index) {
+		_ = s.lockPath(ix, r, 0, false)
+		s.unreserve(ix, r, n)
+	})
 	s.mu.Lock()
 	if s.requests[r.id] == r {
 		delete(s.requests, r.id)
@@ -172,13 +173,13 @@ func (s *Service) reapIdle() {
 	}
 }
 
-// unreserveLocked releases n of the request's reserved device slots (they
-// were committed, or are being freed). Index lock held.
-func (s *Service) unreserveLocked(r *request, n int) {
+// unreserve releases n of the request's reserved device slots (they were
+// committed, or are being freed). ix is the index the caller holds.
+func (s *Service) unreserve(ix *cache.Index, r *request, n int) {
 	if n == 0 {
 		return
 	}
-	if err := s.ix().Unreserve(tier.Device, n); err != nil {
+	if err := ix.Unreserve(tier.Device, n); err != nil {
 		s.cfg.Log.Error("releasing a request's slot reservation failed", "request", r.id, "slots", n, "error", err)
 	}
 }

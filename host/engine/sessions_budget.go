@@ -17,15 +17,11 @@ const (
 	minSessionBytes        = 64 << 20
 )
 
-// sessionBudget is the bytes the session table may hold for an index:
+// sessionBudget is the bytes the session table may hold for an index of cfg:
 // enough to describe what its tiers can cache several times over, at
 // least 64 MiB. The session count bound (engine.max_sessions) alone let a
 // host replaying long sessions grow by hundreds of MiB a minute.
-func sessionBudget(ix *cache.Index) int64 {
-	if ix == nil {
-		return 0
-	}
-	cfg := ix.Config()
+func sessionBudget(cfg cache.Config) int64 {
 	var pages int64
 	for _, t := range tier.All {
 		pages += int64(cfg.Tiers[t].Capacity)

@@ -19,15 +19,15 @@ func (e *Executor) run(turnID, source, tenant string, ops []*op) directive.TurnR
 		turn  *errcode.Error
 	)
 	st := e.prefetch(tenant, ops) // sessions are read before the index lock
-	e.cfg.Index.Lock()
-	errs = e.check(tenant, ops, st)
-	if errs == nil {
-		errs = e.applyReversible(tenant, ops, st)
-	}
-	if errs == nil {
-		trans, freed, turn = e.applyCommit(tenant, ops, st)
-	}
-	e.cfg.Index.Unlock()
+	e.cfg.Index.Do(func(ix *cache.Index) {
+		errs = e.check(ix, tenant, ops, st)
+		if errs == nil {
+			errs = e.applyReversible(ix, tenant, ops, st)
+		}
+		if errs == nil {
+			trans, freed, turn = e.applyCommit(ix, tenant, ops, st)
+		}
+	})
 	if len(st.jobs) > 0 {
 		// Sessions updated, released slots freed, fills started.
 		e.att().Splicer.Finish(st.jobs...)
@@ -49,14 +49,13 @@ func (e *Executor) run(turnID, source, tenant string, ops []*op) directive.TurnR
 // reversible ops make; on a failure the journal is rolled back, which
 // restores pin counts, TTLs, expiries and transient flags exactly, and the
 // per-op errors are returned.
-func (e *Executor) applyReversible(tenant string, ops []*op, st *turnState) []*errcode.Error {
-	ix := e.ix()
+func (e *Executor) applyReversible(ix *cache.Index, tenant string, ops []*op, st *turnState) []*errcode.Error {
 	ix.BeginJournal()
 	for i, o := range ops {
 		if !kinds[o.kind].reversible {
 			continue
 		}
-		if err := e.applyOne(tenant, o); err != nil {
+		if err := applyOne(ix, tenant, o); err != nil {
 			ix.RollbackJournal()
 			errs := make([]*errcode.Error, len(ops))
 			errs[i] = err.At(i)
@@ -66,7 +65,7 @@ func (e *Executor) applyReversible(tenant string, ops []*op, st *turnState) []*e
 	// Splices are planned last, with the journal still open: they see this
 	// turn's pins (a pinned page is copied, not edited), and a splice that
 	// cannot be reserved (device capacity) still rolls the pins back.
-	if failed, err := e.planSplices(st); err != nil {
+	if failed, err := e.planSplices(ix, st); err != nil {
 		ix.RollbackJournal()
 		errs := make([]*errcode.Error, len(ops))
 		errs[failed.index] = err.At(failed.index)
@@ -77,22 +76,22 @@ func (e *Executor) applyReversible(tenant string, ops []*op, st *turnState) []*e
 }
 
 // applyOne applies a reversible op and sets its effect.
-func (e *Executor) applyOne(tenant string, o *op) *errcode.Error {
+func applyOne(ix *cache.Index, tenant string, o *op) *errcode.Error {
 	apply := kinds[o.kind].apply
 	if apply == nil {
 		return errcode.New(errcode.Internal, "op kind %d is not reversible", o.kind)
 	}
 	o.eff.Missing = o.missing
-	return apply(e.ix(), o, o.target(tenant))
+	return apply(ix, o, o.target(tenant))
 }
 
 // applyCommit is step 3. Check made every op here safe; a block an earlier
 // op of this step removed counts as missing. Any other failure is a bug,
 // reported as internal on that op and as the turn's error.
-func (e *Executor) applyCommit(tenant string, ops []*op, st *turnState) (trans []cache.Transition, freed []cache.Freed, turnErr *errcode.Error) {
-	c := &commitStep{e: e, ix: e.ix(), tenant: tenant}
+func (e *Executor) applyCommit(ix *cache.Index, tenant string, ops []*op, st *turnState) (trans []cache.Transition, freed []cache.Freed, turnErr *errcode.Error) {
+	c := &commitStep{e: e, ix: ix, tenant: tenant}
 	if len(st.groups) > 0 {
-		turnErr = e.applySplices(st)
+		turnErr = applySplices(ix, st)
 	}
 	for _, o := range ops {
 		commit := kinds[o.kind].commit

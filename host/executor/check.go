@@ -3,6 +3,7 @@ package executor
 import (
 	"time"
 
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
@@ -18,6 +19,7 @@ type leaseView struct {
 // the turn's earlier ops leave them, and the pause tier's room they claim.
 type turnCheck struct {
 	e          *Executor
+	ix         *cache.Index
 	tenant     string
 	leases     map[string]*leaseView
 	pauseClaim int // pages this turn's earlier pauses bring to the pause tier
@@ -25,9 +27,9 @@ type turnCheck struct {
 
 // check is step 1: a read-only pass that resolves every op and refuses any
 // op that would fail. It returns one entry per op (nil where the op is
-// fine), or nil when every op is fine. Caller holds the lock.
-func (e *Executor) check(tenant string, ops []*op, st *turnState) []*errcode.Error {
-	tc := &turnCheck{e: e, tenant: tenant} // leases made on first use
+// fine), or nil when every op is fine. ix is the index run holds.
+func (e *Executor) check(ix *cache.Index, tenant string, ops []*op, st *turnState) []*errcode.Error {
+	tc := &turnCheck{e: e, ix: ix, tenant: tenant} // leases made on first use
 	var errs []*errcode.Error
 	for i, o := range ops {
 		if err := tc.op(o, st); err != nil {
@@ -44,7 +46,7 @@ func (e *Executor) check(tenant string, ops []*op, st *turnState) []*errcode.Err
 // (kinds.go).
 func (tc *turnCheck) op(o *op, st *turnState) *errcode.Error {
 	if o.session != "" {
-		if err := tc.e.checkSpan(tc.tenant, o, st); err != nil {
+		if err := tc.checkSpan(o, st); err != nil {
 			return err
 		}
 	}
@@ -63,7 +65,7 @@ func (tc *turnCheck) op(o *op, st *turnState) *errcode.Error {
 // resolvePages finds the op's cached pages, by block hashes or by tokens,
 // and refuses the op when none of them is cached.
 func (tc *turnCheck) resolvePages(o *op) *errcode.Error {
-	ix := tc.e.ix()
+	ix := tc.ix
 	if o.tokens != nil {
 		o.seqs, o.missing, o.total = resolveTokens(ix, tc.tenant, tc.e.cfg.Salt(tc.tenant), o.tokens)
 	} else {
@@ -86,7 +88,7 @@ func (tc *turnCheck) lease(id string) *leaseView {
 		return v
 	}
 	v := &leaseView{}
-	if li, ok := tc.e.ix().Lease(id); ok {
+	if li, ok := tc.ix.Lease(id); ok {
 		v.exists, v.tenant = true, li.Tenant
 	}
 	if tc.leases == nil {
@@ -109,7 +111,7 @@ func (tc *turnCheck) ownLease(id string) (*leaseView, *errcode.Error) {
 }
 
 func (tc *turnCheck) present(t tier.Tier) bool {
-	return tc.e.ix().Config().Tiers[t].Capacity > 0
+	return tc.e.cfg.Index.Config().Tiers[t].Capacity > 0
 }
 
 func (tc *turnCheck) resume(o *op) *errcode.Error {
@@ -150,7 +152,7 @@ func (tc *turnCheck) pause(o *op) *errcode.Error {
 	// Refused here, whole and at once, when the pause tier cannot take the
 	// pages: an "ok" whose copies then fail in the background left a
 	// worker's device full of leased pages.
-	need, err := e.ix().PauseRoom(o.target(tc.tenant), e.cfg.PauseTier, tc.pauseClaim)
+	need, err := tc.ix.PauseRoom(o.target(tc.tenant), e.cfg.PauseTier, tc.pauseClaim)
 	if err != nil {
 		return fromCache(err)
 	}
@@ -188,8 +190,7 @@ func (o *op) ttlOr0() time.Duration {
 // outside the purge: their purge is executed as a splice with an
 // empty replacement (checkThinkSplice). Children inside the purge go first
 // (deepest first), so a transient tail is purged whole without a splice.
-func (e *Executor) interiorPurge(tenant string, o *op) []uint64 {
-	ix := e.ix()
+func interiorPurge(ix *cache.Index, tenant string, o *op) []uint64 {
 	inPurge := make(map[uint64]int, len(o.seqs)) // seq -> children of it in the purge
 	for _, s := range o.seqs {
 		inPurge[s] += 0

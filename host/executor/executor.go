@@ -95,7 +95,7 @@ type Config struct {
 	Now func() time.Time
 	// Splicer executes Splice, Evict and Think purges of interior pages,
 	// and resolves the sessions span verbs (Pin, Retain) name. Nil: those
-	// verbs are refused with unavailable. It must share Lock.
+	// verbs are refused with unavailable. It must share Index.
 	Splicer *splice.Splicer
 	// DefaultMode is the mode of edits that name none (amortize when
 	// empty).
@@ -168,7 +168,7 @@ func New(cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("executor: pause tier %v is not a tier", cfg.PauseTier)
 	}
 	if cfg.Salt == nil {
-		cfg.Salt = cfg.Index.Held().Salt
+		cfg.Salt = cfg.Index.Salt
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -273,6 +273,3 @@ func verbOf(d directive.Directive) directive.Verb {
 	}
 	return d.Verb()
 }
-
-// ix is the index, for the steps that run under the lock run takes.
-func (e *Executor) ix() *cache.Index { return e.cfg.Index.Held() }

@@ -101,9 +101,8 @@ func (e *env) apply(tenant string, ds ...directive.Directive) directive.TurnRepl
 	if len(r.Results) != len(ds) {
 		e.t.Fatalf("%d results for %d directives", len(r.Results), len(ds))
 	}
-	ix := e.ex.cfg.Index.Lock() // background splice fills commit under the same lock
-	err := ix.Check()
-	e.ex.cfg.Index.Unlock()
+	var err error
+	e.ex.cfg.Index.Do(func(ix *cache.Index) { err = ix.Check() }) // background splice fills commit under the same lock
 	if err != nil {
 		e.t.Fatalf("index invariants after turn: %v", err)
 	}

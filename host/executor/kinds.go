@@ -78,8 +78,8 @@ var kinds = [...]kindDef{
 	opPrune:  {blocks: true, commit: commitPrune},
 	opPurge: {blocks: true,
 		check: func(tc *turnCheck, o *op, st *turnState) *errcode.Error {
-			if interior := tc.e.interiorPurge(tc.tenant, o); len(interior) > 0 {
-				return tc.e.checkThinkSplice(tc.tenant, o, interior, st)
+			if interior := interiorPurge(tc.ix, tc.tenant, o); len(interior) > 0 {
+				return tc.checkThinkSplice(o, interior, st)
 			}
 			return nil
 		},

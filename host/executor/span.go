@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/splice"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -85,7 +86,8 @@ func (e *Executor) prefetch(tenant string, ops []*op) *turnState {
 // checkSpan resolves a span op against its session (check step, lock
 // held). Pin and Retain become page ops; Splice and Evict join their
 // session's splice group.
-func (e *Executor) checkSpan(tenant string, o *op, st *turnState) *errcode.Error {
+func (tc *turnCheck) checkSpan(o *op, st *turnState) *errcode.Error {
+	e, tenant := tc.e, tc.tenant
 	if e.att().Splicer == nil {
 		return errcode.New(errcode.Unavailable, "%s: no device pool is attached to splice or resolve sessions", o.verb)
 	}
@@ -112,8 +114,8 @@ func (e *Executor) checkSpan(tenant string, o *op, st *turnState) *errcode.Error
 	case opPin:
 		o.tokens = sess.Tokens[:o.end]
 	case opRetain:
-		P := e.ix().PageSize()
-		seqs, _, _ := resolveTokens(e.ix(), tenant, e.cfg.Salt(tenant), sess.Tokens[:o.end])
+		P := tc.ix.PageSize()
+		seqs, _, _ := resolveTokens(tc.ix, tenant, e.cfg.Salt(tenant), sess.Tokens[:o.end])
 		if first := int(o.start) / P; first < len(seqs) {
 			o.seqs = seqs[first:]
 		}
@@ -141,14 +143,15 @@ func (st *turnState) group(snap splice.Snapshot) *spliceGroup {
 // into splice groups: for each session through them, each run of
 // consecutive purged pages on its path is an edit with an empty
 // replacement, in the configured mode.
-func (e *Executor) checkThinkSplice(tenant string, o *op, interior []uint64, st *turnState) *errcode.Error {
+func (tc *turnCheck) checkThinkSplice(o *op, interior []uint64, st *turnState) *errcode.Error {
+	e, tenant := tc.e, tc.tenant
 	if e.att().Splicer == nil {
 		return errcode.New(errcode.NotSupportedYet, "Think: block %d is an interior transient block; purging it is a splice, and no device pool is attached to splice", interior[0])
 	}
-	P := e.ix().PageSize()
+	P := tc.ix.PageSize()
 	purge := map[uint64]bool{} // the purge's transient pages: what the splices remove
 	for _, s := range o.seqs {
-		if p, ok := e.ix().Lookup(tenant, s); ok && p.Transient {
+		if p, ok := tc.ix.Lookup(tenant, s); ok && p.Transient {
 			purge[s] = true
 		}
 	}
@@ -184,9 +187,9 @@ func (e *Executor) checkThinkSplice(tenant string, o *op, interior []uint64, st 
 // planSplices plans every group and reserves its pages (reversible step,
 // journal open). On a failure the jobs planned so far are cancelled and
 // the failing group's first op carries the error.
-func (e *Executor) planSplices(st *turnState) (failed *op, err *errcode.Error) {
+func (e *Executor) planSplices(ix *cache.Index, st *turnState) (failed *op, err *errcode.Error) {
 	for _, g := range st.groups {
-		job, perr := e.att().Splicer.Plan(g.snap, g.edits)
+		job, perr := e.att().Splicer.Plan(ix, g.snap, g.edits)
 		if perr != nil {
 			for _, j := range st.jobs {
 				j.Cancel()
@@ -203,10 +206,10 @@ func (e *Executor) planSplices(st *turnState) (failed *op, err *errcode.Error) {
 // applySplices applies the planned jobs (commit step, first). The check
 // made them current, so an error is a bug or a kernel failure: it is the
 // turn's error.
-func (e *Executor) applySplices(st *turnState) *errcode.Error {
+func applySplices(ix *cache.Index, st *turnState) *errcode.Error {
 	var first *errcode.Error
 	for _, g := range st.groups {
-		err := g.job.Apply()
+		err := g.job.Apply(ix)
 		if err != nil && !g.job.Applied() {
 			g.job.Cancel()
 		}
@@ -214,7 +217,7 @@ func (e *Executor) applySplices(st *turnState) *errcode.Error {
 		for _, o := range g.ops {
 			o.eff.Blocks += res.NewPages
 			o.eff.Skip(directive.SkipShared, res.Shared)
-			o.eff.Tokens += int64(res.MovedRows + res.InPlace*e.ix().PageSize())
+			o.eff.Tokens += int64(res.MovedRows + res.InPlace*ix.PageSize())
 		}
 		if err != nil && first == nil {
 			first = errcode.Wrap(errcode.Internal, err, "splice").At(g.ops[0].index)

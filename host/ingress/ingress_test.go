@@ -23,6 +23,7 @@ type env struct {
 	in   *Ingress
 	ring *executor.Ring
 	m    *metrics.Metrics
+	g    *guarded.Index
 }
 
 func newEnv(t *testing.T, mod func(*Config)) env {
@@ -32,8 +33,8 @@ func newEnv(t *testing.T, mod func(*Config)) env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := env{ring: executor.NewRing(16), m: metrics.New()}
-	ex, err := executor.New(executor.Config{Index: guarded.New(ix), WorkerID: "9", Audit: e.ring})
+	e := env{ring: executor.NewRing(16), m: metrics.New(), g: guarded.New(ix)}
+	ex, err := executor.New(executor.Config{Index: e.g, WorkerID: "9", Audit: e.ring})
 	if err != nil {
 		t.Fatal(err)
 	}

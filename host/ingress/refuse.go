@@ -54,7 +54,7 @@ func (g *Ingress) RefuseCacheControl(source, tenant string, action directive.Act
 }
 
 func (g *Ingress) audit(rec executor.Record, e *errcode.Error) {
-	g.cfg.Log.Warn("directive refused at its door", "source", rec.Source, "code", e.Code, "error", e.Error())
+	g.cfg.Log.Warn("directive refused before the executor applied it", "source", rec.Source, "code", e.Code, "error", e.Error())
 	if g.cfg.Audit == nil {
 		return
 	}

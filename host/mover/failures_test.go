@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/syncbuf"
 	"github.com/kvpilot/kvpilot/host/tier"
@@ -74,9 +75,8 @@ func TestFailingPauseBacksOffCountedAndQuiet(t *testing.T) {
 		h.clock.Advance(wait)
 		h.mv.Step(ctx)
 	}
-	h.g.Lock()
-	li, _ := h.ix.Lease("L")
-	h.g.Unlock()
+	var li cache.LeaseInfo
+	h.g.Do(func(ix *cache.Index) { li, _ = ix.Lease("L") })
 	if !li.Degraded || !strings.Contains(li.Reason, "disk") {
 		t.Fatalf("lease after failed attempts: %+v", li)
 	}

@@ -142,9 +142,7 @@ func (h *host) commit(tenant string, base, pages int) session {
 		locs[i] = uint64(s)
 	}
 	var res cache.CommitResult
-	h.g.Lock()
-	err = h.ix.Commit(tenant, hs, locs, &res)
-	h.g.Unlock()
+	h.g.Do(func(ix *cache.Index) { err = ix.Commit(tenant, hs, locs, &res) })
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -155,10 +153,9 @@ func (h *host) commit(tenant string, base, pages int) session {
 }
 
 // tiersOf returns where the index has a page.
-func (h *host) tiersOf(tenant string, seq uint64) (cache.PageInfo, bool) {
-	h.g.Lock()
-	defer h.g.Unlock()
-	return h.ix.Lookup(tenant, seq)
+func (h *host) tiersOf(tenant string, seq uint64) (pi cache.PageInfo, ok bool) {
+	h.g.Do(func(ix *cache.Index) { pi, ok = ix.Lookup(tenant, seq) })
+	return pi, ok
 }
 
 // verify checks that every page of s on tier t holds exactly its bytes.
@@ -203,27 +200,29 @@ func (h *host) only(s session, want ...tier.Tier) {
 // check runs the index's invariant check and accounting against the pools.
 func (h *host) check() {
 	h.t.Helper()
-	h.g.Lock()
-	defer h.g.Unlock()
-	if err := h.ix.Check(); err != nil {
-		h.t.Fatalf("index inconsistent: %v", err)
-	}
-	if n := h.ix.InFlight(); n != 0 {
-		h.t.Fatalf("%d transitions still in flight", n)
-	}
-	st := h.ix.Stats()
-	for _, t := range []tier.Tier{tier.Device, tier.Host, tier.Disk} {
-		p := h.pools.Memory(t)
-		var used int64
-		if p != nil {
-			used = p.Stats().Used
-		} else {
-			used = h.pools.Store(t).Stats().Used
+	// The pools are read under the index lock too, so no copy lands
+	// between the two counts.
+	h.g.Do(func(ix *cache.Index) {
+		if err := ix.Check(); err != nil {
+			h.t.Fatalf("index inconsistent: %v", err)
 		}
-		if int(used) != st.Tiers[t].Pages {
-			h.t.Fatalf("%s: pool holds %d pages, index %d", t, used, st.Tiers[t].Pages)
+		if n := ix.InFlight(); n != 0 {
+			h.t.Fatalf("%d transitions still in flight", n)
 		}
-	}
+		st := ix.Stats()
+		for _, t := range []tier.Tier{tier.Device, tier.Host, tier.Disk} {
+			p := h.pools.Memory(t)
+			var used int64
+			if p != nil {
+				used = p.Stats().Used
+			} else {
+				used = h.pools.Store(t).Stats().Used
+			}
+			if int(used) != st.Tiers[t].Pages {
+				h.t.Fatalf("%s: pool holds %d pages, index %d", t, used, st.Tiers[t].Pages)
+			}
+		}
+	})
 }
 
 type blockidHashes = blockid.Hashes

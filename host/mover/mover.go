@@ -265,7 +265,7 @@ func (m *Mover) dropOrder(ts []cache.Transition) map[uint64][]uint64 {
 		return nil
 	}
 	order := map[uint64][]uint64{}
-	m.withIndex(func(ix *cache.Index) {
+	m.ix.Do(func(ix *cache.Index) {
 		for _, t := range ts {
 			if t.Kind != cache.Drop {
 				continue
@@ -314,6 +314,3 @@ func (m *Mover) waitAfter(ctx context.Context, id uint64) (bool, error) {
 
 func (m *Mover) getBuf() *[]byte  { return m.bufs.Get().(*[]byte) }
 func (m *Mover) putBuf(b *[]byte) { m.bufs.Put(b) }
-
-// withIndex runs fn under the index lock.
-func (m *Mover) withIndex(fn func(ix *cache.Index)) { m.ix.Do(fn) }

@@ -86,9 +86,7 @@ func TestBytesThroughEveryTier(t *testing.T) {
 
 	// Revoke purges every copy; Release frees the pool side.
 	var pr cache.PurgeResult
-	h.g.Lock()
-	pr, err = h.ix.RevokeLease("lease-b")
-	h.g.Unlock()
+	h.g.Do(func(ix *cache.Index) { pr, err = ix.RevokeLease("lease-b") })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,9 +160,7 @@ func TestPausedSessionSurvivesRestart(t *testing.T) {
 	h2.only(a, tier.Disk)
 	// The engine matches the same tokens and finds the whole path.
 	var m cache.MatchResult
-	h2.g.Lock()
-	h2.ix.MatchHashes("tenant", cacheHashes(h2, a), &m)
-	h2.g.Unlock()
+	h2.g.Do(func(ix *cache.Index) { ix.MatchHashes("tenant", cacheHashes(h2, a), &m) })
 	if len(m.Pages) != 6 {
 		t.Fatalf("match after restart: %d pages", len(m.Pages))
 	}
@@ -327,9 +323,7 @@ func TestDropsAcrossBatches(t *testing.T) {
 		t.Fatalf("write-through: %+v", r)
 	}
 	var ts []cache.Transition
-	h.g.Lock()
-	ts = h.ix.Plan(h.clock.Now(), nil)
-	h.g.Unlock()
+	h.g.Do(func(ix *cache.Index) { ts = ix.Plan(h.clock.Now(), nil) })
 	if len(ts) != 10 || ts[0].Seq != s.seqs[11] || ts[9].Seq != s.seqs[2] {
 		t.Fatalf("plan %v, want the drops of pages 11..2, deepest first", ts)
 	}
@@ -373,11 +367,11 @@ func TestFailedTransferLeavesIndexConsistent(t *testing.T) {
 	if err == nil || r.Failed == 0 || !errors.Is(r.Err(), pool.ErrClosed) {
 		t.Fatalf("pause to a closed disk: %v %+v", err, r)
 	}
-	h.g.Lock()
-	if err := h.ix.Check(); err != nil || h.ix.InFlight() != 0 {
-		t.Fatalf("index: %v, %d in flight", err, h.ix.InFlight())
-	}
-	h.g.Unlock()
+	h.g.Do(func(ix *cache.Index) {
+		if err := ix.Check(); err != nil || ix.InFlight() != 0 {
+			t.Fatalf("index: %v, %d in flight", err, ix.InFlight())
+		}
+	})
 	// The pages are still on the device, untouched.
 	h.verify(a, tier.Device)
 

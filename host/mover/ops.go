@@ -16,7 +16,7 @@ import (
 // The host calls it after commits and on a timer.
 func (m *Mover) Step(ctx context.Context) Report {
 	var ts []cache.Transition
-	m.withIndex(func(ix *cache.Index) { ts = ix.Plan(ix.Config().Clock.Now(), nil) })
+	m.ix.Do(func(ix *cache.Index) { ts = ix.Plan(ix.Config().Clock.Now(), nil) })
 	if len(ts) == 0 {
 		return Report{}
 	}
@@ -51,7 +51,7 @@ func (m *Mover) fetch(ctx context.Context, target cache.Target, to tier.Tier, op
 		res cache.FetchResult
 		err error
 	)
-	m.withIndex(func(ix *cache.Index) { ts, res, err = ix.PlanFetch(target, to, nil) })
+	m.ix.Do(func(ix *cache.Index) { ts, res, err = ix.PlanFetch(target, to, nil) })
 	if err != nil {
 		return Report{}, fmt.Errorf("%s %s to %s: %w", op, target, to, err)
 	}
@@ -72,7 +72,7 @@ func (m *Mover) fetch(ctx context.Context, target cache.Target, to tier.Tier, op
 		if ctx.Err() != nil {
 			break
 		}
-		m.withIndex(func(ix *cache.Index) { ts, res, err = ix.PlanFetch(target, to, nil) })
+		m.ix.Do(func(ix *cache.Index) { ts, res, err = ix.PlanFetch(target, to, nil) })
 		if err != nil {
 			return r, fmt.Errorf("%s %s to %s: %w", op, target, to, err)
 		}
@@ -91,7 +91,7 @@ func (m *Mover) fetch(ctx context.Context, target cache.Target, to tier.Tier, op
 // missing counts target pages (hash targets only) not resident on to.
 func (m *Mover) missing(target cache.Target, to tier.Tier) int {
 	n := 0
-	m.withIndex(func(ix *cache.Index) {
+	m.ix.Do(func(ix *cache.Index) {
 		for _, h := range target.Hashes {
 			if pi, ok := ix.Lookup(target.Tenant, h); !ok || !pi.Tiers.Has(to) {
 				n++
@@ -110,7 +110,7 @@ func (m *Mover) Pause(ctx context.Context, target cache.Target, id string, pause
 		li  cache.LeaseInfo
 		err error
 	)
-	m.withIndex(func(ix *cache.Index) { li, _, err = ix.Pause(target, id, pauseTier, ttl) })
+	m.ix.Do(func(ix *cache.Index) { li, _, err = ix.Pause(target, id, pauseTier, ttl) })
 	if err != nil {
 		return li, Report{}, fmt.Errorf("pause: %w", err)
 	}
@@ -125,7 +125,7 @@ func (m *Mover) Pause(ctx context.Context, target cache.Target, id string, pause
 		r := m.Step(ctx)
 		total.Merge(r)
 		var ok bool
-		m.withIndex(func(ix *cache.Index) { li, ok = ix.Lease(li.ID) })
+		m.ix.Do(func(ix *cache.Index) { li, ok = ix.Lease(li.ID) })
 		if !ok {
 			return li, total, fmt.Errorf("pause: lease %s ended while pausing", li.ID)
 		}
@@ -157,7 +157,7 @@ func (m *Mover) Resume(ctx context.Context, leaseID string, to tier.Tier) (Repor
 		li cache.LeaseInfo
 		ok bool
 	)
-	m.withIndex(func(ix *cache.Index) { li, ok = ix.Lease(leaseID) })
+	m.ix.Do(func(ix *cache.Index) { li, ok = ix.Lease(leaseID) })
 	if !ok {
 		return Report{}, fmt.Errorf("resume lease %q: %w", leaseID, cache.ErrUnknownLease)
 	}

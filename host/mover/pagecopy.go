@@ -43,7 +43,7 @@ func (c *pageCopy) prepare() bool {
 		// A stored page carries its tree links, so a restarted host or
 		// another host can put it back in its index.
 		found := false
-		m.withIndex(func(ix *cache.Index) {
+		m.ix.Do(func(ix *cache.Index) {
 			pi, ok := ix.Lookup(t.Tenant, t.Seq)
 			found = ok
 			c.entry = pool.Entry{Key: c.key, Local: pi.Local, Parent: pi.Parent, HasParent: pi.HasParent}
@@ -163,7 +163,7 @@ func (c *pageCopy) readFailed(err error) {
 func (c *pageCopy) complete() {
 	m, t := c.m, c.t
 	var err error
-	m.withIndex(func(ix *cache.Index) { err = ix.CompleteCopy(t, uint64(c.dstSlot)) })
+	m.ix.Do(func(ix *cache.Index) { err = ix.CompleteCopy(t, uint64(c.dstSlot)) })
 	if err == nil {
 		c.o.bytes = int64(m.pb)
 		return
@@ -180,7 +180,7 @@ func (c *pageCopy) complete() {
 		return
 	}
 	var known bool
-	m.withIndex(func(ix *cache.Index) {
+	m.ix.Do(func(ix *cache.Index) {
 		pi, ok := ix.Lookup(t.Tenant, t.Seq)
 		known = ok && pi.Tiers.Has(t.To)
 	})

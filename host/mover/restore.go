@@ -40,8 +40,15 @@ func (m *Mover) Restore(ctx context.Context, t tier.Tier) (RestoreResult, error)
 	}
 	var res RestoreResult
 	state := make(map[pool.Key]int8, len(entries)) // 0 new, 1 in progress, 2 inserted, 3 failed
-	ix := m.ix.Lock()
-	defer m.ix.Unlock()
+	m.ix.Do(func(ix *cache.Index) {
+		m.restore(ix, t, entries, byKey, state, &res)
+	})
+	return res, nil
+}
+
+// restore inserts entries into ix, the index the caller holds, each
+// after the parent it chains to (state tracks each key's progress).
+func (m *Mover) restore(ix *cache.Index, t tier.Tier, entries []pool.Entry, byKey map[pool.Key]pool.Entry, state map[pool.Key]int8, res *RestoreResult) {
 	var insert func(e pool.Entry) bool
 	insert = func(e pool.Entry) bool {
 		switch state[e.Key] {
@@ -64,18 +71,18 @@ func (m *Mover) Restore(ctx context.Context, t tier.Tier) (RestoreResult, error)
 				return false
 			}
 		}
-		ok := m.insertLocked(t, e, &res)
+		ok := m.insert(ix, t, e, res)
 		state[e.Key] = map[bool]int8{true: 2, false: 3}[ok]
 		return ok
 	}
 	for _, e := range entries {
 		insert(e)
 	}
-	return res, nil
 }
 
-func (m *Mover) insertLocked(t tier.Tier, e pool.Entry, res *RestoreResult) bool {
-	seq, stored, err := m.ix.Held().Insert(e.Namespace, e.Parent, e.HasParent, e.Local, t, 0)
+// insert indexes one stored page in ix, the index the caller holds.
+func (m *Mover) insert(ix *cache.Index, t tier.Tier, e pool.Entry, res *RestoreResult) bool {
+	seq, stored, err := ix.Insert(e.Namespace, e.Parent, e.HasParent, e.Local, t, 0)
 	if err == nil && seq != e.Seq {
 		err = fmt.Errorf("links of %v chain to %x", e.Key, seq)
 	}
@@ -103,7 +110,7 @@ func (m *Mover) Import(ctx context.Context, t tier.Tier, tenant string, seqs []u
 		return RestoreResult{}, fmt.Errorf("import from %s: %w", t, ErrNoPool)
 	}
 	var res RestoreResult
-	ns := m.ix.Held().Namespace(tenant) // stores key pages by namespace, not tenant
+	ns := m.ix.Namespace(tenant) // stores key pages by namespace, not tenant
 	for _, seq := range seqs {
 		var chain []pool.Entry
 		key := pool.Key{Namespace: ns, Seq: seq}
@@ -112,7 +119,7 @@ func (m *Mover) Import(ctx context.Context, t tier.Tier, tenant string, seqs []u
 				return res, fmt.Errorf("import %v from %s: parent chain does not end", key, t)
 			}
 			var known bool
-			m.withIndex(func(ix *cache.Index) {
+			m.ix.Do(func(ix *cache.Index) {
 				pi, ok := ix.Lookup(tenant, key.Seq)
 				known = ok && pi.Tiers.Has(t)
 			})
@@ -134,9 +141,9 @@ func (m *Mover) Import(ctx context.Context, t tier.Tier, tenant string, seqs []u
 			}
 			key = pool.Key{Namespace: ns, Seq: e.Parent}
 		}
-		m.withIndex(func(*cache.Index) {
+		m.ix.Do(func(ix *cache.Index) {
 			for i := len(chain) - 1; i >= 0; i-- {
-				if !m.insertLocked(t, chain[i], &res) {
+				if !m.insert(ix, t, chain[i], &res) {
 					break
 				}
 			}

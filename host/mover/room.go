@@ -31,11 +31,11 @@ func (m *Mover) makeRoom(ctx context.Context, ts []cache.Transition, to tier.Tie
 		return
 	}
 	var reserved bool
-	m.withIndex(func(ix *cache.Index) { reserved = ix.Reserve(to, need) == nil })
+	m.ix.Do(func(ix *cache.Index) { reserved = ix.Reserve(to, need) == nil })
 	if !reserved {
 		return
 	}
-	defer m.withIndex(func(ix *cache.Index) {
+	defer m.ix.Do(func(ix *cache.Index) {
 		if err := ix.Unreserve(to, need); err != nil {
 			m.log.Error("unreserving load-back slots", "error", err)
 		}

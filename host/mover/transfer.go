@@ -67,7 +67,7 @@ func (m *Mover) execute(ctx context.Context, t cache.Transition, children []uint
 // fail reports a transition the mover gave up on.
 func (m *Mover) fail(t cache.Transition) {
 	var err error
-	m.withIndex(func(ix *cache.Index) { err = ix.FailTransition(t) })
+	m.ix.Do(func(ix *cache.Index) { err = ix.FailTransition(t) })
 	if err != nil && !errors.Is(err, cache.ErrUnknownTransition) {
 		m.log.Error("reporting a failed transition", "transition", t.String(), "error", err)
 	}
@@ -95,7 +95,7 @@ func (m *Mover) completeDrop(ctx context.Context, t cache.Transition, o *outcome
 	for {
 		next := m.progressed()
 		var err error
-		m.withIndex(func(ix *cache.Index) { err = ix.CompleteDrop(t) })
+		m.ix.Do(func(ix *cache.Index) { err = ix.CompleteDrop(t) })
 		switch {
 		case err == nil:
 			return true
@@ -203,7 +203,7 @@ func (m *Mover) loseCorrupt(t cache.Transition, o *outcome) []cache.Freed {
 		res cache.LossResult
 		err error
 	)
-	m.withIndex(func(ix *cache.Index) { res, err = ix.LoseCopy(t.Tenant, t.Seq, t.From) })
+	m.ix.Do(func(ix *cache.Index) { res, err = ix.LoseCopy(t.Tenant, t.Seq, t.From) })
 	if errors.Is(err, cache.ErrUnknownBlock) || errors.Is(err, cache.ErrNotResident) {
 		return nil // the copy left the index another way meanwhile
 	}

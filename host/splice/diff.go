@@ -183,7 +183,7 @@ func CommonSuffix(a, b []uint32) int {
 // before Match, without the index lock; it waits for the fills.
 func (s *Splicer) AutoSplice(ctx context.Context, id string, oldMsgs []Span, tokens []uint32, msgs []Span) (Result, bool, error) {
 	sess, ok := s.cfg.Sessions.Session(id)
-	if !ok || sess.Cached < s.ix().PageSize() {
+	if !ok || sess.Cached < s.cfg.Index.PageSize() {
 		return Result{}, false, nil
 	}
 	edits := Diff(sess.Tokens, oldMsgs, tokens, msgs)

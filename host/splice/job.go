@@ -49,9 +49,10 @@ type Job struct {
 }
 
 // Plan plans a splice of the snapshotted session and reserves its fresh
-// device pages. The caller holds the index lock and ends the job with
-// Apply or Cancel. Nothing in the index changes here.
-func (s *Splicer) Plan(snap Snapshot, edits []Edit) (*Job, error) {
+// device pages. ix is the index the caller holds (inside guarded's Do);
+// the caller ends the job with Apply or Cancel under the same hold.
+// Nothing in the index changes here.
+func (s *Splicer) Plan(ix *cache.Index, snap Snapshot, edits []Edit) (*Job, error) {
 	if s.cfg.Device == nil {
 		return nil, ErrNoDevice
 	}
@@ -61,7 +62,7 @@ func (s *Splicer) Plan(snap Snapshot, edits []Edit) (*Job, error) {
 	for _, e := range edits {
 		req.Edits = append(req.Edits, cache.SpliceEdit{Start: e.Start, End: e.End, Replacement: e.Replacement, Forget: e.Mode == Forget})
 	}
-	plan, err := s.ix().PlanSplice(req)
+	plan, err := ix.PlanSplice(req)
 	if err != nil {
 		return nil, fmt.Errorf("splice session %q: %w", sess.ID, err)
 	}
@@ -120,18 +121,18 @@ func (j *Job) Cancel() {
 	j.fresh = nil
 }
 
-// Apply moves the bytes and commits the plan. The caller holds the index
-// lock. On an error the index is left consistent: a stale plan changed
+// Apply moves the bytes and commits the plan, in ix, the index the caller
+// holds since Plan. On an error the index is left consistent: a stale plan changed
 // nothing (cancel the job); a kernel failure, which may have rotated some
 // pages already, drops the edited pages instead of keeping them under
 // their old hashes.
-func (j *Job) Apply() error {
-	s, ix, p := j.s, j.s.ix(), j.plan
+func (j *Job) Apply(ix *cache.Index) error {
+	s, p := j.s, j.plan
 	if err := ix.ValidateSplice(p); err != nil {
 		return fmt.Errorf("splice session %q: %w", j.snap.Session.ID, err)
 	}
 	if err := s.cfg.Device.Execute(p); err != nil {
-		return j.abort(err)
+		return j.abort(ix, err)
 	}
 	commit, err := ix.ApplySplice(p)
 	j.applied = true
@@ -159,10 +160,10 @@ func (j *Job) Apply() error {
 // abort handles a kernel failure: the old pages the plan releases are
 // released anyway (a re-linked one may be half rotated), nothing new is
 // committed, and every reserved page is freed.
-func (j *Job) abort(kerr error) error {
+func (j *Job) abort(ix *cache.Index, kerr error) error {
 	cut := *j.plan
 	cut.Pages, cut.Runs, cut.Fills, cut.FirstFill = nil, nil, nil, 0
-	commit, err := j.s.ix().ApplySplice(&cut)
+	commit, err := ix.ApplySplice(&cut)
 	j.applied = true
 	j.freed = commit.Freed
 	j.freeDevice(commit.Unused)
@@ -243,19 +244,19 @@ func (s *Splicer) runFills(ctx context.Context, j *Job) error {
 		}
 	}
 	var commit cache.SpliceCommit
-	ix := s.cfg.Index.Lock()
-	if err == nil {
-		commit, err = ix.CommitSpliceRest(p)
-	} else {
-		commit.Unused = j.restLocs()
-	}
-	if j.hasLock {
-		if _, uerr := ix.Unlock(p.Tenant, j.locked); uerr != nil {
-			err = errors.Join(err, uerr)
+	s.cfg.Index.Do(func(ix *cache.Index) {
+		if err == nil {
+			commit, err = ix.CommitSpliceRest(p)
+		} else {
+			commit.Unused = j.restLocs()
 		}
-		j.hasLock = false
-	}
-	s.cfg.Index.Unlock()
+		if j.hasLock {
+			if _, uerr := ix.Unlock(p.Tenant, j.locked); uerr != nil {
+				err = errors.Join(err, uerr)
+			}
+			j.hasLock = false
+		}
+	})
 	j.freeDevice(commit.Unused)
 	cached := (p.Keep + p.FirstFill) * p.PageSize
 	if err == nil {

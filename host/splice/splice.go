@@ -135,14 +135,14 @@ func New(cfg Config) (*Splicer, error) {
 	if cfg.Index == nil || cfg.Sessions == nil {
 		return nil, fmt.Errorf("splicer: Index and Sessions are required")
 	}
-	if cfg.Device != nil && cfg.Device.Layout().PageSize != cfg.Index.Held().PageSize() {
-		return nil, fmt.Errorf("splicer: device pages of %d tokens, index pages of %d", cfg.Device.Layout().PageSize, cfg.Index.Held().PageSize())
+	if cfg.Device != nil && cfg.Device.Layout().PageSize != cfg.Index.PageSize() {
+		return nil, fmt.Errorf("splicer: device pages of %d tokens, index pages of %d", cfg.Device.Layout().PageSize, cfg.Index.PageSize())
 	}
 	if cfg.SinkTokens < 0 {
 		return nil, fmt.Errorf("splicer: sink tokens %d must not be negative", cfg.SinkTokens)
 	}
 	if cfg.Salt == nil {
-		cfg.Salt = cfg.Index.Held().Salt
+		cfg.Salt = cfg.Index.Salt
 	}
 	if cfg.FillTimeout <= 0 {
 		cfg.FillTimeout = 2 * time.Minute
@@ -153,9 +153,6 @@ func New(cfg Config) (*Splicer, error) {
 // Index returns the guarded index the splicer takes; the executor must run
 // its turns under the same one.
 func (s *Splicer) Index() *guarded.Index { return s.cfg.Index }
-
-// ix is the index, for steps that run under the lock a caller took.
-func (s *Splicer) ix() *cache.Index { return s.cfg.Index.Held() }
 
 // Sessions returns the configured session resolver.
 func (s *Splicer) Sessions() Sessions { return s.cfg.Sessions }
@@ -186,14 +183,14 @@ func (s *Splicer) Splice(ctx context.Context, id string, edits []Edit) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	s.cfg.Index.Lock()
-	j, err := s.Plan(snap, edits)
-	if err == nil {
-		if err = j.Apply(); err != nil {
-			j.Cancel()
+	var j *Job
+	s.cfg.Index.Do(func(ix *cache.Index) {
+		if j, err = s.Plan(ix, snap, edits); err == nil {
+			if err = j.Apply(ix); err != nil {
+				j.Cancel()
+			}
 		}
-	}
-	s.cfg.Index.Unlock()
+	})
 	if j != nil {
 		s.complete(j) // an applied job, even a failed one, updates the session and frees
 	}

@@ -93,15 +93,15 @@ func (h *Host) Stop() { h.stop() }
 
 // Commit caches tokens on the device for tenant, as an engine would, and
 // returns the pages' sequence hashes.
-func (h *Host) Commit(tenant string, tokens []uint32) ([]uint64, error) {
-	ix := h.Daemon.Index().Lock()
-	defer h.Daemon.Index().Unlock()
-	var m cache.MatchResult
-	ix.Match(tenant, blockid.Salt{Namespace: tenant}, tokens, &m)
-	locs := make([]uint64, len(m.Hashes.Local))
-	var res cache.CommitResult
-	if err := ix.Commit(tenant, m.Hashes, locs, &res); err != nil {
-		return nil, err
-	}
-	return append([]uint64(nil), m.Hashes.Sequence...), nil
+func (h *Host) Commit(tenant string, tokens []uint32) (seqs []uint64, err error) {
+	h.Daemon.Index().Do(func(ix *cache.Index) {
+		var m cache.MatchResult
+		ix.Match(tenant, blockid.Salt{Namespace: tenant}, tokens, &m)
+		locs := make([]uint64, len(m.Hashes.Local))
+		var res cache.CommitResult
+		if err = ix.Commit(tenant, m.Hashes, locs, &res); err == nil {
+			seqs = append([]uint64(nil), m.Hashes.Sequence...)
+		}
+	})
+	return seqs, err
 }

@@ -167,31 +167,28 @@ func (r *Rig) PageBytes() int64 {
 }
 
 // Stats is the cache index's snapshot.
-func (r *Rig) Stats() cache.Stats {
-	g := r.Daemon.Index()
-	ix := g.Lock()
-	defer g.Unlock()
-	return ix.Stats()
+func (r *Rig) Stats() (st cache.Stats) {
+	r.Daemon.Index().Do(func(ix *cache.Index) { st = ix.Stats() })
+	return st
 }
 
 // Residency counts, per tier, how many of a tenant's pages (sequence
 // hashes) are resident there.
 func (r *Rig) Residency(tenant string, seqs []uint64) [tier.Count]int {
 	var out [tier.Count]int
-	g := r.Daemon.Index()
-	ix := g.Lock()
-	defer g.Unlock()
-	for _, s := range seqs {
-		p, ok := ix.Lookup(tenant, s)
-		if !ok {
-			continue
-		}
-		for _, t := range tier.All {
-			if p.Tiers.Has(t) {
-				out[t]++
+	r.Daemon.Index().Do(func(ix *cache.Index) {
+		for _, s := range seqs {
+			p, ok := ix.Lookup(tenant, s)
+			if !ok {
+				continue
+			}
+			for _, t := range tier.All {
+				if p.Tiers.Has(t) {
+					out[t]++
+				}
 			}
 		}
-	}
+	})
 	return out
 }
 
@@ -272,14 +269,13 @@ func (r *Rig) WaitLeasesSettled(ctx context.Context, ids []string, within time.D
 	deadline := time.Now().Add(within)
 	for {
 		unsettled := 0
-		g := r.Daemon.Index()
-		ix := g.Lock()
-		for _, id := range ids {
-			if li, ok := ix.Lease(id); ok && !li.Settled {
-				unsettled++
+		r.Daemon.Index().Do(func(ix *cache.Index) {
+			for _, id := range ids {
+				if li, ok := ix.Lease(id); ok && !li.Settled {
+					unsettled++
+				}
 			}
-		}
-		g.Unlock()
+		})
 		if unsettled == 0 {
 			return nil
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/bench/controlhost"
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/config"
 )
 
@@ -33,12 +34,13 @@ func TestCtlOverNATSSaysWhatJetStreamDid(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "accepted: stored in JetStream stream") || !strings.Contains(out, "--jetstream") {
 		t.Fatalf("plain request to a JetStream host: %d %q", code, out)
 	}
-	ix, lock := h.Daemon.Index().Held(), h.Daemon.Index() // the index and the guard that locks it
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		lock.Lock()
-		p, ok := ix.Lookup("", seqs[1])
-		lock.Unlock()
+		var (
+			p  cache.PageInfo
+			ok bool
+		)
+		h.Daemon.Index().Do(func(ix *cache.Index) { p, ok = ix.Lookup("", seqs[1]) })
 		if ok && p.PinCount == 1 {
 			break
 		}

@@ -27,18 +27,22 @@ func (s *Server) Stats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsResp
 	if err != nil {
 		return nil, convert.GRPCStatus(errcode.From(err))
 	}
-	var st cache.Stats
-	var ts cache.TenantStats
-	ix := s.cfg.Index.Lock()
-	if all {
-		st = ix.Stats()
-	} else {
-		ts = ix.TenantStats(tenant)
-	}
-	pageSize := ix.PageSize()
-	pins := ix.PinCount(tenant, all)
-	degraded := ix.DegradedLeases()
-	s.cfg.Index.Unlock()
+	var (
+		st       cache.Stats
+		ts       cache.TenantStats
+		pins     int
+		degraded []cache.DegradedLease
+	)
+	s.cfg.Index.Do(func(ix *cache.Index) {
+		if all {
+			st = ix.Stats()
+		} else {
+			ts = ix.TenantStats(tenant)
+		}
+		pins = ix.PinCount(tenant, all)
+		degraded = ix.DegradedLeases()
+	})
+	pageSize := s.cfg.Index.PageSize()
 	tiers, leases := st.Tiers, st.Leases
 	if !all {
 		tiers, leases = ts.Tiers, ts.Leases

@@ -54,7 +54,7 @@ func (s *Server) WatchEvents(req *pb.WatchEventsRequest, stream grpc.ServerStrea
 	filterTenant = !all
 	// Events name the cache namespace a page lives in, which tenants that
 	// share one (index.share) have in common.
-	ns := s.cfg.Index.Held().Namespace(tenant)
+	ns := s.cfg.Index.Namespace(tenant)
 	var filter func(*events.RouterEvent) bool
 	if filterTiers || filterTenant {
 		filter = func(ev *events.RouterEvent) bool {

@@ -99,9 +99,9 @@ func FuzzHandle(f *testing.F) {
 		default:
 			t.Fatalf("answer status %q: %s", reply.Status, out)
 		}
-		g.Lock()
-		defer g.Unlock()
-		if err := ix.Check(); err != nil {
+		var err error
+		g.Do(func(ix *cache.Index) { err = ix.Check() })
+		if err != nil {
 			t.Fatalf("index invariants after %q: %v", payload, err)
 		}
 	})

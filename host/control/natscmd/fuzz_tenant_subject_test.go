@@ -72,18 +72,18 @@ func FuzzHandleTenantSubject(f *testing.F) {
 	// state is one tenant's pages and leases, as far as a command can
 	// change them.
 	state := func(tenant string) string {
-		g.Lock()
-		defer g.Unlock()
 		var b strings.Builder
-		for _, q := range pages[tenant] {
-			p, ok := ix.Lookup(tenant, q)
-			fmt.Fprintf(&b, "|%v pin=%d tr=%v lease=%q prio=%d tiers=%v", ok, p.PinCount, p.Transient, p.Lease, p.Priority, p.Tiers)
-		}
-		for _, l := range ix.Leases() {
-			if l.Tenant == tenant {
-				fmt.Fprintf(&b, "|lease %s pages=%d", l.ID, l.Pages)
+		g.Do(func(ix *cache.Index) {
+			for _, q := range pages[tenant] {
+				p, ok := ix.Lookup(tenant, q)
+				fmt.Fprintf(&b, "|%v pin=%d tr=%v lease=%q prio=%d tiers=%v", ok, p.PinCount, p.Transient, p.Lease, p.Priority, p.Tiers)
 			}
-		}
+			for _, l := range ix.Leases() {
+				if l.Tenant == tenant {
+					fmt.Fprintf(&b, "|lease %s pages=%d", l.ID, l.Pages)
+				}
+			}
+		})
 		return b.String()
 	}
 	for _, seed := range fuzzTenantSubjectSeeds(pages["a"], pages["b"], pages[""]) {
@@ -140,9 +140,9 @@ func FuzzHandleTenantSubject(f *testing.F) {
 		default:
 			t.Fatalf("answer status %q: %s", reply.Status, out)
 		}
-		g.Lock()
-		defer g.Unlock()
-		if err := ix.Check(); err != nil {
+		var err error
+		g.Do(func(ix *cache.Index) { err = ix.Check() })
+		if err != nil {
 			t.Fatalf("index invariants after %q on %q: %v", payload, subject, err)
 		}
 	})

@@ -86,23 +86,24 @@ func (h *host) stop() {
 	}
 }
 
-func (h *host) pins(seq uint64) int {
-	h.g.Lock()
-	defer h.g.Unlock()
-	p, _ := h.ix.Lookup("", seq)
-	return p.PinCount
+func (h *host) pins(seq uint64) (n int) {
+	h.g.Do(func(ix *cache.Index) {
+		p, _ := ix.Lookup("", seq)
+		n = p.PinCount
+	})
+	return n
 }
 
 func (h *host) commit(tokens []uint32) []uint64 {
-	h.g.Lock()
-	defer h.g.Unlock()
 	var m cache.MatchResult
-	h.ix.Match("", blockid.Salt{}, tokens, &m)
-	locs := make([]uint64, len(m.Hashes.Local))
-	var res cache.CommitResult
-	if err := h.ix.Commit("", m.Hashes, locs, &res); err != nil {
-		h.t.Fatal(err)
-	}
+	h.g.Do(func(ix *cache.Index) {
+		ix.Match("", blockid.Salt{}, tokens, &m)
+		locs := make([]uint64, len(m.Hashes.Local))
+		var res cache.CommitResult
+		if err := ix.Commit("", m.Hashes, locs, &res); err != nil {
+			h.t.Fatal(err)
+		}
+	})
 	return append([]uint64(nil), m.Hashes.Sequence...)
 }
 

@@ -148,25 +148,26 @@ func (e *tenantEnv) client(conn *nats.Conn, subject string, jet bool) *controlcl
 
 // state is every tenant's pin counts, page by page.
 func (e *tenantEnv) state() string {
-	e.g.Lock()
-	defer e.g.Unlock()
 	var b strings.Builder
-	for _, name := range []string{"", "alice", "bob"} {
-		fmt.Fprintf(&b, "%q:", name)
-		for _, q := range e.pages[name] {
-			p, ok := e.ix.Lookup(name, q)
-			fmt.Fprintf(&b, " %v/%d", ok, p.PinCount)
+	e.g.Do(func(ix *cache.Index) {
+		for _, name := range []string{"", "alice", "bob"} {
+			fmt.Fprintf(&b, "%q:", name)
+			for _, q := range e.pages[name] {
+				p, ok := ix.Lookup(name, q)
+				fmt.Fprintf(&b, " %v/%d", ok, p.PinCount)
+			}
+			b.WriteString("; ")
 		}
-		b.WriteString("; ")
-	}
+	})
 	return b.String()
 }
 
-func (e *tenantEnv) pins(tenant string) int {
-	e.g.Lock()
-	defer e.g.Unlock()
-	p, _ := e.ix.Lookup(tenant, e.pages[tenant][0])
-	return p.PinCount
+func (e *tenantEnv) pins(tenant string) (n int) {
+	e.g.Do(func(ix *cache.Index) {
+		p, _ := ix.Lookup(tenant, e.pages[tenant][0])
+		n = p.PinCount
+	})
+	return n
 }
 
 func pinOf(tenant string, seq uint64) directive.Turn {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 )
 
@@ -23,14 +24,15 @@ func TestStatsReportDegradedLeases(t *testing.T) {
 	}
 	// The mover's copies fail, attempt after attempt.
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		e.g.Lock()
-		for _, tr := range e.ix.Plan(e.ix.Config().Clock.Now(), nil) {
-			if err := e.ix.FailTransition(tr); err != nil {
-				t.Fatal(err)
+		var li cache.LeaseInfo
+		e.g.Do(func(ix *cache.Index) {
+			for _, tr := range ix.Plan(ix.Config().Clock.Now(), nil) {
+				if err := ix.FailTransition(tr); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-		li, _ := e.ix.Lease("L")
-		e.g.Unlock()
+			li, _ = ix.Lease("L")
+		})
 		if li.Degraded {
 			break
 		}

@@ -153,41 +153,42 @@ func toks(base, n int) []uint32 {
 // would, and returns their hashes.
 func (e *env) commit(tenant string, tokens []uint32) blockid.Hashes {
 	e.t.Helper()
-	e.g.Lock()
-	defer e.g.Unlock()
 	var m cache.MatchResult
-	e.ix.Match(tenant, blockid.Salt{Namespace: tenant}, tokens, &m)
-	locs := make([]uint64, len(m.Hashes.Local))
-	for i := range locs {
-		e.loc++
-		locs[i] = e.loc
-	}
-	var res cache.CommitResult
-	if err := e.ix.Commit(tenant, m.Hashes, locs, &res); err != nil {
-		e.t.Fatal(err)
-	}
+	e.g.Do(func(ix *cache.Index) {
+		ix.Match(tenant, blockid.Salt{Namespace: tenant}, tokens, &m)
+		locs := make([]uint64, len(m.Hashes.Local))
+		for i := range locs {
+			e.loc++
+			locs[i] = e.loc
+		}
+		var res cache.CommitResult
+		if err := ix.Commit(tenant, m.Hashes, locs, &res); err != nil {
+			e.t.Fatal(err)
+		}
+	})
 	return blockid.Hashes{Local: append([]uint64(nil), m.Hashes.Local...), Sequence: append([]uint64(nil), m.Hashes.Sequence...)}
 }
 
-func (e *env) page(tenant string, seq uint64) (cache.PageInfo, bool) {
-	e.g.Lock()
-	defer e.g.Unlock()
-	return e.ix.Lookup(tenant, seq)
+func (e *env) page(tenant string, seq uint64) (p cache.PageInfo, ok bool) {
+	e.g.Do(func(ix *cache.Index) { p, ok = ix.Lookup(tenant, seq) })
+	return p, ok
 }
 
-func (e *env) lease(id string) (cache.LeaseInfo, bool) {
-	e.g.Lock()
-	defer e.g.Unlock()
-	return e.ix.Lease(id)
+func (e *env) lease(id string) (li cache.LeaseInfo, ok bool) {
+	e.g.Do(func(ix *cache.Index) { li, ok = ix.Lease(id) })
+	return li, ok
 }
 
 // snapshot is everything a refused request must leave unchanged.
-func (e *env) snapshot(tenant string, seqs ...uint64) string {
-	e.g.Lock()
-	defer e.g.Unlock()
-	s := fmt.Sprintf("%+v", e.ix.Stats())
+func (e *env) snapshot(tenant string, seqs ...uint64) (s string) {
+	e.g.Do(func(ix *cache.Index) { s = indexState(ix, tenant, seqs) })
+	return s
+}
+
+func indexState(ix *cache.Index, tenant string, seqs []uint64) string {
+	s := fmt.Sprintf("%+v", ix.Stats())
 	for _, q := range seqs {
-		p, ok := e.ix.Lookup(tenant, q)
+		p, ok := ix.Lookup(tenant, q)
 		s += fmt.Sprintf("|%v pin=%d tr=%v lease=%q prio=%d", ok, p.PinCount, p.Transient, p.Lease, p.Priority)
 	}
 	return s

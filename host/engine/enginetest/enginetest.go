@@ -222,7 +222,7 @@ func Start(o Options) (*Host, error) {
 				dev = nil
 			}
 			sp, err := splice.New(splice.Config{Index: h.Index, Device: dev, Sessions: h.Service.SpliceSessions(),
-				Salt: h.Index.Held().Salt, SinkTokens: o.SinkTokens, Fill: h.Service.SpliceFill, Free: free})
+				Salt: h.Index.Salt, SinkTokens: o.SinkTokens, Fill: h.Service.SpliceFill, Free: free})
 			if err == nil {
 				err = h.Executor.Attach(executor.Attachments{Free: free, Splicer: sp})
 			}
@@ -315,24 +315,21 @@ func (h *Host) Close() error {
 }
 
 // Page returns what the index knows of a tenant's page.
-func (h *Host) Page(tenant string, seq uint64) (cache.PageInfo, bool) {
-	ix := h.Index.Lock()
-	defer h.Index.Unlock()
-	return ix.Lookup(tenant, seq)
+func (h *Host) Page(tenant string, seq uint64) (p cache.PageInfo, ok bool) {
+	h.Index.Do(func(ix *cache.Index) { p, ok = ix.Lookup(tenant, seq) })
+	return p, ok
 }
 
 // IndexStats is the index's snapshot.
-func (h *Host) IndexStats() cache.Stats {
-	ix := h.Index.Lock()
-	defer h.Index.Unlock()
-	return ix.Stats()
+func (h *Host) IndexStats() (st cache.Stats) {
+	h.Index.Do(func(ix *cache.Index) { st = ix.Stats() })
+	return st
 }
 
 // Check runs the index's invariant check.
-func (h *Host) Check() error {
-	ix := h.Index.Lock()
-	defer h.Index.Unlock()
-	if err := ix.Check(); err != nil {
+func (h *Host) Check() (err error) {
+	h.Index.Do(func(ix *cache.Index) { err = ix.Check() })
+	if err != nil {
 		return fmt.Errorf("index invariants: %w", err)
 	}
 	return nil
