@@ -9,55 +9,71 @@ import (
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
-// run checks and applies ops as one turn, then hands off transitions and
+// turn is one turn as the executor runs it: its ops, and what it reads
+// once for all of them.
+type turn struct {
+	e                  *Executor
+	att                *Attachments // the one snapshot of the attachments the turn uses
+	id, source, tenant string
+	ops                []op
+	st                 turnState
+}
+
+func (e *Executor) newTurn(id, source, tenant string, ops []op) *turn {
+	return &turn{e: e, att: e.attached.Load(), id: id, source: source, tenant: tenant, ops: ops}
+}
+
+// run checks and applies the turn's ops, then hands off transitions and
 // freed slots and writes the audit records.
-func (e *Executor) run(turnID, source, tenant string, ops []*op) directive.TurnReply {
+func (e *Executor) run(t *turn) directive.TurnReply {
 	var (
-		errs  []*errcode.Error
-		trans []cache.Transition
-		freed []cache.Freed
-		turn  *errcode.Error
+		errs    []*errcode.Error
+		trans   []cache.Transition
+		freed   []cache.Freed
+		turnErr *errcode.Error
 	)
-	st := e.prefetch(tenant, ops) // sessions are read before the index lock
+	t.prefetch() // sessions are read before the index lock
 	e.cfg.Index.Do(func(ix *cache.Index) {
-		errs = e.check(ix, tenant, ops, st)
+		errs = t.check(ix)
 		if errs == nil {
-			errs = e.applyReversible(ix, tenant, ops, st)
+			errs = t.applyReversible(ix)
 		}
 		if errs == nil {
-			trans, freed, turn = e.applyCommit(ix, tenant, ops, st)
+			trans, freed, turnErr = t.applyCommit(ix)
 		}
 	})
-	if len(st.jobs) > 0 {
+	if len(t.st.jobs) > 0 {
 		// Sessions updated, released slots freed, fills started.
-		e.att().Splicer.Finish(st.jobs...)
+		t.att.Splicer.Finish(t.st.jobs...)
 	}
-
+	// Only a Warm or a Resume plans transitions, and their check refused
+	// them when this snapshot had no Transitions.
 	if len(trans) > 0 {
-		e.att().Transitions(trans)
+		t.att.Transitions(trans)
 	}
-	if len(freed) > 0 && e.att().Free != nil {
-		e.att().Free(freed)
+	if len(freed) > 0 && t.att.Free != nil {
+		t.att.Free(freed)
 	}
 	if errs != nil {
-		return e.finish(turnID, source, tenant, ops, errs)
+		return e.finish(t.id, t.source, t.tenant, t.ops, errs)
 	}
-	return e.succeed(turnID, source, tenant, ops, turn)
+	return e.succeed(t.id, t.source, t.tenant, t.ops, turnErr)
 }
 
 // applyReversible is step 2. The index journals every change the
 // reversible ops make; on a failure the journal is rolled back, which
 // restores pin counts, TTLs, expiries and transient flags exactly, and the
 // per-op errors are returned.
-func (e *Executor) applyReversible(ix *cache.Index, tenant string, ops []*op, st *turnState) []*errcode.Error {
+func (t *turn) applyReversible(ix *cache.Index) []*errcode.Error {
 	ix.BeginJournal()
-	for i, o := range ops {
-		if !kinds[o.kind].reversible {
+	for i, o := range t.ops {
+		r, ok := o.(reversible)
+		if !ok {
 			continue
 		}
-		if err := applyOne(ix, tenant, o); err != nil {
+		if err := r.apply(ix, t.tenant); err != nil {
 			ix.RollbackJournal()
-			errs := make([]*errcode.Error, len(ops))
+			errs := make([]*errcode.Error, len(t.ops))
 			errs[i] = err.At(i)
 			return errs
 		}
@@ -65,51 +81,57 @@ func (e *Executor) applyReversible(ix *cache.Index, tenant string, ops []*op, st
 	// Splices are planned last, with the journal still open: they see this
 	// turn's pins (a pinned page is copied, not edited), and a splice that
 	// cannot be reserved (device capacity) still rolls the pins back.
-	if failed, err := e.planSplices(ix, st); err != nil {
+	if failed, err := t.planSplices(ix); err != nil {
 		ix.RollbackJournal()
-		errs := make([]*errcode.Error, len(ops))
-		errs[failed.index] = err.At(failed.index)
+		i := failed.base().index
+		errs := make([]*errcode.Error, len(t.ops))
+		errs[i] = err.At(i)
 		return errs
 	}
 	ix.CommitJournal()
 	return nil
 }
 
-// applyOne applies a reversible op and sets its effect.
-func applyOne(ix *cache.Index, tenant string, o *op) *errcode.Error {
-	apply := kinds[o.kind].apply
-	if apply == nil {
-		return errcode.New(errcode.Internal, "op kind %d is not reversible", o.kind)
-	}
-	o.eff.Missing = o.missing
-	return apply(ix, o, o.target(tenant))
+// commitStep is what step 3's ops add to: the transitions for the mover
+// and the slots to free.
+type commitStep struct {
+	e      *Executor
+	ix     *cache.Index
+	tenant string
+	trans  []cache.Transition
+	freed  []cache.Freed
 }
 
-// applyCommit is step 3. Check made every op here safe; a block an earlier
-// op of this step removed counts as missing. Any other failure is a bug,
-// reported as internal on that op and as the turn's error.
-func (e *Executor) applyCommit(ix *cache.Index, tenant string, ops []*op, st *turnState) (trans []cache.Transition, freed []cache.Freed, turnErr *errcode.Error) {
-	c := &commitStep{e: e, ix: ix, tenant: tenant}
-	if len(st.groups) > 0 {
-		turnErr = applySplices(ix, st)
+// applyCommit is step 3: the splices first, then the committed ops in
+// turn order. Check made every op here safe; a block an earlier op of this
+// step removed counts as missing. Any other failure is a bug, reported as
+// internal on that op and as the turn's error.
+func (t *turn) applyCommit(ix *cache.Index) (trans []cache.Transition, freed []cache.Freed, turnErr *errcode.Error) {
+	c := &commitStep{e: t.e, ix: ix, tenant: t.tenant}
+	if len(t.st.groups) > 0 {
+		turnErr = applySplices(ix, &t.st)
 	}
-	for _, o := range ops {
-		commit := kinds[o.kind].commit
-		if commit == nil {
+	for _, o := range t.ops {
+		co, ok := o.(committed)
+		if !ok {
 			continue
 		}
-		o.eff.Missing = o.missing
-		err := commit(c, o, o.target(tenant))
+		err := co.commit(c)
 		switch {
 		case err == nil:
-		case errors.Is(err, cache.ErrUnknownBlock) && o.spliced:
-			// The splices already took the purge's pages.
 		case errors.Is(err, cache.ErrUnknownBlock):
-			o.eff.Missing += len(o.seqs)
+			// Pages an earlier op of this step removed count as missing,
+			// unless a purge's own splices took them.
+			if pu, ok := o.(*purgeOp); !ok || !pu.spliced {
+				if p, ok := o.(paged); ok {
+					o.base().eff.Missing += len(p.pagesOf().seqs)
+				}
+			}
 		default:
-			e := fromCache(err).At(o.index)
+			i := o.base().index
+			e := fromCache(err).At(i)
 			if e.Code != errcode.Internal {
-				e = errcode.Wrap(errcode.Internal, err, "commit step refused an op the check passed").At(o.index)
+				e = errcode.Wrap(errcode.Internal, err, "commit step refused an op the check passed").At(i)
 			}
 			if turnErr == nil {
 				turnErr = e
@@ -122,7 +144,7 @@ func (e *Executor) applyCommit(ix *cache.Index, tenant string, ops []*op, st *tu
 // succeed builds the reply and audit records of an applied turn. turnErr
 // is set only if the commit step hit a bug; the reply then says error,
 // since "all applied" would be false.
-func (e *Executor) succeed(turnID, source, tenant string, ops []*op, turnErr *errcode.Error) directive.TurnReply {
+func (e *Executor) succeed(turnID, source, tenant string, ops []op, turnErr *errcode.Error) directive.TurnReply {
 	reply := directive.TurnReply{Status: directive.StatusOK, TurnID: turnID, WorkerID: e.cfg.WorkerID, Results: make([]directive.Result, len(ops))}
 	if turnErr != nil {
 		reply.Status, reply.Error = directive.StatusError, turnErr
@@ -130,7 +152,7 @@ func (e *Executor) succeed(turnID, source, tenant string, ops []*op, turnErr *er
 	recs := make([]Record, len(ops))
 	now := e.cfg.Now()
 	for i, o := range ops {
-		r := directive.Result{Index: i, Verb: directive.Verb(o.verb), Status: directive.StatusOK, Effect: o.eff}
+		r := directive.Result{Index: i, Verb: directive.Verb(o.base().verb), Status: directive.StatusOK, Effect: o.base().eff}
 		if turnErr != nil && turnErr.Index == i {
 			r.Status, r.Error = directive.StatusError, turnErr
 		}
@@ -145,7 +167,7 @@ func (e *Executor) succeed(turnID, source, tenant string, ops []*op, turnErr *er
 
 // finish builds the reply and audit records of a refused turn: ops with an
 // error carry it, the others turn_aborted.
-func (e *Executor) finish(turnID, source, tenant string, ops []*op, errs []*errcode.Error) directive.TurnReply {
+func (e *Executor) finish(turnID, source, tenant string, ops []op, errs []*errcode.Error) directive.TurnReply {
 	reply := directive.TurnReply{Status: directive.StatusError, TurnID: turnID, WorkerID: e.cfg.WorkerID, Results: make([]directive.Result, len(ops))}
 	var first *errcode.Error
 	for _, err := range errs {
@@ -165,7 +187,7 @@ func (e *Executor) finish(turnID, source, tenant string, ops []*op, errs []*errc
 		if err == nil {
 			err = errcode.New(errcode.TurnAborted, "directive %d failed", first.Index).At(i)
 		}
-		r := directive.Result{Index: i, Verb: directive.Verb(o.verb), Status: directive.StatusError, Error: err}
+		r := directive.Result{Index: i, Verb: directive.Verb(o.base().verb), Status: directive.StatusError, Error: err}
 		reply.Results[i] = r
 		recs[i] = e.record(now, turnID, source, tenant, o, r)
 	}
@@ -173,8 +195,9 @@ func (e *Executor) finish(turnID, source, tenant string, ops []*op, errs []*errc
 	return reply
 }
 
-func (e *Executor) record(now time.Time, turnID, source, tenant string, o *op, r directive.Result) Record {
-	rec := Record{Time: now, TurnID: turnID, Source: source, Tenant: tenant, Index: o.index, Verb: o.verb, Mode: o.mode,
+func (e *Executor) record(now time.Time, turnID, source, tenant string, o op, r directive.Result) Record {
+	b := o.base()
+	rec := Record{Time: now, TurnID: turnID, Source: source, Tenant: tenant, Index: b.index, Verb: b.verb, Mode: b.mode,
 		Target: o.describe(), Status: r.Status, Effect: r.Effect}
 	if r.Error != nil {
 		rec.Code, rec.Detail = r.Error.Code, r.Error.Error()

@@ -28,20 +28,9 @@ func (e *Executor) CacheControl(ctx context.Context, source, tenant string, c di
 	if c.WorkerID != "" && worker != "" && c.WorkerID != worker {
 		return refuse(errcode.New(errcode.WrongWorker, "worker_id %s, this is %s", c.WorkerID, worker))
 	}
-	o := &op{verb: string(c.Action), ttl: c.TTL}
-	switch c.Action {
-	case directive.ActionPinBlocks:
-		o.kind, o.mode, o.hashes = opPin, "pin", hashes(c.BlockHashes)
-	case directive.ActionUnpinBlocks:
-		o.kind, o.mode, o.hashes = opUnpin, "unpin", hashes(c.BlockHashes)
-	case directive.ActionEvictDescendants:
-		o.kind, o.hashes = opPrune, hashes(c.BlockHashes)
-	case directive.ActionPinPrefix:
-		o.kind, o.mode, o.tokens = opPin, "pin", c.TokenIDs
-	case directive.ActionUnpinPrefix:
-		o.kind, o.mode, o.tokens = opUnpin, "unpin", c.TokenIDs
-	}
-	reply := e.run("", source, tenant, []*op{o})
+	o, pg := cacheControlOp(c)
+	o.base().verb = string(c.Action)
+	reply := e.run(e.newTurn("", source, tenant, []op{o}))
 	if !reply.OK() {
 		err := *reply.Error
 		err.Index = -1 // one op: "directive 0" would only confuse a router
@@ -50,7 +39,7 @@ func (e *Executor) CacheControl(ctx context.Context, source, tenant string, c di
 	eff := reply.Results[0].Effect
 	requested := len(c.BlockHashes)
 	if c.Action.ByTokens() {
-		requested = o.total
+		requested = pg.total
 	}
 	var msg string
 	switch c.Action {
@@ -66,10 +55,36 @@ func (e *Executor) CacheControl(ctx context.Context, source, tenant string, c di
 	}
 	out := directive.OKReply(c.Action, eff.Blocks, msg, worker)
 	if c.Action.ByTokens() {
-		total := o.total
+		total := pg.total
 		out.TotalBlocks = &total
 	}
 	return out
+}
+
+// cacheControlOp is the op of a validated cache_control request, and the
+// pages it names.
+func cacheControlOp(c directive.CacheControl) (op, *pages) {
+	byBlocks := pages{hashes: hashes(c.BlockHashes)}
+	byTokens := pages{tokens: c.TokenIDs}
+	switch c.Action {
+	case directive.ActionPinBlocks:
+		o := &pinOp{opBase: opBase{mode: "pin"}, pages: byBlocks, ttl: c.TTL}
+		return o, &o.pages
+	case directive.ActionPinPrefix:
+		o := &pinOp{opBase: opBase{mode: "pin"}, pages: byTokens, ttl: c.TTL}
+		return o, &o.pages
+	case directive.ActionUnpinBlocks:
+		o := &unpinOp{opBase: opBase{mode: "unpin"}, pages: byBlocks}
+		return o, &o.pages
+	case directive.ActionUnpinPrefix:
+		o := &unpinOp{opBase: opBase{mode: "unpin"}, pages: byTokens}
+		return o, &o.pages
+	case directive.ActionEvictDescendants:
+		o := &pruneOp{pages: byBlocks}
+		return o, &o.pages
+	}
+	// Validate refuses any other action before it gets here.
+	return &unsupportedOp{why: "unknown cache_control action"}, &pages{}
 }
 
 // CacheControlJSON decodes a cache_control request and applies it.

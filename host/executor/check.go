@@ -1,8 +1,6 @@
 package executor
 
 import (
-	"time"
-
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -15,26 +13,28 @@ type leaseView struct {
 	tenant string
 }
 
-// turnCheck is what check carries from one op to the next: the leases as
-// the turn's earlier ops leave them, and the pause tier's room they claim.
+// turnCheck is what check carries from one op to the next: the index the
+// turn holds, the attachments the turn runs with, the leases as the turn's
+// earlier ops leave them, and the pause tier's room they claim.
 type turnCheck struct {
 	e          *Executor
 	ix         *cache.Index
+	att        *Attachments
 	tenant     string
 	leases     map[string]*leaseView
 	pauseClaim int // pages this turn's earlier pauses bring to the pause tier
 }
 
 // check is step 1: a read-only pass that resolves every op and refuses any
-// op that would fail. It returns one entry per op (nil where the op is
-// fine), or nil when every op is fine. ix is the index run holds.
-func (e *Executor) check(ix *cache.Index, tenant string, ops []*op, st *turnState) []*errcode.Error {
-	tc := &turnCheck{e: e, ix: ix, tenant: tenant} // leases made on first use
+// op that would fail (each kind's check, kinds.go). It returns one entry
+// per op (nil where the op is fine), or nil when every op is fine.
+func (t *turn) check(ix *cache.Index) []*errcode.Error {
+	tc := &turnCheck{e: t.e, ix: ix, att: t.att, tenant: t.tenant} // leases made on first use
 	var errs []*errcode.Error
-	for i, o := range ops {
-		if err := tc.op(o, st); err != nil {
+	for i, o := range t.ops {
+		if err := o.check(tc, &t.st); err != nil {
 			if errs == nil {
-				errs = make([]*errcode.Error, len(ops))
+				errs = make([]*errcode.Error, len(t.ops))
 			}
 			errs[i] = err.At(i)
 		}
@@ -42,44 +42,24 @@ func (e *Executor) check(ix *cache.Index, tenant string, ops []*op, st *turnStat
 	return errs
 }
 
-// op checks one op: its span, its pages, then what its kind needs
-// (kinds.go).
-func (tc *turnCheck) op(o *op, st *turnState) *errcode.Error {
-	if o.session != "" {
-		if err := tc.checkSpan(o, st); err != nil {
-			return err
-		}
-	}
-	k := kinds[o.kind]
-	if k.blocks {
-		if err := tc.resolvePages(o); err != nil {
-			return err
-		}
-	}
-	if k.check != nil {
-		return k.check(tc, o, st)
-	}
-	return nil
-}
-
 // resolvePages finds the op's cached pages, by block hashes or by tokens,
 // and refuses the op when none of them is cached.
-func (tc *turnCheck) resolvePages(o *op) *errcode.Error {
-	ix := tc.ix
-	if o.tokens != nil {
-		o.seqs, o.missing, o.total = resolveTokens(ix, tc.tenant, tc.e.cfg.Salt(tc.tenant), o.tokens)
+func (tc *turnCheck) resolvePages(b *opBase, p *pages) *errcode.Error {
+	if p.tokens != nil {
+		p.seqs, p.missing, p.total = resolveTokens(tc.ix, tc.tenant, tc.e.cfg.Salt(tc.tenant), p.tokens)
 	} else {
-		o.seqs, o.missing = resolve(ix, tc.tenant, o.hashes)
+		p.seqs, p.missing = resolve(tc.ix, tc.tenant, p.hashes)
 	}
-	o.missing += o.badKeys
-	if len(o.seqs) > 0 {
+	p.missing += p.badKeys
+	b.eff.Missing = p.missing
+	if len(p.seqs) > 0 {
 		return nil
 	}
-	n := len(o.hashes) + o.badKeys
-	if o.tokens != nil {
-		n = o.total
+	n := len(p.hashes) + p.badKeys
+	if p.tokens != nil {
+		n = p.total
 	}
-	return errcode.New(errcode.UnknownBlock, "%s: none of the %d requested blocks is cached for tenant %q", o.verb, n, tc.tenant)
+	return errcode.New(errcode.UnknownBlock, "%s: none of the %d requested blocks is cached for tenant %q", b.verb, n, tc.tenant)
 }
 
 // lease returns the lease as the turn's earlier ops leave it.
@@ -114,88 +94,16 @@ func (tc *turnCheck) present(t tier.Tier) bool {
 	return tc.e.cfg.Index.Config().Tiers[t].Capacity > 0
 }
 
-func (tc *turnCheck) resume(o *op) *errcode.Error {
-	v, err := tc.ownLease(o.lease)
-	if err != nil {
-		return err
-	}
-	if tc.e.att().Transitions == nil {
-		return errcode.New(errcode.Unavailable, "Resume: no mover is attached to load the lease back")
-	}
-	v.exists = false
-	return nil
-}
-
-func (tc *turnCheck) warm(o *op) *errcode.Error {
-	t, err := tier.Parse(o.tierName)
-	o.to = t
-	switch {
-	case err != nil:
-		return errcode.Wrap(errcode.InvalidTier, err, "")
-	case !tc.present(t):
-		return errcode.New(errcode.InvalidTier, "tier %s is not configured on this host", t)
-	case tc.e.att().Transitions == nil:
-		return errcode.New(errcode.Unavailable, "Warm: no mover is attached to carry out copies")
-	}
-	return nil
-}
-
-func (tc *turnCheck) pause(o *op) *errcode.Error {
-	e := tc.e
-	v := tc.lease(o.lease)
-	switch {
-	case v.exists:
-		return errcode.New(errcode.LeaseExists, "lease %q", o.lease)
-	case !tc.present(e.cfg.PauseTier):
-		return errcode.New(errcode.Unavailable, "pause tier %s is not configured on this host", e.cfg.PauseTier)
-	}
-	// Refused here, whole and at once, when the pause tier cannot take the
-	// pages: an "ok" whose copies then fail in the background left a
-	// worker's device full of leased pages.
-	need, err := tc.ix.PauseRoom(o.target(tc.tenant), e.cfg.PauseTier, tc.pauseClaim)
-	if err != nil {
-		return fromCache(err)
-	}
-	tc.pauseClaim += need
-	if o.ttl == nil {
-		o.ttlD = e.cfg.LeaseTTL.Max // an indefinite lease, within the operator's clamp
-	} else {
-		o.ttlD = e.cfg.LeaseTTL.Resolve(o.ttlOr0())
-	}
-	v.exists, v.tenant = true, tc.tenant
-	return nil
-}
-
-// leaseChange checks RenewLease and RevokeLease.
-func (tc *turnCheck) leaseChange(o *op) *errcode.Error {
-	v, err := tc.ownLease(o.lease)
-	if err != nil {
-		return err
-	}
-	o.ttlD = tc.e.cfg.LeaseTTL.Resolve(o.ttlOr0())
-	if o.kind == opRevoke {
-		v.exists = false
-	}
-	return nil
-}
-
-func (o *op) ttlOr0() time.Duration {
-	if o.ttl == nil {
-		return 0
-	}
-	return o.ttl.Duration()
-}
-
 // interiorPurge returns the purge's transient pages that have children
 // outside the purge: their purge is executed as a splice with an
 // empty replacement (checkThinkSplice). Children inside the purge go first
 // (deepest first), so a transient tail is purged whole without a splice.
-func interiorPurge(ix *cache.Index, tenant string, o *op) []uint64 {
-	inPurge := make(map[uint64]int, len(o.seqs)) // seq -> children of it in the purge
-	for _, s := range o.seqs {
+func interiorPurge(ix *cache.Index, tenant string, seqs []uint64) []uint64 {
+	inPurge := make(map[uint64]int, len(seqs)) // seq -> children of it in the purge
+	for _, s := range seqs {
 		inPurge[s] += 0
 	}
-	for _, s := range o.seqs {
+	for _, s := range seqs {
 		if p, ok := ix.Lookup(tenant, s); ok && p.HasParent {
 			if _, in := inPurge[p.Parent]; in {
 				inPurge[p.Parent]++
@@ -203,7 +111,7 @@ func interiorPurge(ix *cache.Index, tenant string, o *op) []uint64 {
 		}
 	}
 	var interior []uint64
-	for _, s := range o.seqs {
+	for _, s := range seqs {
 		p, ok := ix.Lookup(tenant, s)
 		if ok && p.Transient && p.Children > inPurge[s] {
 			interior = append(interior, s)

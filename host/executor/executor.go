@@ -84,19 +84,13 @@ type Config struct {
 	Audit AuditLog
 	// OnAuditError is told when Audit fails; the turn's result stands.
 	OnAuditError func(error)
-	// Transitions receives the copies Warm planned, outside the lock; the
-	// mover runs them and reports to the index. Nil: Warm is refused with
-	// unavailable, since nothing would carry out the copies.
-	Transitions func([]cache.Transition)
-	// Free receives the slots freed by Prune, purge and RevokeLease,
-	// outside the lock, for the pools to release.
-	Free func([]cache.Freed)
+	// Attachments are the links to the mover and the splicer a host has
+	// from the start (its pools open with it); Attach replaces them. Zero:
+	// Warm, Resume and the span verbs are refused as unavailable until an
+	// Attach.
+	Attachments Attachments
 	// Now stamps audit records. Nil: time.Now.
 	Now func() time.Time
-	// Splicer executes Splice, Evict and Think purges of interior pages,
-	// and resolves the sessions span verbs (Pin, Retain) name. Nil: those
-	// verbs are refused with unavailable. It must share Index.
-	Splicer *splice.Splicer
 	// DefaultMode is the mode of edits that name none (amortize when
 	// empty).
 	DefaultMode directive.Mode
@@ -109,19 +103,26 @@ var DefaultLeaseTTL = ttl.Policy{Default: time.Hour, Min: time.Second, Max: 7 * 
 type Executor struct {
 	cfg Config
 	// attached holds the parts that exist only once the pools are open
-	// (Config's Transitions, Free and Splicer, or a later Attach).
+	// (Config.Attachments, or a later Attach). A turn loads it once
+	// (newTurn) and uses that snapshot throughout.
 	attached atomic.Pointer[Attachments]
 }
 
 // Attachments are the executor's links to the mover and the splicer. A host
 // whose pools open when an engine registers attaches them then.
 type Attachments struct {
-	// Transitions receives Warm's planned copies (nil: Warm is refused as
-	// unavailable).
+	// Transitions receives the copies Warm and Resume planned, outside the
+	// lock; the mover runs them and reports to the index. Nil: Warm and
+	// Resume are refused as unavailable, since nothing would carry out the
+	// copies.
 	Transitions func([]cache.Transition)
-	// Free receives slots freed by prune, purge and revoke.
+	// Free receives the slots freed by Prune, purge and RevokeLease,
+	// outside the lock, for the pools to release.
 	Free func([]cache.Freed)
-	// Splicer runs the span verbs (nil: they are refused as unavailable).
+	// Splicer executes Splice, Evict and Think purges of interior pages,
+	// and resolves the sessions span verbs (Pin, Retain) name. Nil: those
+	// verbs are refused as unavailable. It must share the executor's
+	// Index.
 	Splicer *splice.Splicer
 	// Import indexes pages of the shared remote tier that another host
 	// stored (its pauses) and this index has not seen, by sequence hash, so
@@ -131,18 +132,18 @@ type Attachments struct {
 	Import func(ctx context.Context, tenant string, seqs []uint64)
 }
 
-// Attach replaces the attachments. Hosts attach once, when the pools open,
-// before an engine can send requests; a turn that races an Attach may see
-// either set. The splicer must share the executor's index.
+// Attach replaces the attachments. Hosts attach when the pools open,
+// before an engine can send requests, and detach before they close; a turn
+// that races an Attach runs whole with one set or the other. The splicer
+// must share the executor's index.
 func (e *Executor) Attach(a Attachments) error {
 	if a.Splicer != nil && a.Splicer.Index() != e.cfg.Index {
+		// One lock for the index: the splicer commits fills under it.
 		return fmt.Errorf("executor: the splicer must share the executor's guarded index")
 	}
 	e.attached.Store(&a)
 	return nil
 }
-
-func (e *Executor) att() *Attachments { return e.attached.Load() }
 
 // New checks cfg and returns an Executor.
 func New(cfg Config) (*Executor, error) {
@@ -174,11 +175,9 @@ func New(cfg Config) (*Executor, error) {
 		cfg.Now = time.Now
 	}
 	e := &Executor{cfg: cfg}
-	if sp := cfg.Splicer; sp != nil && sp.Index() != cfg.Index {
-		// One lock for the index: the splicer commits fills under it.
-		return nil, fmt.Errorf("executor: the splicer must share the executor's guarded index")
+	if err := e.Attach(cfg.Attachments); err != nil {
+		return nil, err
 	}
-	e.attached.Store(&Attachments{Transitions: cfg.Transitions, Free: cfg.Free, Splicer: cfg.Splicer})
 	return e, nil
 }
 
@@ -205,23 +204,23 @@ func (e *Executor) Apply(ctx context.Context, t directive.Turn) directive.TurnRe
 		}
 		return e.finish(t.ID, t.Source, t.Tenant, opsOf(t), te.Each)
 	}
-	ops := opsOf(t)
-	e.importWarmed(ctx, t.Tenant, ops)
-	return e.run(t.ID, t.Source, t.Tenant, ops)
+	tr := e.newTurn(t.ID, t.Source, t.Tenant, opsOf(t))
+	tr.importWarmed(ctx)
+	return e.run(tr)
 }
 
 // importWarmed lets a Warm name pages that only the shared remote tier
 // holds: another host paused them there. Pages this index knows are
 // skipped by the importer; pages it cannot find stay unknown, and check
 // counts them as missing.
-func (e *Executor) importWarmed(ctx context.Context, tenant string, ops []*op) {
-	imp := e.att().Import
+func (t *turn) importWarmed(ctx context.Context) {
+	imp := t.att.Import
 	if imp == nil {
 		return
 	}
-	for _, o := range ops {
-		if o.kind == opWarm && len(o.hashes) > 0 {
-			imp(ctx, tenant, o.hashes)
+	for _, o := range t.ops {
+		if w, ok := o.(*warmOp); ok && len(w.hashes) > 0 {
+			imp(ctx, t.tenant, w.hashes)
 		}
 	}
 }

@@ -179,7 +179,7 @@ func TestLeases(t *testing.T) {
 }
 
 func TestWarm(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.Transitions = nil })
+	e := newEnv(t, func(c *Config) { c.Attachments.Transitions = nil })
 	a := e.commit("", toks(0, 8))
 	key := directive.BlockKey(fmt.Sprint(a.Sequence[1]))
 	mustRefuse(t, e.apply("", directive.Warm{BlockKeys: []directive.BlockKey{key}, TargetTier: "CPU_TIER1"}), 0, errcode.Unavailable)

@@ -48,9 +48,11 @@ func newEnv(t testing.TB, mod ...func(*Config)) *env {
 	e := &env{t: t, ix: ix, clock: clock, ring: NewRing(64)}
 	cfg := Config{
 		Index: guarded.New(ix), WorkerID: "42", Audit: e.ring,
-		Transitions: func(ts []cache.Transition) { e.trans = append(e.trans, ts...) },
-		Free:        func(fs []cache.Freed) { e.freed = append(e.freed, fs...) },
-		Now:         func() time.Time { return time.Unix(1700000000, 0).UTC() },
+		Attachments: Attachments{
+			Transitions: func(ts []cache.Transition) { e.trans = append(e.trans, ts...) },
+			Free:        func(fs []cache.Freed) { e.freed = append(e.freed, fs...) },
+		},
+		Now: func() time.Time { return time.Unix(1700000000, 0).UTC() },
 	}
 	for _, m := range mod {
 		m(&cfg)

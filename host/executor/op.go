@@ -3,69 +3,122 @@ package executor
 import (
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/kvpilot/kvpilot/host/cache"
-	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
-// opKind is what an op does to the index. Directives and cache_control
+// op is one change a turn asks of the index. Directives and cache_control
 // actions both become ops, so one engine checks, applies and undoes them;
-// each kind's steps are defined in kinds.go.
-type opKind uint8
+// there is one op type per kind of change (kinds.go), holding only what
+// that kind reads, and a Cache pin, a session Pin and pin_blocks are all a
+// *pinOp.
+type op interface {
+	// base is what every op has: its place in the turn, its names, and its
+	// outcome.
+	base() *opBase
+	// check is step 1: a read-only pass against the index and the turn's
+	// view of it, refusing the op if it would fail.
+	check(tc *turnCheck, st *turnState) *errcode.Error
+	// describe is the audit log's short target description.
+	describe() string
+}
 
-const (
-	opUnsupported opKind = iota // refused with not_supported_yet
-	opPin                       // reversible
-	opUnpin                     // reversible
-	opMark                      // reversible: MarkTransient(on)
-	opWarm                      // commit-only from here on
-	opPause
-	opRenew
-	opRevoke
-	opPrune
-	opPurge
-	opSplice // Splice, Evict: planned after the reversible step, applied first
-	opRetain
-	opResume
-)
+// reversible ops apply in step 2, under the index's journal: only they can
+// still fail once the check passed (a pin over budget or quota).
+type reversible interface {
+	op
+	apply(ix *cache.Index, tenant string) *errcode.Error
+}
 
-type op struct {
+// committed ops commit in step 3. The check made sure they cannot fail,
+// and they cannot be undone (they free pages, or hand copies to the
+// mover), so they run last.
+type committed interface {
+	op
+	commit(c *commitStep) error
+}
+
+// opBase is what every op has.
+type opBase struct {
 	index int
 	verb  string // directive verb or cache_control action
 	mode  string
-	kind  opKind
+	eff   directive.Effect
+}
 
-	// inputs
-	hashes   []uint64
-	tokens   []uint32 // by tokens (pin_prefix, unpin_prefix) when non-nil
-	ttl      *directive.TTL
-	lease    string
-	tierName string
-	badKeys  int  // Warm keys that are not hashes
-	on       bool // opMark
-	why      string
+func (b *opBase) base() *opBase { return b }
 
-	// span verbs
-	session    string
-	start, end int64
-	repl       []uint32
-	textRepl   bool
-	dirMode    directive.Mode
-	priority   int
-	spliced    bool // a purge done (in part) by splices
+// pages are the blocks an op names, by hashes or by tokens whose full
+// pages are hashed; check resolves them to the cached pages.
+type pages struct {
+	hashes  []uint64
+	tokens  []uint32 // by tokens (pin_prefix, unpin_prefix, a session Pin) when non-nil
+	badKeys int      // Warm keys that are not hashes
 
 	// filled by check
 	seqs    []uint64
 	missing int
 	total   int // pages named by tokens
-	ttlD    time.Duration
-	to      tier.Tier
+}
 
-	// outcome
-	eff directive.Effect
+// paged is an op that names pages.
+type paged interface{ pagesOf() *pages }
+
+func (p *pages) pagesOf() *pages { return p }
+
+// target is the resolved pages as an index Target: known sequence hashes,
+// which the index resolves exactly as given.
+func (p *pages) target(tenant string) cache.Target {
+	return cache.TargetHashes(tenant, p.seqs...)
+}
+
+func (p *pages) describe() string { return describePages(p, "") }
+
+// span is the positions of a session's cached sequence a span verb names.
+type span struct {
+	session    string
+	start, end int64
+}
+
+// spanned is an op that may name a session (a session Pin, Retain,
+// Splice, Evict).
+type spanned interface{ spanOf() *span }
+
+func (s *span) spanOf() *span { return s }
+
+// describePages names an op's blocks (at most four, then how many more) or
+// its token count, and its lease when it has one.
+func describePages(p *pages, lease string) string {
+	switch {
+	case p.tokens != nil:
+		return strconv.Itoa(len(p.tokens)) + " tokens"
+	case len(p.hashes) == 0 && lease != "":
+		return "lease " + lease
+	case len(p.hashes) == 0:
+		return ""
+	}
+	// Appended into one buffer: every audited directive pays for it.
+	b := make([]byte, 0, 96)
+	b = append(b, "blocks "...)
+	for i, h := range p.hashes {
+		if i == 4 {
+			b = append(b, " +"...)
+			b = strconv.AppendInt(b, int64(len(p.hashes)-4), 10)
+			b = append(b, " more"...)
+			break
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, h, 10)
+	}
+	if lease != "" {
+		b = append(b, " lease "...)
+		b = append(b, lease...)
+	}
+	return string(b)
 }
 
 func hashes(hs []directive.Hash) []uint64 {
@@ -77,44 +130,47 @@ func hashes(hs []directive.Hash) []uint64 {
 }
 
 // opsOf translates a turn's directives.
-func opsOf(t directive.Turn) []*op {
-	ops := make([]*op, len(t.Directives))
+func opsOf(t directive.Turn) []op {
+	ops := make([]op, len(t.Directives))
 	for i, d := range t.Directives {
-		o := &op{index: i, verb: string(verbOf(d)), mode: modeOf(d)}
-		if translate := verbOps[verbOf(d)]; translate != nil {
-			translate(o, d)
+		v := verbOf(d)
+		var o op
+		if translate := verbOps[v]; translate != nil {
+			o = translate(d)
 		} else {
-			o.why = fmt.Sprintf("verb %q has no executor", o.verb)
+			o = &unsupportedOp{why: fmt.Sprintf("verb %q has no executor", v)}
 		}
+		b := o.base()
+		b.index, b.verb, b.mode = i, string(v), modeOf(d)
 		ops[i] = o
 	}
 	return ops
 }
 
-// verbOps is each verb's side of the executor: how its directive becomes
-// an op of a kind (kinds.go says what the kind does). TestEveryVerbHasAnOp
+// verbOps is each verb's side of the executor: the op of some kind its
+// directive becomes (kinds.go says what the kind does). TestEveryVerbHasAnOp
 // holds it to directive.Verbs.
-var verbOps = map[directive.Verb]func(o *op, d directive.Directive){
-	directive.VerbCache: func(o *op, d directive.Directive) {
+var verbOps = map[directive.Verb]func(d directive.Directive) op{
+	directive.VerbCache: func(d directive.Directive) op {
 		c := d.(directive.Cache)
-		o.kind, o.hashes, o.ttl = opUnpin, hashes(c.BlockHashes), c.TTL
 		if c.Pin {
-			o.kind = opPin
+			return &pinOp{pages: pages{hashes: hashes(c.BlockHashes)}, ttl: c.TTL}
 		}
+		return &unpinOp{pages: pages{hashes: hashes(c.BlockHashes)}}
 	},
-	directive.VerbThink: func(o *op, d directive.Directive) {
+	directive.VerbThink: func(d directive.Directive) op {
 		th := d.(directive.Think)
-		o.kind, o.hashes, o.on = opPurge, hashes(th.BlockHashes), true
 		if th.Transient {
-			o.kind = opMark
+			return &markOp{pages: pages{hashes: hashes(th.BlockHashes)}}
 		}
+		return &purgeOp{pages: pages{hashes: hashes(th.BlockHashes)}}
 	},
-	directive.VerbPrune: func(o *op, d directive.Directive) {
-		o.kind, o.hashes = opPrune, []uint64{uint64(d.(directive.Prune).AfterBlockHash)}
+	directive.VerbPrune: func(d directive.Directive) op {
+		return &pruneOp{pages: pages{hashes: []uint64{uint64(d.(directive.Prune).AfterBlockHash)}}}
 	},
-	directive.VerbWarm: func(o *op, d directive.Directive) {
+	directive.VerbWarm: func(d directive.Directive) op {
 		w := d.(directive.Warm)
-		o.kind, o.tierName = opWarm, w.TargetTier
+		o := &warmOp{tierName: w.TargetTier}
 		for _, k := range w.BlockKeys {
 			if h, ok := k.Hash(); ok {
 				o.hashes = append(o.hashes, uint64(h))
@@ -122,40 +178,41 @@ var verbOps = map[directive.Verb]func(o *op, d directive.Directive){
 				o.badKeys++
 			}
 		}
+		return o
 	},
-	directive.VerbPause: func(o *op, d directive.Directive) {
+	directive.VerbPause: func(d directive.Directive) op {
 		p := d.(directive.Pause)
-		o.kind, o.hashes, o.ttl, o.lease = opPause, hashes(p.BlockHashes), p.TTL, p.LeaseID
+		return &pauseOp{pages: pages{hashes: hashes(p.BlockHashes)}, ttl: p.TTL, lease: p.LeaseID}
 	},
-	directive.VerbRenewLease: func(o *op, d directive.Directive) {
+	directive.VerbRenewLease: func(d directive.Directive) op {
 		r := d.(directive.RenewLease)
-		o.kind, o.lease, o.ttl = opRenew, r.LeaseID, &r.NewTTL
+		return &renewOp{lease: r.LeaseID, ttl: r.NewTTL}
 	},
-	directive.VerbRevokeLease: func(o *op, d directive.Directive) {
-		o.kind, o.lease = opRevoke, d.(directive.RevokeLease).LeaseID
+	directive.VerbRevokeLease: func(d directive.Directive) op {
+		return &revokeOp{lease: d.(directive.RevokeLease).LeaseID}
 	},
-	directive.VerbSplice: func(o *op, d directive.Directive) {
+	directive.VerbSplice: func(d directive.Directive) op {
 		sp := d.(directive.Splice)
-		o.kind, o.session, o.start, o.end = opSplice, sp.Session, sp.Start, sp.End
-		o.repl, o.textRepl, o.dirMode = sp.Replacement.Tokens, sp.Replacement.Text != "", sp.Mode
+		return &spliceOp{span: span{sp.Session, sp.Start, sp.End}, repl: sp.Replacement.Tokens,
+			textRepl: sp.Replacement.Text != "", dirMode: sp.Mode}
 	},
-	directive.VerbEvict: func(o *op, d directive.Directive) {
+	directive.VerbEvict: func(d directive.Directive) op {
 		ev := d.(directive.Evict)
-		o.kind, o.session, o.start, o.end, o.dirMode = opSplice, ev.Session, ev.Start, ev.End, ev.Mode
+		return &spliceOp{span: span{ev.Session, ev.Start, ev.End}, dirMode: ev.Mode}
 	},
-	directive.VerbPin: func(o *op, d directive.Directive) {
+	directive.VerbPin: func(d directive.Directive) op {
 		p := d.(directive.Pin)
-		o.kind, o.session, o.end, o.ttl = opPin, p.Session, p.End, p.TTL
+		return &pinOp{span: span{session: p.Session, end: p.End}, ttl: p.TTL}
 	},
-	directive.VerbRetain: func(o *op, d directive.Directive) {
+	directive.VerbRetain: func(d directive.Directive) op {
 		r := d.(directive.Retain)
-		o.kind, o.session, o.start, o.end, o.priority, o.ttl = opRetain, r.Session, r.Start, r.End, r.Priority, r.Duration
+		return &retainOp{span: span{r.Session, r.Start, r.End}, priority: r.Priority, ttl: r.Duration}
 	},
-	directive.VerbResume: func(o *op, d directive.Directive) {
-		o.kind, o.lease = opResume, d.(directive.Resume).LeaseID
+	directive.VerbResume: func(d directive.Directive) op {
+		return &resumeOp{lease: d.(directive.Resume).LeaseID}
 	},
-	directive.VerbShare: func(o *op, _ directive.Directive) {
-		o.why = "publishing a prefix to the shared remote tier is not built yet"
+	directive.VerbShare: func(directive.Directive) op {
+		return &unsupportedOp{why: "publishing a prefix to the shared remote tier is not built yet"}
 	},
 }
 
@@ -164,46 +221,4 @@ func modeOf(d directive.Directive) string {
 		return ""
 	}
 	return directive.ModeOf(d)
-}
-
-// target is the op's resolved pages as an index Target: known sequence
-// hashes, which the index resolves exactly as given.
-func (o *op) target(tenant string) cache.Target {
-	return cache.TargetHashes(tenant, o.seqs...)
-}
-
-// describe is the audit log's short target description.
-func (o *op) describe() string {
-	switch {
-	case o.lease != "" && len(o.hashes) == 0:
-		return "lease " + o.lease
-	case o.tokens != nil:
-		return strconv.Itoa(len(o.tokens)) + " tokens"
-	case len(o.hashes) > 0:
-		// Appended into one buffer: every audited directive pays for it.
-		b := make([]byte, 0, 96)
-		b = append(b, "blocks "...)
-		for i, h := range o.hashes {
-			if i == 4 {
-				b = append(b, " +"...)
-				b = strconv.AppendInt(b, int64(len(o.hashes)-4), 10)
-				b = append(b, " more"...)
-				break
-			}
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendUint(b, h, 10)
-		}
-		if o.lease != "" {
-			b = append(b, " lease "...)
-			b = append(b, o.lease...)
-		}
-		return string(b)
-	}
-	return ""
-}
-
-func (o *op) unsupported() *errcode.Error {
-	return errcode.New(errcode.NotSupportedYet, "%s: %s", o.verb, o.why)
 }

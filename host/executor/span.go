@@ -37,94 +37,78 @@ type turnState struct {
 type spliceGroup struct {
 	snap  splice.Snapshot
 	edits []splice.Edit
-	ops   []*op
+	ops   []op
 	job   *splice.Job
 }
 
 // prefetch reads, without the index lock, the sessions the turn's span
 // verbs name and the sessions through the pages of its Think purges.
-func (e *Executor) prefetch(tenant string, ops []*op) *turnState {
+func (t *turn) prefetch() {
 	// The maps are made on first use: most turns touch no session.
-	st := &turnState{}
-	sp := e.att().Splicer
+	st, sp := &t.st, t.att.Splicer
 	if sp == nil {
-		return st
+		return
 	}
-	for _, o := range ops {
-		switch {
-		case o.session != "":
-			if _, done := st.snaps[o.session]; done || st.snapErr[o.session] != nil {
-				continue
-			}
-			if st.snaps == nil {
-				st.snaps, st.snapErr = map[string]splice.Snapshot{}, map[string]error{}
-			}
-			if s, err := sp.Snapshot(o.session); err != nil {
-				st.snapErr[o.session] = err
-			} else {
-				st.snaps[o.session] = s
-			}
-		case o.kind == opPurge:
-			for _, h := range o.hashes {
-				if st.through == nil {
-					st.through = map[uint64][]splice.Snapshot{}
-				}
-				if _, done := st.through[h]; done {
-					continue
-				}
-				var snaps []splice.Snapshot
-				for _, s := range sp.Sessions().Through(tenant, h) {
-					snaps = append(snaps, splice.Snapshot{Session: s, Leaves: sp.Sessions().Leaves(tenant, s.ID)})
-				}
-				st.through[h] = snaps
-			}
+	for _, o := range t.ops {
+		if s, ok := o.(spanned); ok && s.spanOf().session != "" {
+			st.snapshot(sp, s.spanOf().session)
+		} else if pu, ok := o.(*purgeOp); ok {
+			st.sessionsThrough(sp, t.tenant, pu.hashes)
 		}
 	}
-	return st
 }
 
-// checkSpan resolves a span op against its session (check step, lock
-// held). Pin and Retain become page ops; Splice and Evict join their
-// session's splice group.
-func (tc *turnCheck) checkSpan(o *op, st *turnState) *errcode.Error {
-	e, tenant := tc.e, tc.tenant
-	if e.att().Splicer == nil {
-		return errcode.New(errcode.Unavailable, "%s: no device pool is attached to splice or resolve sessions", o.verb)
+// snapshot reads session id once per turn.
+func (st *turnState) snapshot(sp *splice.Splicer, id string) {
+	if _, done := st.snaps[id]; done || st.snapErr[id] != nil {
+		return
 	}
-	snap, ok := st.snaps[o.session]
+	if st.snaps == nil {
+		st.snaps, st.snapErr = map[string]splice.Snapshot{}, map[string]error{}
+	}
+	if s, err := sp.Snapshot(id); err != nil {
+		st.snapErr[id] = err
+	} else {
+		st.snaps[id] = s
+	}
+}
+
+// sessionsThrough reads the sessions whose path holds each of hashes.
+func (st *turnState) sessionsThrough(sp *splice.Splicer, tenant string, hashes []uint64) {
+	for _, h := range hashes {
+		if st.through == nil {
+			st.through = map[uint64][]splice.Snapshot{}
+		}
+		if _, done := st.through[h]; done {
+			continue
+		}
+		var snaps []splice.Snapshot
+		for _, s := range sp.Sessions().Through(tenant, h) {
+			snaps = append(snaps, splice.Snapshot{Session: s, Leaves: sp.Sessions().Leaves(tenant, s.ID)})
+		}
+		st.through[h] = snaps
+	}
+}
+
+// session resolves a span op's session (check step, lock held): a splicer
+// must be attached, the session read, the tenant's, and long enough for
+// the span.
+func (tc *turnCheck) session(b *opBase, sp span, st *turnState) (splice.Snapshot, *errcode.Error) {
+	if tc.att.Splicer == nil {
+		return splice.Snapshot{}, errcode.New(errcode.Unavailable, "%s: no device pool is attached to splice or resolve sessions", b.verb)
+	}
+	snap, ok := st.snaps[sp.session]
 	if !ok {
-		return fromSplice(st.snapErr[o.session])
+		return splice.Snapshot{}, fromSplice(st.snapErr[sp.session])
 	}
 	sess := snap.Session
-	if sess.Tenant != tenant {
-		return errcode.New(errcode.TenantMismatch, "session %q belongs to another tenant", o.session)
+	if sess.Tenant != tc.tenant {
+		return splice.Snapshot{}, errcode.New(errcode.TenantMismatch, "session %q belongs to another tenant", sp.session)
 	}
-	n := int64(len(sess.Tokens))
-	if o.end > n {
-		return errcode.New(errcode.InvalidSpan, "%s: span [%d, %d) past the end of session %q's %d-token sequence", o.verb, o.start, o.end, o.session, n)
+	if n := int64(len(sess.Tokens)); sp.end > n {
+		return splice.Snapshot{}, errcode.New(errcode.InvalidSpan, "%s: span [%d, %d) past the end of session %q's %d-token sequence", b.verb, sp.start, sp.end, sp.session, n)
 	}
-	switch o.kind {
-	case opSplice:
-		if o.textRepl {
-			return errcode.New(errcode.NotSupportedYet, "%s: text replacements need the engine's tokenizer; send the replacement as token ids", o.verb)
-		}
-		g := st.group(snap)
-		g.edits = append(g.edits, splice.Edit{Start: int(o.start), End: int(o.end), Replacement: o.repl, Mode: e.modeOf(o.dirMode)})
-		g.ops = append(g.ops, o)
-	case opPin:
-		o.tokens = sess.Tokens[:o.end]
-	case opRetain:
-		P := tc.ix.PageSize()
-		seqs, _, _ := resolveTokens(tc.ix, tenant, e.cfg.Salt(tenant), sess.Tokens[:o.end])
-		if first := int(o.start) / P; first < len(seqs) {
-			o.seqs = seqs[first:]
-		}
-		if len(o.seqs) == 0 {
-			return errcode.New(errcode.UnknownBlock, "Retain: no cached page of session %q covers [%d, %d)", o.session, o.start, o.end)
-		}
-		o.ttlD = e.cfg.PinTTL.Resolve(o.ttlOr0())
-	}
-	return nil
+	return snap, nil
 }
 
 // group returns the session's splice group, creating it in turn order.
@@ -143,9 +127,9 @@ func (st *turnState) group(snap splice.Snapshot) *spliceGroup {
 // into splice groups: for each session through them, each run of
 // consecutive purged pages on its path is an edit with an empty
 // replacement, in the configured mode.
-func (tc *turnCheck) checkThinkSplice(o *op, interior []uint64, st *turnState) *errcode.Error {
+func (tc *turnCheck) checkThinkSplice(o *purgeOp, interior []uint64, st *turnState) *errcode.Error {
 	e, tenant := tc.e, tc.tenant
-	if e.att().Splicer == nil {
+	if tc.att.Splicer == nil {
 		return errcode.New(errcode.NotSupportedYet, "Think: block %d is an interior transient block; purging it is a splice, and no device pool is attached to splice", interior[0])
 	}
 	P := tc.ix.PageSize()
@@ -163,7 +147,7 @@ func (tc *turnCheck) checkThinkSplice(o *op, interior []uint64, st *turnState) *
 		}
 		for _, snap := range snaps {
 			g := st.group(snap)
-			if slices.Contains(g.ops, o) {
+			if slices.Contains(g.ops, op(o)) {
 				continue // this session's runs are already planned
 			}
 			sess := snap.Session
@@ -187,9 +171,10 @@ func (tc *turnCheck) checkThinkSplice(o *op, interior []uint64, st *turnState) *
 // planSplices plans every group and reserves its pages (reversible step,
 // journal open). On a failure the jobs planned so far are cancelled and
 // the failing group's first op carries the error.
-func (e *Executor) planSplices(ix *cache.Index, st *turnState) (failed *op, err *errcode.Error) {
+func (t *turn) planSplices(ix *cache.Index) (failed op, err *errcode.Error) {
+	st := &t.st
 	for _, g := range st.groups {
-		job, perr := e.att().Splicer.Plan(ix, g.snap, g.edits)
+		job, perr := t.att.Splicer.Plan(ix, g.snap, g.edits)
 		if perr != nil {
 			for _, j := range st.jobs {
 				j.Cancel()
@@ -215,12 +200,13 @@ func applySplices(ix *cache.Index, st *turnState) *errcode.Error {
 		}
 		res := g.job.Result()
 		for _, o := range g.ops {
-			o.eff.Blocks += res.NewPages
-			o.eff.Skip(directive.SkipShared, res.Shared)
-			o.eff.Tokens += int64(res.MovedRows + res.InPlace*ix.PageSize())
+			eff := &o.base().eff
+			eff.Blocks += res.NewPages
+			eff.Skip(directive.SkipShared, res.Shared)
+			eff.Tokens += int64(res.MovedRows + res.InPlace*ix.PageSize())
 		}
 		if err != nil && first == nil {
-			first = errcode.Wrap(errcode.Internal, err, "splice").At(g.ops[0].index)
+			first = errcode.Wrap(errcode.Internal, err, "splice").At(g.ops[0].base().index)
 		}
 	}
 	return first

@@ -74,7 +74,7 @@ func newSpanEnv(t *testing.T, devPages int, mod ...func(*Config)) *spanEnv {
 	}
 	// Rebuild the executor with the splicer (newEnv built one without).
 	cfg := se.ex.cfg
-	cfg.Splicer, cfg.Free = se.sp, free
+	cfg.Attachments.Splicer, cfg.Attachments.Free = se.sp, free
 	if se.ex, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"github.com/kvpilot/kvpilot/sdk/directive"
 )
 
-// Every verb the directive package defines has its executor side, and
-// every kind an op can have is defined.
+// Every verb the directive package defines has its executor side (each
+// kind of op is a type, so the compiler holds what kinds.go defines).
 func TestEveryVerbHasAnOp(t *testing.T) {
 	for _, v := range directive.Verbs {
 		if verbOps[v] == nil {
@@ -16,8 +16,5 @@ func TestEveryVerbHasAnOp(t *testing.T) {
 	}
 	if len(verbOps) != len(directive.Verbs) {
 		t.Errorf("verbOps has %d entries for %d verbs", len(verbOps), len(directive.Verbs))
-	}
-	if int(opResume) != len(kinds)-1 {
-		t.Errorf("kinds defines %d kinds, the last op kind is %d", len(kinds), opResume)
 	}
 }

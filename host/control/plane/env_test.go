@@ -67,8 +67,10 @@ func newEnv(t testing.TB, mods ...func(*Config)) *env {
 	e.g = guarded.New(e.ix)
 	e.ex, err = executor.New(executor.Config{
 		Index: e.g, WorkerID: "42", Audit: e.ring,
-		Transitions: func(ts []cache.Transition) { e.trans += len(ts) },
-		Free:        func([]cache.Freed) {},
+		Attachments: executor.Attachments{
+			Transitions: func(ts []cache.Transition) { e.trans += len(ts) },
+			Free:        func([]cache.Freed) {},
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

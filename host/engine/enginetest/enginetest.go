@@ -188,14 +188,14 @@ func Start(o Options) (*Host, error) {
 	h.Executor, err = executor.New(executor.Config{
 		Index: h.Index, WorkerID: "7", Audit: h.Audit,
 		Limits: directive.Limits{SinkTokens: int64(o.SinkTokens)},
-		Free: func(freed []cache.Freed) {
+		Attachments: executor.Attachments{Free: func(freed []cache.Freed) {
 			poolsMu.Lock()
 			p := pools
 			poolsMu.Unlock()
 			if p != nil {
 				_ = p.Mover.Release(context.Background(), freed)
 			}
-		},
+		}},
 	})
 	if err != nil {
 		return nil, err
