@@ -19,9 +19,10 @@ import (
 // Control socket, the NATS command subject, and the policy sink (a policy
 // turn carries the tenant the runtime put in it).
 type transports struct {
-	uds  *controlclient.UnixClient
-	nats *controlclient.NATSClient
-	d    *Daemon
+	uds    *controlclient.UnixClient
+	nats   *controlclient.NATSClient
+	d      *Daemon
+	source string // what the clients name themselves
 }
 
 func dialTransports(t *testing.T, d *Daemon, source string) transports {
@@ -40,7 +41,7 @@ func dialTransports(t *testing.T, d *Daemon, source string) transports {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return transports{uds: u, nats: n, d: d}
+	return transports{uds: u, nats: n, d: d, source: source}
 }
 
 // apply sends turn over the named transport and returns the host's answer.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/cache"
-	"github.com/kvpilot/kvpilot/host/gateway"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/engineclient"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -27,21 +26,9 @@ func TestEveryDoorServesTheNextCallAfterAPanicInTheIndex(t *testing.T) {
 	h, _ := commitPages(t, d, "acme", []uint32{1, 2, 3, 4, 5, 6, 7, 8})
 	pin := directive.Turn{Tenant: "acme", Directives: []directive.Directive{
 		directive.Cache{BlockHashes: isoHashes(h.Sequence...), Pin: true, TTL: directive.TTLOf(time.Hour)}}}
-	gate := gateway.IngressDirectives{In: d.core.in}
 	arm := func(method string) { d.Index().Do(func(ix *cache.Index) { ix.PanicAfterNext(method) }) }
-	doors := []struct {
-		name  string
-		apply func(directive.Turn) directive.TurnReply
-	}{
-		{"socket", func(turn directive.Turn) directive.TurnReply { return tr.apply(t, "uds", turn) }},
-		{"nats", func(turn directive.Turn) directive.TurnReply { return tr.apply(t, "nats", turn) }},
-		{"policy", func(turn directive.Turn) directive.TurnReply { return tr.apply(t, "policy", turn) }},
-		{"gateway", func(turn directive.Turn) directive.TurnReply {
-			return gate.Submit(context.Background(), turn.Tenant, turn.Directives)
-		}},
-	}
 	pins := 0
-	for _, door := range doors {
+	for _, door := range directiveDoors(t, d, tr) {
 		arm("Pin")
 		if r := door.apply(pin); r.OK() || r.Error == nil || r.Error.Code != errcode.Internal {
 			t.Fatalf("%s: the turn that panicked answered %+v, want internal", door.name, r)

@@ -29,19 +29,7 @@ func TestEveryDoorCountsAndAuditsAlike(t *testing.T) {
 		directive.Cache{BlockHashes: isoHashes(h.Sequence...), Pin: true, TTL: directive.TTLOf(time.Hour)}}}
 	unknown := directive.Turn{Tenant: "acme", Directives: []directive.Directive{
 		directive.Cache{BlockHashes: isoHashes(0xdead), Pin: true, TTL: directive.TTLOf(time.Hour)}}}
-	gate := gateway.IngressDirectives{In: d.core.in}
-	doors := []struct {
-		name, source string
-		apply        func(directive.Turn) directive.TurnReply
-	}{
-		{"socket", "uds:uid=", func(turn directive.Turn) directive.TurnReply { return tr.apply(t, "uds", turn) }},
-		{"nats", "nats:doors", func(turn directive.Turn) directive.TurnReply { return tr.apply(t, "nats", turn) }},
-		{"policy", "policy:test", func(turn directive.Turn) directive.TurnReply { return tr.apply(t, "policy", turn) }},
-		{"gateway", gateway.Source, func(turn directive.Turn) directive.TurnReply {
-			return gate.Submit(context.Background(), turn.Tenant, turn.Directives)
-		}},
-	}
-	for _, door := range doors {
+	for _, door := range directiveDoors(t, d, tr) {
 		before := scrape(t, d)
 		if r := door.apply(pin); r.Status != directive.StatusOK {
 			t.Fatalf("%s: pin refused: %+v", door.name, r)
@@ -88,6 +76,27 @@ func TestEveryDoorCountsAndAuditsAlike(t *testing.T) {
 		return strings.HasPrefix(r.Source, "engine:") && r.Verb == "pin_prefix" && r.Status == directive.StatusOK
 	}) {
 		t.Errorf("engine: the pin is not audited: %+v", recs)
+	}
+}
+
+// door is one way a directive turn reaches the host, as a test sends it.
+type door struct {
+	name, source string
+	apply        func(directive.Turn) directive.TurnReply
+}
+
+// directiveDoors are the doors a turn can take into d (the Control socket,
+// NATS, the policy sink and the front door's directives), each naming the
+// source its records carry (a prefix of it).
+func directiveDoors(t *testing.T, d *Daemon, tr transports) []door {
+	gate := gateway.IngressDirectives{In: d.core.in}
+	return []door{
+		{"socket", "uds:uid=", func(turn directive.Turn) directive.TurnReply { return tr.apply(t, "uds", turn) }},
+		{"nats", "nats:" + tr.source, func(turn directive.Turn) directive.TurnReply { return tr.apply(t, "nats", turn) }},
+		{"policy", "policy:test", func(turn directive.Turn) directive.TurnReply { return tr.apply(t, "policy", turn) }},
+		{"gateway", gateway.Source, func(turn directive.Turn) directive.TurnReply {
+			return gate.Submit(context.Background(), turn.Tenant, turn.Directives)
+		}},
 	}
 }
 
