@@ -10,14 +10,17 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/engine"
+	"github.com/kvpilot/kvpilot/host/engine/grpcserver"
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/uds"
 	"github.com/kvpilot/kvpilot/sdk/policy"
 )
 
-// engineHost is the Engine service with its two listeners.
+// engineHost is the Engine service, its protocol's server and its two
+// listeners.
 type engineHost struct {
 	svc     *engine.Service
+	srv     *grpcserver.Server
 	ln      *uds.Listener // the gRPC engine socket
 	fdln    *uds.Listener // the descriptor side channel
 	started atomic.Bool
@@ -34,8 +37,6 @@ func (d *Daemon) buildEngine() error {
 	cfg := engine.Config{
 		Index:            c.index,
 		Ingress:          c.in,
-		FDSocket:         absPath(d.cfg.EngineFDSocket()),
-		WorkerID:         strconv.FormatUint(d.cfg.WorkerID, 10),
 		LoadBackDeadline: d.cfg.Engine.LoadBackDeadline,
 		RequestTTL:       d.cfg.Engine.RequestTTL,
 		MaxSessions:      d.cfg.Engine.MaxSessions,
@@ -72,6 +73,11 @@ func (d *Daemon) buildEngine() error {
 	if err != nil {
 		return err
 	}
+	srv, err := grpcserver.New(grpcserver.Config{Engine: svc, FDSocket: absPath(d.cfg.EngineFDSocket()),
+		WorkerID: strconv.FormatUint(d.cfg.WorkerID, 10), Metrics: d.metrics, Log: d.log.Named("engine")})
+	if err != nil {
+		return err
+	}
 	listen := func(key, path string) (*uds.Listener, error) {
 		ln, err := uds.Listen(uds.Options{Path: path, Group: d.cfg.Engine.Group, AllowUIDs: d.cfg.Engine.AllowUIDs, Log: d.log.Named("engine")})
 		if err != nil {
@@ -79,7 +85,7 @@ func (d *Daemon) buildEngine() error {
 		}
 		return ln, nil
 	}
-	eh := &engineHost{svc: svc}
+	eh := &engineHost{svc: svc, srv: srv}
 	if eh.ln, err = listen("engine.socket", d.cfg.EngineSocket()); err != nil {
 		return err
 	}
@@ -114,20 +120,20 @@ func (d *Daemon) runEngine(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		if err := eh.svc.Serve(eh.ln); err != nil {
+		if err := eh.srv.Serve(eh.ln); err != nil {
 			d.log.Error("engine socket stopped", "error", err)
 		}
 	}()
 	go func() {
 		defer wg.Done()
-		if err := eh.svc.ServeFDs(eh.fdln); err != nil {
+		if err := eh.srv.ServeFDs(eh.fdln); err != nil {
 			d.log.Error("engine descriptor socket stopped", "error", err)
 		}
 	}()
 	go func() {
 		defer wg.Done()
 		eh.svc.Run(ctx, d.cfg.Mover.StepInterval)
-		eh.svc.Stop(5 * time.Second)
+		eh.srv.Stop(5 * time.Second)
 	}()
 	d.log.Info("serving the engine protocol", "socket", eh.ln.Path(), "fd_socket", eh.fdln.Path())
 }

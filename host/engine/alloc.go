@@ -5,8 +5,71 @@ import (
 	"errors"
 	"time"
 
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/pool"
+	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
+
+// Allocated answers an Allocate: the device slots the request may write,
+// and how many cached pages were evicted to free them.
+type Allocated struct {
+	Slots   []uint32
+	Evicted int
+}
+
+// Allocate gives request reqID n device slots for the pages it will
+// compute. They count as used in the index until they are committed or
+// the request ends, so eviction makes room for them.
+func (s *Service) Allocate(ctx context.Context, regID, reqID string, n int) (Allocated, error) {
+	r, err := s.enter(regID, reqID)
+	if err != nil {
+		return Allocated{}, err
+	}
+	defer r.leave()
+	p := s.currentPools()
+	dev := p.Set.Memory(tier.Device)
+	if capPages := dev.Stats().Capacity; n < 1 || int64(n) > capPages {
+		return Allocated{}, errcode.New(errcode.BadRequest, "pages %d: want 1..%d (the device arena's capacity)", n, capPages)
+	}
+	s.cfg.Index.Do(func(ix *cache.Index) {
+		if r.held.released {
+			err = errEnded(r.id)
+			return
+		}
+		err = ix.Reserve(tier.Device, n)
+	})
+	if err != nil {
+		return Allocated{}, mapIndexErr(err, "reserve %d device pages", n)
+	}
+	slots, evicted, err := s.allocSlots(ctx, p, dev, n)
+	out := Allocated{Evicted: evicted}
+	if err != nil {
+		s.cfg.Index.Do(func(ix *cache.Index) { s.unreserve(ix, r, n) })
+		st := dev.Stats()
+		return out, mapIndexErr(err, "allocate %d device pages: %d of %d free; the rest hold cached pages that are locked, pinned or not yet evictable, or slots of running requests", n, st.Free, st.Capacity)
+	}
+	var ended bool
+	s.cfg.Index.Do(func(*cache.Index) {
+		if ended = r.held.released; !ended {
+			for _, sl := range slots {
+				r.held.owned[sl] = struct{}{}
+			}
+		}
+	})
+	if ended { // the request ended while the slots were found: they go back
+		if err := dev.Free(slots...); err != nil {
+			s.cfg.Log.Error("freeing the slots of an ended request failed", "request", r.id, "error", err)
+		}
+		s.cfg.Index.Do(func(ix *cache.Index) { s.unreserve(ix, r, n) })
+		return out, errEnded(r.id)
+	}
+	out.Slots = make([]uint32, len(slots))
+	for i, sl := range slots {
+		out.Slots[i] = uint32(sl)
+	}
+	return out, nil
+}
 
 // allocWait bounds how long Allocate waits for eviction to free device
 // slots before it answers capacity_exhausted.
@@ -46,20 +109,4 @@ func (s *Service) allocSlots(ctx context.Context, p *Pools, dev pool.Memory, n i
 		}
 		wait = min(2*wait, 50*time.Millisecond)
 	}
-}
-
-// reasoningPages returns the hashes of the committed pages that hold only
-// reasoning tokens: the first reasoning tokens of the output, which begins
-// after the prompt (engines emit the thinking before the answer). They are
-// candidates for a transient mark (think-evict).
-func reasoningPages(hashes []uint64, pageSize, prompt, reasoning int) []uint64 {
-	if reasoning <= 0 || pageSize <= 0 {
-		return nil
-	}
-	var out []uint64
-	first := (prompt + pageSize - 1) / pageSize
-	for i := first; i < len(hashes) && (i+1)*pageSize <= prompt+reasoning; i++ {
-		out = append(out, hashes[i])
-	}
-	return out
 }

@@ -1,17 +1,18 @@
-// Package engine serves kvpilot.v1.Engine, the protocol an inference engine
-// speaks with its host over a Unix socket.
+// Package engine is the engine service's state machine: what the host
+// keeps for the inference engine that caches its KV in it. Its RPC adapter,
+// host/engine/grpcserver, turns kvpilot.v1.Engine calls on the engine
+// socket into calls of Service and their results back into proto; nothing
+// here knows the wire.
 //
-// The engine registers its KV layout and RoPE config and receives the pools
-// the host allocated: memfd descriptors over the descriptor side channel
-// (fdserver.go; gRPC cannot carry descriptors) and, with a GPU, CUDA IPC
-// handles. Per request it calls Match (longest cached prefix, load-back from
-// colder tiers all or nothing within a deadline, pins refreshed, pages locked),
-// Allocate (device slots for the rest), Commit (full pages enter the cache and
-// are written through), and Release or Finish (locks dropped, unused slots
-// freed; Finish also pins the request's prefix for its cache_control TTL
-// through the directive executor, so the pin is audited and budgeted).
-// A server stream carries fill orders, the prefill work splice replacements
-// need.
+// An engine registers its KV layout and RoPE config (Register) and gets the
+// pools the host allocated. Per request it calls Match (longest cached
+// prefix, load-back from colder tiers all or nothing within a deadline, pins
+// refreshed, pages locked), Allocate (device slots for the rest), Commit
+// (full pages enter the cache and are written through), and Release or
+// Finish (locks dropped, unused slots freed; Finish also pins the request's
+// prefix for its cache_control TTL through the ingress, so the pin is
+// counted, audited and budgeted as every door's directives are). Fill
+// orders carry the prefill work splice replacements need to the engine.
 //
 // Two modes (mode.go): in arena mode the engine computes in the device arena
 // the host allocated; in connector mode (vLLM's KV connector) the engine
@@ -42,10 +43,13 @@
 // history should run with auto-splice off for directive splices, or the
 // host splices the history back.
 //
-// Locking: the service mutex guards registrations, requests and sessions; the
-// index lock (shared with the executor and the mover) guards the cache index.
-// The service mutex may be held while taking the index lock, never the
-// reverse, and neither is held across a transfer.
+// Locking (the lock order is host/internal/guarded's): the service mutex
+// guards registrations, the request table, sessions and stats; a request's
+// own mutex guards its call protocol and its record (request.go), and is
+// never held across a call into another package; what a request holds in
+// the index and the pools (its page lock, its slots) changes only under the
+// index lock. Neither the service mutex nor a request's is held across a
+// transfer.
 package engine
 
 import (
@@ -54,13 +58,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/grpc"
 
 	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/host/internal/guarded"
@@ -68,9 +70,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/pool/tiers"
-	"github.com/kvpilot/kvpilot/host/rpcpeer"
 	"github.com/kvpilot/kvpilot/host/splice"
-	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
 )
 
 // Pools are one layout's tier pools and the mover that runs on them.
@@ -100,10 +100,6 @@ type Config struct {
 	// nil (and again after a reset to another layout). In connector mode
 	// the device tier must open in shared memory (a staging arena).
 	OpenPools func(ctx context.Context, l *layout.Layout, mode Mode) (*Pools, error)
-	// FDSocket is the descriptor side channel's path, told to engines.
-	FDSocket string
-	// WorkerID is reported at registration.
-	WorkerID string
 	// LoadBackDeadline caps a Match's load-back (default 2s).
 	LoadBackDeadline time.Duration
 	// RequestTTL releases requests idle this long (default 10m).
@@ -114,10 +110,11 @@ type Config struct {
 	MaxTokens int
 	// Observer is told about requests; nil tells no one.
 	Observer Observer
-	// OnRegister is called after each successful registration, before the
-	// engine hears back, with the registration and its pools: the host
-	// builds the layout's splicer there and installs it with SetSplicer.
-	// It must not call the service's registration methods.
+	// OnRegister is called after each successful registration (not after
+	// a process joins one), before the engine hears back, with the
+	// registration and its pools: the host builds the layout's splicer
+	// there and installs it with SetSplicer. It must not call the
+	// service's registration methods.
 	OnRegister func(Registration, *Pools)
 	// OnPoolsClose is called before the service closes pools it opened (a
 	// layout change, or Close), so the host detaches what uses them.
@@ -126,8 +123,7 @@ type Config struct {
 	// a request that edits its session's cached history gets the cache
 	// spliced to match. It needs an installed splicer.
 	AutoSplice bool
-	// Metrics receives engine call counts, token counts and load-back
-	// latency; nil: none.
+	// Metrics receives token counts and load-back latency; nil: none.
 	Metrics *metrics.Metrics
 	// Log; nil discards.
 	Log hclog.Logger
@@ -135,13 +131,10 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Service is the Engine service.
+// Service is the engine service's state. It is safe for concurrent use.
 type Service struct {
-	pb.UnimplementedEngineServer
 	cfg    Config
 	bootID string
-	grpc   *grpc.Server
-	fds    *fdServer
 	kick   chan struct{}
 
 	mu       sync.Mutex
@@ -160,7 +153,7 @@ type Service struct {
 // Errors of New.
 var ErrConfig = errors.New("engine service: invalid config")
 
-// New checks cfg and builds the service; Serve and ServeFDs start it.
+// New checks cfg and builds the service.
 func New(cfg Config) (*Service, error) {
 	switch {
 	case cfg.Index == nil:
@@ -195,43 +188,18 @@ func New(cfg Config) (*Service, error) {
 		pools:    cfg.Pools,
 		requests: map[string]*request{},
 		sessions: newSessions(cfg.MaxSessions, cfg.Index.PageSize(), cfg.Index.Namespace),
+		fills:    newFillHub(),
 	}
 	s.sessions.maxBytes = sessionBudget(cfg.Index.Config())
-	s.fills = newFillHub()
-	s.fds = newFDServer(s, cfg.Log.Named("fds"))
-	// Counting sits outside recovery, so a panic counts as internal.
-	unary := []grpc.UnaryServerInterceptor{rpcpeer.RecoverUnary(cfg.Log, "engine")}
-	stream := []grpc.StreamServerInterceptor{rpcpeer.RecoverStream(cfg.Log, "engine")}
-	if cfg.Metrics != nil {
-		unary = append([]grpc.UnaryServerInterceptor{countUnary(cfg.Metrics)}, unary...)
-		stream = append([]grpc.StreamServerInterceptor{countStream(cfg.Metrics)}, stream...)
-	}
-	s.grpc = grpc.NewServer(
-		grpc.Creds(rpcpeer.Creds{Service: "engine"}),
-		grpc.MaxRecvMsgSize(64<<20), // a 1M-token prompt is 4 MiB of tokens; leave room
-		grpc.MaxSendMsgSize(64<<20),
-		grpc.ChainUnaryInterceptor(unary...),
-		grpc.ChainStreamInterceptor(stream...),
-	)
-	pb.RegisterEngineServer(s.grpc, s)
 	return s, nil
 }
 
 // BootID identifies this service instance; it changes at every host start.
 func (s *Service) BootID() string { return s.bootID }
 
-// Serve answers gRPC on ln (the engine socket) until Stop.
-func (s *Service) Serve(ln net.Listener) error {
-	err := s.grpc.Serve(ln)
-	if err == nil || errors.Is(err, grpc.ErrServerStopped) {
-		return nil
-	}
-	return fmt.Errorf("engine socket %v: %w", ln.Addr(), err)
-}
-
-// ServeFDs answers descriptor claims on ln (the side channel) until ln
-// is closed.
-func (s *Service) ServeFDs(ln net.Listener) error { return s.fds.serve(ln) }
+// PageSize is the index's page size in tokens, what every registration's
+// layout must have.
+func (s *Service) PageSize() int { return s.cfg.Index.PageSize() }
 
 // Run does the service's background work until ctx ends: it releases idle
 // requests, and runs the mover's plan after commits (write-through) and on
@@ -264,21 +232,6 @@ func (s *Service) Run(ctx context.Context, stepEvery time.Duration) {
 			}
 		}
 	}
-}
-
-// Stop ends fill streams, lets calls finish for up to grace, then closes
-// every connection. It does not close the pools (Close does).
-func (s *Service) Stop(grace time.Duration) {
-	s.fills.closeAll()
-	done := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(grace):
-		s.grpc.Stop()
-		<-done
-	}
-	s.fds.close()
 }
 
 // Close releases every request and closes pools the service opened.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/sdk/errcode"
-	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
 )
 
 // FillOrder asks the engine to prefill Tokens at positions
@@ -23,12 +22,18 @@ type FillOrder struct {
 	PrefixPageSlots []uint32
 }
 
-type pendingFill struct {
-	order *pb.FillOrder
+// PendingFill is a fill order on its way to the engine, or waiting for the
+// engine to complete it.
+type PendingFill struct {
+	ID    string
+	Order FillOrder
 	done  chan error // buffered: the first result wins
 }
 
-func (p *pendingFill) finish(err error) {
+// Fail completes the order with err (its stream could not send it).
+func (p *PendingFill) Fail(err error) { p.finish(err) }
+
+func (p *PendingFill) finish(err error) {
 	select {
 	case p.done <- err:
 	default:
@@ -39,8 +44,8 @@ func (p *pendingFill) finish(err error) {
 // completions to the waiting callers.
 type fillHub struct {
 	mu      sync.Mutex
-	queue   chan *pendingFill
-	waiting map[string]*pendingFill
+	queue   chan *PendingFill
+	waiting map[string]*PendingFill
 	closed  chan struct{} // closed to end the current streams
 	next    uint64
 	// streams counts the engine's open FillOrders streams: with none for
@@ -79,7 +84,7 @@ func (h *fillHub) awaitStream(ctx context.Context) error {
 }
 
 func newFillHub() *fillHub {
-	return &fillHub{queue: make(chan *pendingFill, 1024), waiting: map[string]*pendingFill{}, closed: make(chan struct{}), opened: make(chan struct{})}
+	return &fillHub{queue: make(chan *PendingFill, 1024), waiting: map[string]*PendingFill{}, closed: make(chan struct{}), opened: make(chan struct{})}
 }
 
 // closeAll ends the streams of a retired registration and fails what waits.
@@ -118,10 +123,7 @@ func (s *Service) Fill(ctx context.Context, o FillOrder) error {
 	}
 	h.next++
 	id := "f" + strconv.FormatUint(h.next, 10)
-	p := &pendingFill{done: make(chan error, 1), order: &pb.FillOrder{
-		OrderId: id, Session: o.Session, Tenant: o.Tenant, Position: uint32(o.Position), Tokens: o.Tokens,
-		PageSlots: o.PageSlots, FirstOffset: uint32(o.FirstOffset), PrefixPageSlots: o.PrefixPageSlots,
-	}}
+	p := &PendingFill{ID: id, Order: o, done: make(chan error, 1)}
 	h.waiting[id] = p
 	h.mu.Unlock()
 	defer func() {
@@ -142,61 +144,77 @@ func (s *Service) Fill(ctx context.Context, o FillOrder) error {
 	}
 }
 
-// FillOrders implements kvpilot.v1.Engine: the engine's stream of orders.
-func (s *Service) FillOrders(req *pb.FillOrdersRequest, stream pb.Engine_FillOrdersServer) error {
+// FillStream is one of the engine's open streams of fill orders.
+type FillStream struct {
+	h      *fillHub
+	regID  string
+	closed <-chan struct{}
+}
+
+// OpenFillStream opens a stream of fill orders for the live registration
+// regID; Close it when the stream ends.
+func (s *Service) OpenFillStream(regID string) (*FillStream, error) {
 	s.mu.Lock()
-	_, err := s.registrationOf(req.GetRegistrationId())
+	_, err := s.registrationOf(regID)
 	s.mu.Unlock()
 	if err != nil {
-		return status(err)
+		return nil, err
 	}
 	h := s.fills
 	h.mu.Lock()
-	closed := h.closed
+	defer h.mu.Unlock()
+	f := &FillStream{h: h, regID: regID, closed: h.closed}
 	h.streams++
 	close(h.opened)
 	h.opened = make(chan struct{})
-	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		h.streams--
-		h.mu.Unlock()
-	}()
-	for {
-		select {
-		case <-stream.Context().Done():
-			return nil
-		case <-closed:
-			return status(errcode.New(errcode.UnknownRegistration, "registration %.40q ended", req.GetRegistrationId()))
-		case p := <-h.queue:
-			if err := stream.Send(p.order); err != nil {
-				p.finish(errcode.Wrap(errcode.Unavailable, err, "send fill order %s", p.order.GetOrderId()))
-				return err
-			}
-		}
+	return f, nil
+}
+
+// Close ends the stream.
+func (f *FillStream) Close() {
+	f.h.mu.Lock()
+	f.h.streams--
+	f.h.mu.Unlock()
+}
+
+// Next waits for the next order to send: nil when ctx ends, an error when
+// the registration ended.
+func (f *FillStream) Next(ctx context.Context) (*PendingFill, error) {
+	select {
+	case <-ctx.Done():
+		return nil, nil
+	case <-f.closed:
+		return nil, errcode.New(errcode.UnknownRegistration, "registration %.40q ended", f.regID)
+	case p := <-f.h.queue:
+		return p, nil
 	}
 }
 
-// CompleteFill implements kvpilot.v1.Engine.
-func (s *Service) CompleteFill(ctx context.Context, req *pb.CompleteFillRequest) (*pb.CompleteFillResponse, error) {
+// CompleteFill reports the engine's outcome of fill order id: done when
+// ok, or failed for why.
+func (s *Service) CompleteFill(regID, id string, ok bool, why string) error {
 	s.mu.Lock()
-	_, err := s.registrationOf(req.GetRegistrationId())
+	_, err := s.registrationOf(regID)
 	s.mu.Unlock()
 	if err != nil {
-		return nil, status(err)
+		return err
 	}
 	h := s.fills
 	h.mu.Lock()
-	p := h.waiting[req.GetOrderId()]
-	delete(h.waiting, req.GetOrderId())
+	p := h.waiting[id]
+	delete(h.waiting, id)
 	h.mu.Unlock()
 	if p == nil {
-		return nil, status(errcode.New(errcode.UnknownRequest, "fill order %.64q is not waiting", req.GetOrderId()))
+		return errcode.New(errcode.UnknownRequest, "fill order %.64q is not waiting", id)
 	}
 	var res error
-	if !req.GetOk() {
-		res = errcode.New(errcode.Unavailable, "the engine could not fill order %s: %.200s", req.GetOrderId(), req.GetError())
+	if !ok {
+		res = errcode.New(errcode.Unavailable, "the engine could not fill order %s: %.200s", id, why)
 	}
 	p.finish(res)
-	return &pb.CompleteFillResponse{}, nil
+	return nil
 }
+
+// EndFillStreams ends the engine's fill streams and fails the orders that
+// wait, as the host stops.
+func (s *Service) EndFillStreams() { s.fills.closeAll() }

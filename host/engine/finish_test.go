@@ -2,11 +2,14 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/engine"
 	"github.com/kvpilot/kvpilot/host/engine/enginetest"
 	"github.com/kvpilot/kvpilot/sdk/engineclient"
 	"github.com/kvpilot/kvpilot/sdk/enginewire"
@@ -126,5 +129,64 @@ func TestFillOrders(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Finish pins the request's prefix through the ingress without holding the
+// request: while the pin waits (here for the index lock, which the test
+// holds), the same request's other calls are answered at once (it is
+// ending) instead of queueing behind it, and once the lock is free the pin
+// lands and the request ends.
+func TestFinishDoesNotHoldTheRequestAcrossItsPin(t *testing.T) {
+	h := startHost(t, enginetest.Options{})
+	c := dial(t, h.Socket, gqa(16))
+	ctx := ctxT(t)
+	toks := seq(11, 48)
+	m, err := c.Match(ctx, engineclient.MatchRequest{Session: "s", Tokens: toks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots, err := c.Allocate(ctx, m.RequestID, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Commit(ctx, m.RequestID, toks, slots); err != nil {
+		t.Fatal(err)
+	}
+	reg, _ := h.Service.Registration()
+
+	locked, unlock := make(chan struct{}), make(chan struct{})
+	go h.Index.Do(func(*cache.Index) { close(locked); <-unlock })
+	<-locked
+	finished := make(chan error, 1)
+	go func() {
+		f, err := h.Service.Finish(ctx, engine.FinishArgs{RegistrationID: reg.ID, RequestID: m.RequestID,
+			CacheControl: enginewire.CacheControl{Type: "ephemeral", TTL: 5 * time.Minute}})
+		if err == nil && !f.Pinned {
+			err = fmt.Errorf("finish: %+v", f)
+		}
+		finished <- err
+	}()
+	// Allocate of 0 pages is refused before it reaches the index: as a bad
+	// request while the request is open, as ended once Finish took it.
+	for {
+		_, err := h.Service.Allocate(ctx, reg.ID, m.RequestID, 0)
+		if e, ok := errcode.As(err); ok && e.Code == errcode.UnknownRequest {
+			break
+		}
+		select {
+		case err := <-finished:
+			t.Fatalf("Finish returned while the test held the index lock: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the request was not answered while its Finish waited for the index lock")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	close(unlock)
+	if err := <-finished; err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := h.Page("", blockid.Compute(toks, 16, blockid.Salt{}).Sequence[2]); !ok || p.PinCount != 1 || p.LockRef != 0 {
+		t.Fatalf("the prefix after Finish: %+v (found %v), want pinned and unlocked", p, ok)
 	}
 }

@@ -82,35 +82,35 @@ func FuzzEngineCalls(f *testing.F) {
 				return
 			}
 			live(&m.RegistrationId)
-			_, callErr = h.Service.Match(ctx, &m)
+			_, callErr = h.Server.Match(ctx, &m)
 		case 1:
 			var m pb.AllocateRequest
 			if proto.Unmarshal(data, &m) != nil {
 				return
 			}
 			live(&m.RegistrationId)
-			_, callErr = h.Service.Allocate(ctx, &m)
+			_, callErr = h.Server.Allocate(ctx, &m)
 		case 2:
 			var m pb.CommitRequest
 			if proto.Unmarshal(data, &m) != nil {
 				return
 			}
 			live(&m.RegistrationId)
-			_, callErr = h.Service.Commit(ctx, &m)
+			_, callErr = h.Server.Commit(ctx, &m)
 		case 3:
 			var m pb.ReleaseRequest
 			if proto.Unmarshal(data, &m) != nil {
 				return
 			}
 			live(&m.RegistrationId)
-			_, callErr = h.Service.Release(ctx, &m)
+			_, callErr = h.Server.Release(ctx, &m)
 		case 4:
 			var m pb.FinishRequest
 			if proto.Unmarshal(data, &m) != nil {
 				return
 			}
 			live(&m.RegistrationId)
-			_, callErr = h.Service.Finish(ctx, &m)
+			_, callErr = h.Server.Finish(ctx, &m)
 		case 5:
 			var m pb.RegisterRequest
 			if proto.Unmarshal(data, &m) != nil {
@@ -119,7 +119,7 @@ func FuzzEngineCalls(f *testing.F) {
 			// Resetting the cache reopens pools sized by the fuzzed layout:
 			// that is the engine's right, and not what this target probes.
 			m.ResetCache = false
-			_, callErr = h.Service.Register(ctx, &m)
+			_, callErr = h.Server.Register(ctx, &m)
 		}
 		if callErr != nil {
 			if _, ok := status.FromError(callErr); !ok {

@@ -5,7 +5,6 @@ import (
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
-	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
 )
 
 // Mode says who owns the device KV memory of a registration.
@@ -58,28 +57,11 @@ func (m Mode) String() string {
 	return "invalid"
 }
 
-func (m Mode) proto() pb.EngineMode {
-	if m == ModeConnector {
-		return pb.EngineMode_ENGINE_MODE_CONNECTOR
-	}
-	return pb.EngineMode_ENGINE_MODE_ARENA
-}
-
-func modeFromProto(m pb.EngineMode) (Mode, error) {
-	switch m {
-	case pb.EngineMode_ENGINE_MODE_UNSPECIFIED, pb.EngineMode_ENGINE_MODE_ARENA:
-		return ModeArena, nil
-	case pb.EngineMode_ENGINE_MODE_CONNECTOR:
-		return ModeConnector, nil
-	}
-	return 0, errcode.New(errcode.BadRequest, "mode %d: want arena (1) or connector (2)", int32(m))
-}
-
-// checkConnectorLocked refuses a connector registration the host cannot
+// checkConnector refuses a connector registration the host cannot
 // stage pages for: a device pool that is not shared memory, or a write
 // policy that keeps no copy of what the engine saves. p may be nil (pools
 // not open yet: they will open as a staging arena).
-func (s *Service) checkConnectorLocked(p *Pools) error {
+func (s *Service) checkConnector(p *Pools) error {
 	if s.cfg.Index.Config().DeviceWrite == cache.WriteNone {
 		return errcode.New(errcode.LayoutConflict,
 			"connector mode stages the engine's pages through the device tier and keeps them in the host tier: set index.write_policy to write-through (or write-back) on this host")

@@ -1,6 +1,11 @@
 package engine
 
-import "github.com/kvpilot/kvpilot/sdk/enginewire"
+import (
+	"time"
+
+	"github.com/kvpilot/kvpilot/host/metrics"
+	"github.com/kvpilot/kvpilot/sdk/enginewire"
+)
 
 // Observer is told about requests, for the policy runtime's observations
 // (request started with message spans, request finished with usage). Calls
@@ -64,4 +69,20 @@ func (s *Service) Stats() Stats {
 	st := s.stats
 	st.Running = len(s.requests)
 	return st
+}
+
+// observeMatch records a Match's tokens: prompt tokens served from the
+// cache, loaded back first, and left to prefill, and the load-back's time
+// when there was one.
+func (s *Service) observeMatch(prompt, cached, loaded int, loadBack time.Duration) {
+	m := s.cfg.Metrics
+	if m == nil {
+		return
+	}
+	m.EngineTokens.WithLabelValues(metrics.TokensMatched).Add(float64(cached))
+	m.EngineTokens.WithLabelValues(metrics.TokensPrefilled).Add(float64(prompt - cached))
+	m.EngineTokens.WithLabelValues(metrics.TokensLoaded).Add(float64(loaded))
+	if loadBack > 0 {
+		m.LoadBackLatency.Observe(loadBack.Seconds())
+	}
 }

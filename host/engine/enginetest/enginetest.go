@@ -22,6 +22,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/engine"
+	"github.com/kvpilot/kvpilot/host/engine/grpcserver"
 	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/host/internal/guarded"
@@ -113,6 +114,8 @@ func (o *Options) defaults() {
 // Host is a running test host.
 type Host struct {
 	Service *engine.Service
+	// Server serves Service's protocol on Socket.
+	Server *grpcserver.Server
 	// Index is the host's cache index with its one lock.
 	Index    *guarded.Index
 	Executor *executor.Executor
@@ -212,7 +215,7 @@ func Start(o Options) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := engine.Config{Index: h.Index, Ingress: in, WorkerID: o.WorkerID,
+	cfg := engine.Config{Index: h.Index, Ingress: in,
 		LoadBackDeadline: o.LoadBackDeadline, Log: log.Named("engine"), AutoSplice: o.AutoSplice,
 		// The splicer of each registered layout, as the daemon builds it.
 		OnRegister: func(reg engine.Registration, p *engine.Pools) {
@@ -249,8 +252,11 @@ func Start(o Options) (*Host, error) {
 	}
 	h.Socket = SocketPath(o.Dir)
 	h.FDSocket = filepath.Join(o.Dir, "run", "engine-fd.sock")
-	cfg.FDSocket = h.FDSocket
 	h.Service, err = engine.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	h.Server, err = grpcserver.New(grpcserver.Config{Engine: h.Service, FDSocket: h.FDSocket, WorkerID: o.WorkerID, Log: log.Named("engine")})
 	if err != nil {
 		return nil, err
 	}
@@ -266,8 +272,8 @@ func Start(o Options) (*Host, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.wg.Add(3)
-	go func() { defer h.wg.Done(); _ = h.Service.Serve(ln) }()
-	go func() { defer h.wg.Done(); _ = h.Service.ServeFDs(fdln) }()
+	go func() { defer h.wg.Done(); _ = h.Server.Serve(ln) }()
+	go func() { defer h.wg.Done(); _ = h.Server.ServeFDs(fdln) }()
 	go func() { defer h.wg.Done(); h.Service.Run(ctx, o.StepEvery) }()
 	if o.Configured != nil {
 		// The configured pools are the host's: step them here, as the
@@ -296,7 +302,7 @@ func (h *Host) Close() error {
 		return nil
 	}
 	h.closed = true
-	h.Service.Stop(2 * time.Second)
+	h.Server.Stop(2 * time.Second)
 	h.cancel()
 	h.wg.Wait()
 	h.mu.Lock()

@@ -1,4 +1,4 @@
-package engine
+package grpcserver
 
 import (
 	"crypto/rand"
@@ -26,8 +26,10 @@ const offerTTL = 30 * time.Second
 // engine socket; on top, the claimant's uid must be the registering one,
 // and a claim refused for its uid leaves the token to that engine.
 type fdServer struct {
-	s   *Service
-	log hclog.Logger
+	// live reports whether a registration is the live one; only its
+	// offers may be claimed. Nil: every registration is.
+	live func(reg string) bool
+	log  hclog.Logger
 
 	mu     sync.Mutex
 	offers map[string]*fdOffer // by token
@@ -44,15 +46,18 @@ type fdOffer struct {
 	expiry time.Time
 }
 
-func newFDServer(s *Service, log hclog.Logger) *fdServer {
-	return &fdServer{s: s, log: log, offers: map[string]*fdOffer{}}
+func newFDServer(live func(reg string) bool, log hclog.Logger) *fdServer {
+	return &fdServer{live: live, log: log, offers: map[string]*fdOffer{}}
 }
 
+func (f *fdServer) isLive(reg string) bool { return f.live == nil || f.live(reg) }
+
 // offer records the descriptors a registration may claim and returns the
-// token. Offers of other registrations are withdrawn: only the live
-// registration's pools may be claimed. Offers of the same registration stay
-// (the processes of one connector-mode engine each claim their own). The
-// descriptors stay owned by the pools.
+// token. Offers of registrations that are no longer live are withdrawn,
+// and a claim checks again: only the live registration's pools may be
+// claimed, whichever order two registrations' offers came in. Offers of
+// the same registration stay (the processes of one connector-mode engine
+// each claim their own). The descriptors stay owned by the pools.
 func (f *fdServer) offer(reg string, uid int, fds []int) []byte {
 	tok := make([]byte, enginewire.FDTokenLen)
 	if _, err := rand.Read(tok); err != nil {
@@ -62,7 +67,7 @@ func (f *fdServer) offer(reg string, uid int, fds []int) []byte {
 	defer f.mu.Unlock()
 	now := time.Now()
 	for k, o := range f.offers {
-		if o.reg != reg || now.After(o.expiry) {
+		if now.After(o.expiry) || (o.reg != reg && !f.isLive(o.reg)) {
 			delete(f.offers, k)
 		}
 	}
@@ -124,6 +129,9 @@ func (f *fdServer) claim(tok []byte, uid int, now time.Time) (*fdOffer, string) 
 	case now.After(o.expiry):
 		delete(f.offers, key)
 		return nil, "token expired: register again"
+	case !f.isLive(o.reg):
+		delete(f.offers, key)
+		return nil, "the registration ended: register again"
 	case o.uid >= 0 && uid != o.uid:
 		return nil, fmt.Sprintf("uid %d claimed descriptors registered by uid %d", uid, o.uid)
 	}

@@ -1,4 +1,4 @@
-package engine
+package grpcserver
 
 import (
 	"path/filepath"

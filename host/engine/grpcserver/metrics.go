@@ -1,9 +1,8 @@
-package engine
+package grpcserver
 
 import (
 	"context"
 	"path"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -40,20 +39,4 @@ func outcome(err error) string {
 		return outcomeOK
 	}
 	return string(convert.FromGRPCStatus(err).Code)
-}
-
-// observeMatch records a Match's tokens: prompt tokens served from the
-// cache, loaded back first, and left to prefill, and the load-back's time
-// when there was one.
-func (s *Service) observeMatch(prompt, cached, loaded int, loadBack time.Duration) {
-	m := s.cfg.Metrics
-	if m == nil {
-		return
-	}
-	m.EngineTokens.WithLabelValues(metrics.TokensMatched).Add(float64(cached))
-	m.EngineTokens.WithLabelValues(metrics.TokensPrefilled).Add(float64(prompt - cached))
-	m.EngineTokens.WithLabelValues(metrics.TokensLoaded).Add(float64(loaded))
-	if loadBack > 0 {
-		m.LoadBackLatency.Observe(loadBack.Seconds())
-	}
 }

@@ -17,9 +17,11 @@
 // Lock order, the only place it is stated. Locks are taken in this order,
 // never the reverse:
 //
-//  1. a door's own state: an engine request's mutex, the engine service's
-//     mutex, the splicer's session table (which the splicer reads before
-//     it takes the index lock);
+//  1. a door's own state: the engine service's mutex (a registration opens
+//     and closes pools under it), the splicer's session table (which the
+//     splicer reads before it takes the index lock). An engine request's
+//     own mutex is a leaf: it is held only to read or change the request,
+//     never across a call into another package (host/engine, request.go);
 //  2. the index lock (this package);
 //  3. the pools' own locks (an arena's mapping lock), which are leaves.
 //

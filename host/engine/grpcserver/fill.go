@@ -1,0 +1,42 @@
+package grpcserver
+
+import (
+	"context"
+
+	"github.com/kvpilot/kvpilot/sdk/errcode"
+	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
+)
+
+// FillOrders implements kvpilot.v1.Engine: the engine's stream of fill
+// orders, the prefill work splice replacements need.
+func (s *Server) FillOrders(req *pb.FillOrdersRequest, stream pb.Engine_FillOrdersServer) error {
+	f, err := s.eng.OpenFillStream(req.GetRegistrationId())
+	if err != nil {
+		return status(err)
+	}
+	defer f.Close()
+	for {
+		p, err := f.Next(stream.Context())
+		switch {
+		case err != nil:
+			return status(err)
+		case p == nil:
+			return nil
+		}
+		o := p.Order
+		err = stream.Send(&pb.FillOrder{OrderId: p.ID, Session: o.Session, Tenant: o.Tenant, Position: uint32(o.Position), Tokens: o.Tokens,
+			PageSlots: o.PageSlots, FirstOffset: uint32(o.FirstOffset), PrefixPageSlots: o.PrefixPageSlots})
+		if err != nil {
+			p.Fail(errcode.Wrap(errcode.Unavailable, err, "send fill order %s", p.ID))
+			return err
+		}
+	}
+}
+
+// CompleteFill implements kvpilot.v1.Engine.
+func (s *Server) CompleteFill(_ context.Context, req *pb.CompleteFillRequest) (*pb.CompleteFillResponse, error) {
+	if err := s.eng.CompleteFill(req.GetRegistrationId(), req.GetOrderId(), req.GetOk(), req.GetError()); err != nil {
+		return nil, status(err)
+	}
+	return &pb.CompleteFillResponse{}, nil
+}
