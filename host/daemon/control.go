@@ -25,7 +25,6 @@ func (d *Daemon) buildControl() error {
 			Log:       d.log.Named("control"),
 		},
 		Ingress:           c.in,
-		Executor:          c.exec,
 		Index:             c.index,
 		Events:            c.events,
 		NATS:              c.nats.Conn(),
@@ -41,7 +40,7 @@ func (d *Daemon) buildControl() error {
 		StreamReplicas:    d.cfg.NATS.CommandReplicas,
 		TenantSubjects:    d.cfg.NATS.TenantSubjects,
 		// The Control socket's tenant binding; the ingress limits and
-		// audits.
+		// audits (core.go).
 		ControlTenants: d.cfg.Control.TenantsOf,
 		// Page bytes are those of the open pools' layout (0 until an
 		// engine registers one, when no model is configured).

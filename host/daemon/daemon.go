@@ -22,7 +22,6 @@ import (
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/control/plane"
 	"github.com/kvpilot/kvpilot/host/events"
-	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/gateway"
 	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/metrics"
@@ -151,9 +150,6 @@ func (d *Daemon) build() error {
 // Index returns the cache index and the lock that must be held while
 // calling it.
 func (d *Daemon) Index() *guarded.Index { return d.core.index }
-
-// Executor returns the directive executor.
-func (d *Daemon) Executor() *executor.Executor { return d.core.exec }
 
 // NATS returns the host's NATS connection (embedded server or cluster).
 func (d *Daemon) NATS() *natsembed.NATS { return d.core.nats }

@@ -101,7 +101,7 @@ func TestShareGroupSharesPrefixesOnly(t *testing.T) {
 	})
 	// Bob evicts [4, 8) of his session: the pages after it move by -4 and
 	// are re-rotated. They are alice's pages too, so they must be copied.
-	r := d.Executor().Apply(context.Background(), directive.Turn{Source: "test", Tenant: "bob",
+	r := d.core.in.Apply(context.Background(), directive.Turn{Source: "test", Tenant: "bob",
 		Directives: []directive.Directive{directive.Evict{Session: "sb", Start: 4, End: 8}}})
 	if !r.OK() {
 		t.Fatalf("bob's evict: %+v", r)

@@ -18,7 +18,7 @@ func TestAppliedPinsAndLeasesPersistPromptly(t *testing.T) {
 	d, stop := start(t, c)
 	defer stop()
 	h, _ := commitPages(t, d, "acme", []uint32{1, 2, 3, 4, 5, 6, 7, 8})
-	reply := d.Executor().Apply(context.Background(), directive.Turn{Source: "test", Tenant: "acme",
+	reply := d.core.in.Apply(context.Background(), directive.Turn{Source: "test", Tenant: "acme",
 		Directives: []directive.Directive{
 			directive.Cache{BlockHashes: []directive.Hash{directive.Hash(h.Sequence[0])}, Pin: true, TTL: directive.TTLOf(time.Hour)},
 			directive.Pause{BlockHashes: []directive.Hash{directive.Hash(h.Sequence[1])}, TTL: directive.TTLOf(time.Hour), LeaseID: "l1"},
@@ -42,13 +42,13 @@ func TestPinNotSavedRepliesWithAWarning(t *testing.T) {
 	h, _ := commitPages(t, d, "acme", []uint32{1, 2, 3, 4, 5, 6, 7, 8})
 	pin := directive.Turn{Source: "test", Tenant: "acme", Directives: []directive.Directive{
 		directive.Cache{BlockHashes: []directive.Hash{directive.Hash(h.Sequence[0])}, Pin: true, TTL: directive.TTLOf(time.Hour)}}}
-	if reply := d.Executor().Apply(context.Background(), pin); !reply.OK() || reply.Warning != "" {
+	if reply := d.core.in.Apply(context.Background(), pin); !reply.OK() || reply.Warning != "" {
 		t.Fatalf("a saved pin: %+v", reply)
 	}
 	if err := d.meta.store.Close(); err != nil { // every later save fails
 		t.Fatal(err)
 	}
-	reply := d.Executor().Apply(context.Background(), pin)
+	reply := d.core.in.Apply(context.Background(), pin)
 	if !reply.OK() || !strings.Contains(reply.Warning, "could not be saved to disk") {
 		t.Fatalf("a pin that could not be saved: %+v", reply)
 	}

@@ -107,7 +107,7 @@ func TestPausedSessionSurvivesRestart(t *testing.T) {
 		p, _ := pageInfo(d, "acme", last)
 		return p.Tiers.Has(tier.Host)
 	})
-	reply := d.Executor().Apply(context.Background(), directive.Turn{
+	reply := d.core.in.Apply(context.Background(), directive.Turn{
 		Source: "test", Tenant: "acme",
 		Directives: []directive.Directive{
 			directive.Cache{BlockHashes: []directive.Hash{directive.Hash(h.Sequence[0])}, Pin: true, TTL: directive.TTLOf(time.Hour)},
@@ -175,7 +175,7 @@ func TestWarmRefusedWithoutPools(t *testing.T) {
 	d, stop := start(t, testConfig(t))
 	defer stop()
 	h := commitTokens(t, d, "acme", make([]uint32, 2*d.Config().Index.PageSize), d.Config().Index.PageSize)
-	reply := d.Executor().Apply(context.Background(), directive.Turn{
+	reply := d.core.in.Apply(context.Background(), directive.Turn{
 		Source: "test", Tenant: "acme",
 		Directives: []directive.Directive{directive.Warm{BlockKeys: []directive.BlockKey{directive.BlockKey(directive.Hash(h.Sequence[1]).String())}, TargetTier: "host"}},
 	})

@@ -19,7 +19,7 @@ import (
 
 func applyTurn(t *testing.T, d *Daemon, dirs ...directive.Directive) directive.TurnReply {
 	t.Helper()
-	return d.Executor().Apply(context.Background(), directive.Turn{Source: "test", Tenant: "acme", Directives: dirs})
+	return d.core.in.Apply(context.Background(), directive.Turn{Source: "test", Tenant: "acme", Directives: dirs})
 }
 
 func codeOf(r directive.TurnReply) errcode.Code {

@@ -11,10 +11,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/config"
-	"github.com/kvpilot/kvpilot/host/control/plane"
-	"github.com/kvpilot/kvpilot/host/control/publish"
 	"github.com/kvpilot/kvpilot/host/daemon"
-	"github.com/kvpilot/kvpilot/host/uds"
 )
 
 // Host is a real host for control benchmarks and ctl tests: the daemon
@@ -32,9 +29,9 @@ type Host struct {
 }
 
 // Start starts a host under dir; adjust, when given, edits its
-// configuration last. When the daemon does not build its control plane
-// itself (not wired yet), the plane is assembled here over the daemon's
-// parts, exactly as the daemon would.
+// configuration last. The daemon builds its own control plane, so the
+// host is reached through its Control socket and NATS, its ingress and
+// its metrics, exactly as a client reaches a host.
 func Start(dir string, adjust ...func(*config.Config)) (*Host, error) {
 	cfg := config.Default()
 	cfg.DataDir = dir
@@ -50,45 +47,17 @@ func Start(dir string, adjust ...func(*config.Config)) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{Daemon: d, Socket: d.ControlSocket(), NATSURL: d.NATS().ClientURL(), Subject: cfg.WorkerSubject()}
-	dctx, dcancel := context.WithCancel(context.Background())
-	ddone := make(chan struct{})
-	var p *plane.Plane
-	if h.Socket == "" {
-		p, err = plane.New(dctx, plane.Config{
-			Socket:   uds.Options{Path: cfg.ControlSocket()},
-			Executor: d.Executor(), Index: d.Index(), Events: d.Events(), NATS: d.NATS().Conn(),
-			WorkerID: cfg.WorkerID, EventsSubject: cfg.EventsSubject(), EventsFormat: publish.Format(cfg.Events.Format),
-			WorkerSubject: cfg.WorkerSubject(), BroadcastSubject: cfg.NATS.BroadcastSubject,
-			RateLimit: cfg.NATS.RateLimit, RateBurst: cfg.NATS.RateBurst, Metrics: d.Metrics(),
-		})
-		if err != nil {
-			dcancel()
-			d.Run(dctx) // closes what New opened
-			return nil, err
-		}
-		h.Socket = p.SocketPath()
-	}
-	go func() { defer close(ddone); d.Run(dctx) }()
-	// The plane stops first: it publishes the events left while the
-	// daemon's NATS connection is still open.
-	pctx, pcancel := context.WithCancel(context.Background())
-	pdone := make(chan struct{})
-	go func() {
-		defer close(pdone)
-		if p != nil {
-			p.Run(pctx)
-		}
-	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
 	h.stop = func() {
-		pcancel()
-		<-pdone
-		dcancel()
-		<-ddone
+		cancel()
+		<-done
 	}
 	return h, nil
 }
 
-// Stop stops the control plane, then the daemon, and waits for both.
+// Stop stops the host and waits for it.
 func (h *Host) Stop() { h.stop() }
 
 // Commit caches tokens on the device for tenant, as an engine would, and

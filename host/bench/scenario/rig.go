@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -16,6 +17,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/daemon"
 	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/controlclient"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
 )
@@ -66,6 +68,11 @@ type Rig struct {
 	cancel    context.CancelFunc
 	done      chan error
 	fillsDone chan struct{}
+
+	// controls are Control socket clients, one per source the scenarios
+	// name (a client names itself once, when it dials).
+	mu       sync.Mutex
+	controls map[string]*controlclient.UnixClient
 }
 
 // StartRig starts a host and registers a reference engine with it.
@@ -115,7 +122,7 @@ func StartRig(ctx context.Context, o RigOptions) (*Rig, error) {
 		return nil, fmt.Errorf("bench rig: start host: %w", err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	r := &Rig{Daemon: d, Config: c, dir: dir, cancel: cancel, done: make(chan error, 1)}
+	r := &Rig{Daemon: d, Config: c, dir: dir, cancel: cancel, done: make(chan error, 1), controls: map[string]*controlclient.UnixClient{}}
 	go func() { r.done <- d.Run(rctx) }()
 
 	model := refengine.GQA(o.PageSize)
@@ -143,6 +150,11 @@ func StartRig(ctx context.Context, o RigOptions) (*Rig, error) {
 // Close stops the engine and the host and removes the data directory.
 func (r *Rig) Close() error {
 	var errs []error
+	r.mu.Lock()
+	for _, c := range r.controls {
+		errs = append(errs, c.Close())
+	}
+	r.mu.Unlock()
 	r.cancel()
 	if r.fillsDone != nil {
 		<-r.fillsDone
@@ -192,14 +204,37 @@ func (r *Rig) Residency(tenant string, seqs []uint64) [tier.Count]int {
 	return out
 }
 
-// Apply sends directives to the host's executor as one turn, the path the
-// Control socket and NATS take, and fails on a refusal.
+// Apply sends directives as one turn over the host's Control socket, as an
+// operator's or a policy's client would, named source, and fails on a
+// refusal: the turn is counted and audited as every door's.
 func (r *Rig) Apply(ctx context.Context, source, tenant string, ds ...directive.Directive) (directive.TurnReply, error) {
-	rep := r.Daemon.Executor().Apply(ctx, directive.Turn{Source: source, Tenant: tenant, Directives: ds})
-	if !rep.OK() {
+	c, err := r.control(source)
+	if err != nil {
+		return directive.TurnReply{}, err
+	}
+	rep, err := c.Apply(ctx, directive.Turn{Tenant: tenant, Directives: ds})
+	switch {
+	case err != nil:
+		return rep, fmt.Errorf("bench rig: %s from %s: %w", verbs(ds), source, err)
+	case !rep.OK():
 		return rep, fmt.Errorf("%w: %s from %s: %v", ErrDirective, verbs(ds), source, rep.Error)
 	}
 	return rep, nil
+}
+
+// control is the Control socket client named source, dialed on first use.
+func (r *Rig) control(source string) (*controlclient.UnixClient, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.controls[source]; c != nil {
+		return c, nil
+	}
+	c, err := controlclient.DialUnix(r.Daemon.ControlSocket(), controlclient.UnixOptions{Source: source})
+	if err != nil {
+		return nil, fmt.Errorf("bench rig: dial the Control socket: %w", err)
+	}
+	r.controls[source] = c
+	return c, nil
 }
 
 // ApplyPolicy applies a policy's directives, one turn per tenant (a policy

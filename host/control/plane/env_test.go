@@ -12,6 +12,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/events"
 	"github.com/kvpilot/kvpilot/host/executor"
+	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/natsembed"
@@ -48,6 +49,12 @@ type env struct {
 
 func newEnv(t testing.TB, mods ...func(*Config)) *env {
 	t.Helper()
+	return newLimitedEnv(t, nil, mods...)
+}
+
+// newLimitedEnv is newEnv with the ingress's per-door rate limits.
+func newLimitedEnv(t testing.TB, limits map[ingress.Door]ingress.RateLimit, mods ...func(*Config)) *env {
+	t.Helper()
 	e := &env{t: t, q: events.NewQueue(), ring: executor.NewRing(256), metrics: metrics.New()}
 	var err error
 	e.ix, err = cache.New(cache.Config{
@@ -81,12 +88,16 @@ func newEnv(t testing.TB, mods ...func(*Config)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.nats.Close() })
+	in, err := ingress.New(ingress.Config{Executor: e.ex, Audit: e.ring, Metrics: e.metrics, RateLimits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := Config{
-		Socket:   uds.Options{Path: filepath.Join(dir, "run", "control.sock")},
-		Executor: e.ex, Index: e.g, Events: e.q, NATS: e.nats.Conn(),
+		Socket:  uds.Options{Path: filepath.Join(dir, "run", "control.sock")},
+		Ingress: in, Index: e.g, Events: e.q, NATS: e.nats.Conn(),
 		WorkerID: 42, EventsSubject: events.Subject("dynamo", "backend"),
 		WorkerSubject: "kv-control-42", BroadcastSubject: "kv-control-broadcast",
-		Metrics: e.metrics, Audit: e.ring,
+		Metrics: e.metrics,
 	}
 	for _, m := range mods {
 		m(&cfg)

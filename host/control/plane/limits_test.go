@@ -13,6 +13,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/host/uds"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
 	"github.com/kvpilot/kvpilot/sdk/directive"
@@ -20,7 +21,7 @@ import (
 )
 
 func TestRateLimitPerSource(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.RateLimit, c.RateBurst = 0.01, 2 })
+	e := newLimitedEnv(t, map[ingress.Door]ingress.RateLimit{ingress.NATS: {PerSecond: 0.01, Burst: 2, Key: "nats.rate_limit"}})
 	h := e.commit("", toks(0, 4)).Sequence
 	client := func(source string) *controlclient.NATSClient {
 		c, err := controlclient.NewNATS(e.nc.Conn(), controlclient.NATSOptions{Subject: "kv-control-42", Source: source})

@@ -1,7 +1,8 @@
-// Package plane assembles the control plane over one ingress: the
-// Control service on its private Unix socket, the NATS command plane, and
-// the event publisher that feeds NATS and WatchEvents. The daemon builds
-// one from its configuration; benchmarks and tests build one from parts.
+// Package plane assembles the control plane over the host's one ingress:
+// the Control service on its private Unix socket, the NATS command plane,
+// and the event publisher that feeds NATS and WatchEvents. The daemon
+// builds it from its configuration; tests build one from parts, with an
+// ingress of their own.
 //
 //	p, err := plane.New(ctx, plane.Config{...})   // binds, subscribes
 //	go p.Run(ctx)                                 // serves until ctx ends
@@ -22,7 +23,6 @@ import (
 	"github.com/kvpilot/kvpilot/host/control/natscmd"
 	"github.com/kvpilot/kvpilot/host/control/publish"
 	"github.com/kvpilot/kvpilot/host/events"
-	"github.com/kvpilot/kvpilot/host/executor"
 	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/metrics"
@@ -33,15 +33,13 @@ import (
 type Config struct {
 	// Socket places the Control socket and names who may connect.
 	Socket uds.Options
-	// Ingress is where the socket's and NATS's directives go in; nil
-	// builds one from Executor, Audit, Metrics and the rate limits below
-	// (benchmarks and tests). The daemon passes the host's one ingress,
-	// and then those fields are not read.
+	// Ingress is the host's one way in, where the socket's and NATS's
+	// directives go (it rate-limits each door, audits and counts).
+	// Required.
 	Ingress *ingress.Ingress
-	// Executor and Index are the host's core. Index is required; so is
-	// Executor without an Ingress.
-	Executor *executor.Executor
-	Index    *guarded.Index
+	// Index is the host's cache index, for Stats and the events' tenant
+	// filter. Required.
+	Index *guarded.Index
 	// Events is the index's event queue; nil publishes no events.
 	Events *events.Queue
 	// NATS is the host's connection; nil runs the socket only.
@@ -66,20 +64,9 @@ type Config struct {
 	// TenantSubjects binds tenants to command subjects (natscmd;
 	// nats.tenant_subjects).
 	TenantSubjects bool
-	// RateLimit (commands/s per source, 0: none) and RateBurst.
-	RateLimit float64
-	RateBurst int
 	// ControlTenants binds Control socket peer uids to the tenants they
 	// may act for (config.Control.TenantsOf); nil binds nobody.
 	ControlTenants func(uid int) (tenants []string, bound bool)
-	// ControlRateLimit (Control calls/s per peer uid, 0: none) and
-	// ControlRateBurst limit the Control socket.
-	ControlRateLimit float64
-	ControlRateBurst int
-	// Audit records Control calls (and NATS commands) refused for their
-	// tenant before the executor saw them: the executor's audit log. Nil:
-	// not recorded.
-	Audit executor.AuditLog
 	// BytesPerPage for Stats (nil: bytes read 0 until layouts exist).
 	BytesPerPage func() int64
 	// Sessions for Stats (nil: 0).
@@ -88,7 +75,7 @@ type Config struct {
 	Saved func(tenant string, all bool) (pins, leases int, ok bool)
 	// WatchBuffer per WatchEvents stream (0: default).
 	WatchBuffer int
-	// Metrics receives directive counts and latency; nil: none.
+	// Metrics receives the event publisher's counts; nil: none.
 	Metrics *metrics.Metrics
 	// Log; nil discards.
 	Log hclog.Logger
@@ -118,11 +105,11 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 	if cfg.Socket.Log == nil {
 		cfg.Socket.Log = cfg.Log
 	}
-	p := &Plane{cfg: cfg, hub: publish.NewHub()}
-	ing, err := ingressOf(cfg)
-	if err != nil {
-		return nil, err
+	if cfg.Ingress == nil {
+		return nil, errors.New("control plane: Ingress is required")
 	}
+	p := &Plane{cfg: cfg, hub: publish.NewHub()}
+	var err error
 	if cfg.Events != nil {
 		p.pub, err = publish.New(publish.Config{Conn: cfg.NATS, Subject: cfg.EventsSubject, Format: cfg.EventsFormat, PublisherID: cfg.EventsPublisherID, WorkerID: cfg.WorkerID,
 			DPRank: cfg.DPRank, Hub: p.hub, Metrics: cfg.Metrics, Log: cfg.Log.Named("events")})
@@ -131,7 +118,7 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 		}
 	}
 	p.srv, err = grpcserver.New(grpcserver.Config{
-		Ingress: ing, Index: cfg.Index, Hub: p.hub, WatchBuffer: cfg.WatchBuffer,
+		Ingress: cfg.Ingress, Index: cfg.Index, Hub: p.hub, WatchBuffer: cfg.WatchBuffer,
 		WorkerID: cfg.WorkerID, BytesPerPage: cfg.BytesPerPage, Sessions: cfg.Sessions, Saved: cfg.Saved, Log: cfg.Log.Named("control"),
 		Tenants: cfg.ControlTenants,
 	})
@@ -144,7 +131,7 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 	}
 	if cfg.NATS != nil {
 		p.cmds, err = natscmd.New(natscmd.Config{
-			Conn: cfg.NATS, Ingress: ing, WorkerID: cfg.WorkerID,
+			Conn: cfg.NATS, Ingress: cfg.Ingress, WorkerID: cfg.WorkerID,
 			WorkerSubject: cfg.WorkerSubject, BroadcastSubject: cfg.BroadcastSubject,
 			JetStream: cfg.JetStream, Stream: cfg.Stream, StreamReplicas: cfg.StreamReplicas, Log: cfg.Log.Named("natscmd"),
 			TenantSubjects: cfg.TenantSubjects,
@@ -158,20 +145,6 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 		}
 	}
 	return p, nil
-}
-
-// ingressOf is cfg's ingress, or one built from its parts.
-func ingressOf(cfg Config) (*ingress.Ingress, error) {
-	if cfg.Ingress != nil {
-		return cfg.Ingress, nil
-	}
-	return ingress.New(ingress.Config{
-		Executor: cfg.Executor, Audit: cfg.Audit, Metrics: cfg.Metrics, Log: cfg.Log.Named("ingress"),
-		RateLimits: map[ingress.Door]ingress.RateLimit{
-			ingress.Socket: {PerSecond: cfg.ControlRateLimit, Burst: cfg.ControlRateBurst, Key: "control.rate_limit"},
-			ingress.NATS:   {PerSecond: cfg.RateLimit, Burst: cfg.RateBurst, Key: "nats.rate_limit"},
-		},
-	})
 }
 
 // SocketPath is the Control socket's path.

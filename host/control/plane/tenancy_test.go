@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/config"
+	"github.com/kvpilot/kvpilot/host/ingress"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -202,7 +203,7 @@ func TestStatsForOneTenant(t *testing.T) {
 // Stats and WatchEvents with RESOURCE_EXHAUSTED. Nothing changes, NATS is
 // not limited by it, and after the hinted wait the uid is served again.
 func TestControlRateLimitPerUID(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.ControlRateLimit, c.ControlRateBurst = 0.5, 3 })
+	e := newLimitedEnv(t, map[ingress.Door]ingress.RateLimit{ingress.Socket: {PerSecond: 0.5, Burst: 3, Key: "control.rate_limit"}})
 	a := e.commit("a", toks(0, 8)).Sequence
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
