@@ -59,7 +59,7 @@ func TracePath(name string) (string, error) {
 	}
 	p := filepath.Join(dir, filepath.Base(name))
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("trace %s: not in %s: %w", name, dir, err)
+		return "", fmt.Errorf("trace %s: not in %s (pass a path, or set %s to the folder that holds it): %w", name, dir, TracesEnv, err)
 	}
 	return p, nil
 }
