@@ -71,7 +71,7 @@ func ParseAnthropic(body []byte) (anthropicRequest, []chatwire.Message, []breakp
 	var req anthropicRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&req); err != nil {
-		return req, nil, nil, nil, errcode.Wrap(errcode.BadRequest, err, "messages request")
+		return req, nil, nil, nil, errcode.FromJSON(err, "messages request")
 	}
 	switch {
 	case req.Model == "":
@@ -222,18 +222,21 @@ func blocksOf(raw json.RawMessage, where string) ([]block, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
-	if raw[0] == '"' {
+	switch raw[0] {
+	case '"':
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, errcode.Wrap(errcode.BadRequest, err, "%s", where)
+			return nil, errcode.Wrap(errcode.BadRequest, errcode.FromJSON(err, ""), "%s", where)
 		}
 		return []block{{Type: "text", Text: s}}, nil
+	case '[':
+		var bs []block
+		if err := json.Unmarshal(raw, &bs); err != nil {
+			return nil, errcode.Wrap(errcode.BadRequest, errcode.FromJSON(err, ""), "%s", where)
+		}
+		return bs, nil
 	}
-	var bs []block
-	if err := json.Unmarshal(raw, &bs); err != nil {
-		return nil, errcode.Wrap(errcode.BadRequest, err, "%s: want a string or a list of content blocks", where)
-	}
-	return bs, nil
+	return nil, errcode.New(errcode.BadRequest, "%s: want a string or a list of content blocks", where)
 }
 
 // resultText is a tool_result's content as text.

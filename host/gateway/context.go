@@ -92,7 +92,7 @@ func (e editSpec) toolRule() (*ToolRule, error) {
 	if len(e.Keep) > 0 && string(e.Keep) != "null" {
 		var t threshold
 		if err := json.Unmarshal(e.Keep, &t); err != nil {
-			return nil, errcode.Wrap(errcode.BadRequest, err, "keep")
+			return nil, errcode.Wrap(errcode.BadRequest, errcode.FromJSON(err, ""), "keep")
 		}
 		if err := t.check("keep", "tool_uses"); err != nil {
 			return nil, err
@@ -127,7 +127,7 @@ func (e editSpec) thinkRule() (*ThinkRule, error) {
 	default:
 		var t threshold
 		if err := json.Unmarshal(k, &t); err != nil {
-			return nil, errcode.Wrap(errcode.BadRequest, err, "keep")
+			return nil, errcode.Wrap(errcode.BadRequest, errcode.FromJSON(err, ""), "keep")
 		}
 		if t.Type == "all" {
 			r.Keep = -1

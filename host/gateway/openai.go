@@ -24,11 +24,11 @@ type openAIRequest struct {
 func ParseOpenAI(body []byte) (openAIRequest, map[string]json.RawMessage, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil {
-		return openAIRequest{}, nil, errcode.Wrap(errcode.BadRequest, err, "request body is not a JSON object")
+		return openAIRequest{}, nil, errcode.FromJSON(err, "request body")
 	}
 	var req openAIRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return openAIRequest{}, nil, errcode.Wrap(errcode.BadRequest, err, "chat completions request")
+		return openAIRequest{}, nil, errcode.FromJSON(err, "chat completions request")
 	}
 	if _, ok := raw["model"]; !ok {
 		return openAIRequest{}, nil, errcode.New(errcode.MissingField, "model")

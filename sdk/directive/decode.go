@@ -3,7 +3,6 @@ package directive
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -184,30 +183,9 @@ func strictDecode(data []byte, v any) error {
 	return nil
 }
 
-// jsonError turns an encoding/json failure into a registry error. Errors
-// from our own UnmarshalJSON methods are registry errors already.
-func jsonError(err error, what string) error {
-	if e, ok := errcode.As(err); ok {
-		return e
-	}
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return errcode.New(errcode.BadRequest, "invalid JSON at offset %d: %s", syn.Offset, syn.Error())
-	case errors.As(err, &typ):
-		field := typ.Field
-		if field == "" {
-			field = what
-		}
-		return errcode.New(errcode.BadRequest, "field %s: got JSON %s, want %s", quoteShort(field), typ.Value, typ.Type)
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return errcode.New(errcode.BadRequest, "truncated JSON")
-	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return errcode.New(errcode.BadRequest, "%s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	return errcode.Wrap(errcode.BadRequest, err, "%s", what)
-}
+// jsonError turns an encoding/json failure into a registry error in the
+// words of JSON (errcode.FromJSON).
+func jsonError(err error, what string) error { return errcode.FromJSON(err, what) }
 
 func missing(field string) error { return errcode.New(errcode.MissingField, "%s", field) }
 

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Code is the stable string identifier of a registry error.
@@ -64,21 +65,54 @@ func (e *Error) Entry() Entry {
 	return ent
 }
 
-// Error formats "<code>: <message>: <detail>[: <cause>]" plus the directive
-// index when there is one.
+// Error formats "[directive N: ]<code>: <message>[: <details>]" (see
+// Details): the code and the message once, whatever was wrapped inside.
 func (e *Error) Error() string {
 	ent := e.Entry()
 	s := string(ent.Code) + ": " + ent.Message
 	if e.Index >= 0 {
 		s = fmt.Sprintf("directive %d: %s", e.Index, s)
 	}
-	if e.Detail != "" {
-		s += ": " + e.Detail
-	}
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
+	if d := e.Details(); d != "" {
+		s += ": " + d
 	}
 	return s
+}
+
+// Details is the detail and the cause ("<detail>: <cause>"), without what
+// repeats the registry's own words: a registry error wrapped inside (as a
+// cause, or in another error's text) loses its code, and any part that is
+// just this error's message is left out. So Wrap(InvalidTTL, err, "ttl")
+// of an err that reads "invalid ttl: \"soon\"" says "ttl: \"soon\"", and a
+// refusal relayed from another kvpilot keeps one "code: message".
+func (e *Error) Details() string {
+	text := e.Detail
+	if e.Err != nil {
+		if text != "" {
+			text += ": "
+		}
+		text += e.Err.Error()
+	}
+	if text == "" {
+		return ""
+	}
+	msg := e.Entry().Message
+	parts := strings.Split(text, ": ")
+	kept := parts[:0]
+	for i, p := range parts {
+		if p == msg || (i+1 < len(parts) && isCodeOf(p, parts[i+1])) {
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return strings.Join(kept, ": ")
+}
+
+// isCodeOf reports whether code is a registry code whose message is msg:
+// the "code: message" start of another registry error's text.
+func isCodeOf(code, msg string) bool {
+	ent, ok := Lookup(Code(code))
+	return ok && ent.Message == msg
 }
 
 // Unwrap returns the cause.
@@ -177,13 +211,7 @@ type wireError struct {
 // MarshalJSON writes {"code","number","message","hint","detail","index"}.
 func (e *Error) MarshalJSON() ([]byte, error) {
 	ent := e.Entry()
-	w := wireError{Code: ent.Code, Number: ent.Number, Message: ent.Message, Hint: ent.Hint, Detail: e.Detail}
-	if e.Err != nil {
-		if w.Detail != "" {
-			w.Detail += ": "
-		}
-		w.Detail += e.Err.Error()
-	}
+	w := wireError{Code: ent.Code, Number: ent.Number, Message: ent.Message, Hint: ent.Hint, Detail: e.Details()}
 	if e.Index >= 0 {
 		i := e.Index
 		w.Index = &i

@@ -68,3 +68,25 @@ func TestJSON(t *testing.T) {
 		t.Fatalf("back %+v %v", back, err)
 	}
 }
+
+// An error says its code and message once, however it was wrapped: a
+// cause that repeats the message, a registry error wrapped in another, a
+// refusal relayed from another kvpilot.
+func TestMessageSaidOnce(t *testing.T) {
+	soon := errors.New(`invalid ttl: "soon": want seconds`)
+	inner := New(NotSupportedYet, "edit type %q", "x")
+	for _, c := range []struct {
+		err  *Error
+		want string
+	}{
+		{Wrap(InvalidTTL, soon, "ttl_seconds"), `invalid_ttl: invalid ttl: ttl_seconds: "soon": want seconds`},
+		{Wrap(CapacityExhausted, fmt.Errorf("pause to disk: %w", errors.New("tier capacity exhausted")), "Pause"), "capacity_exhausted: tier capacity exhausted: Pause: pause to disk"},
+		{Wrap(NotSupportedYet, inner, "context_management.edits[0]"), `not_supported_yet: not supported yet: context_management.edits[0]: edit type "x"`},
+		{New(BadRequest, "upstream: %s", "bad_request: malformed request: messages[0]: unknown role"), "bad_request: malformed request: upstream: messages[0]: unknown role"},
+		{Wrap(BadRequest, New(InvalidTTL, "5x").At(1), "turn"), "bad_request: malformed request: turn: directive 1: invalid ttl: 5x"},
+	} {
+		if got := c.err.Error(); got != c.want {
+			t.Errorf("got  %s\nwant %s", got, c.want)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
 // DecodeParams decodes a policy's params strictly: an unknown key is an
@@ -16,7 +18,8 @@ func DecodeParams(raw json.RawMessage, into any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(into); err != nil {
-		return fmt.Errorf("params: %w", err)
+		// In JSON's words, not Go's: an operator reads it in the host's log.
+		return fmt.Errorf("params: %s", errcode.FromJSON(err, "params").Details())
 	}
 	return nil
 }

@@ -53,14 +53,7 @@ func ErrorToProto(e *errcode.Error) *pb.Error {
 		return nil
 	}
 	ent := e.Entry()
-	detail := e.Detail
-	if e.Err != nil {
-		if detail != "" {
-			detail += ": "
-		}
-		detail += e.Err.Error()
-	}
-	return &pb.Error{Code: string(ent.Code), Number: uint32(ent.Number), Message: ent.Message, Hint: ent.Hint, Detail: detail, Index: int32(e.Index)}
+	return &pb.Error{Code: string(ent.Code), Number: uint32(ent.Number), Message: ent.Message, Hint: ent.Hint, Detail: e.Details(), Index: int32(e.Index)}
 }
 
 // CacheControlToProto converts a cache_control request.
