@@ -210,3 +210,15 @@ var (
 	ErrLayoutConflict      = &Error{Code: LayoutConflict, Index: -1}
 	ErrInternal            = &Error{Code: Internal, Index: -1}
 )
+
+// byGRPCStatus is what a gRPC status reads as when its message carries no
+// registry code (the transport's own failures: a dead socket, a deadline, a
+// refused peer); any other status reads as internal.
+var byGRPCStatus = map[uint32]Code{
+	14: Unavailable,      // Unavailable
+	1:  Unavailable,      // Canceled
+	4:  DeadlineExceeded, // DeadlineExceeded
+	7:  PermissionDenied, // PermissionDenied
+	16: PermissionDenied, // Unauthenticated
+	8:  RateLimited,      // ResourceExhausted
+}

@@ -25,13 +25,13 @@ import (
 // unknowingly.
 func (s *Server) WatchEvents(req *pb.WatchEventsRequest, stream grpc.ServerStreamingServer[pb.KVEvent]) error {
 	if s.cfg.Hub == nil {
-		return status.Error(codes.Unavailable, "unavailable: host unavailable: this host publishes no events")
+		return convert.GRPCStatus(errcode.New(errcode.Unavailable, "this host publishes no events"))
 	}
 	ctx := stream.Context()
 	var tiers [tier.Count + 1]bool
 	for _, t := range req.GetTiers() {
 		if t <= pb.Tier_TIER_UNSPECIFIED || int(t) > tier.Count {
-			return status.Errorf(codes.InvalidArgument, "invalid_tier: invalid tier: %v", t)
+			return convert.GRPCStatus(errcode.New(errcode.InvalidTier, "%v", t))
 		}
 		tiers[t] = true
 	}
@@ -41,7 +41,7 @@ func (s *Server) WatchEvents(req *pb.WatchEventsRequest, stream grpc.ServerStrea
 	filterTenant := false
 	if vs := md.Get(controlclient.MetadataTenant); len(vs) > 0 {
 		if tenant = metadataValue(ctx, controlclient.MetadataTenant); tenant == "" && vs[0] != "" {
-			return status.Error(codes.InvalidArgument, "bad_request: malformed request: kvpilot-tenant must be at most 64 printable characters")
+			return convert.GRPCStatus(errcode.New(errcode.BadRequest, "%s must be at most 64 printable characters", controlclient.MetadataTenant))
 		}
 		filterTenant = true
 	}
@@ -78,14 +78,14 @@ func (s *Server) WatchEvents(req *pb.WatchEventsRequest, stream grpc.ServerStrea
 		case <-ctx.Done():
 			return nil
 		case <-s.done:
-			return status.Error(codes.Unavailable, "unavailable: host unavailable: the host is shutting down; watch again after it restarts")
+			return convert.GRPCStatus(errcode.New(errcode.Unavailable, "the host is shutting down; watch again after it restarts"))
 		case ev, ok := <-w.Events():
 			if !ok {
 				if err := w.Err(); err != nil {
 					return status.Errorf(codes.ResourceExhausted,
 						"watch ended: %v; re-read the cache state (Stats) and watch again, or read events faster", err)
 				}
-				return status.Error(codes.Unavailable, "unavailable: host unavailable: watch closed")
+				return convert.GRPCStatus(errcode.New(errcode.Unavailable, "watch closed"))
 			}
 			if err := stream.Send(KVEventToProto(&ev)); err != nil {
 				return err

@@ -21,52 +21,12 @@ func GRPCStatus(e *errcode.Error) error {
 	return status.Error(GRPCCode(e), e.Error())
 }
 
-// FromGRPCStatus recovers the registry code from a status error written by
-// GRPCStatus: the message starts with the code (optionally after
-// "directive N: "). Other errors read as unavailable or internal by their
-// gRPC code.
+// FromGRPCStatus recovers the registry error from a status error written
+// by GRPCStatus; any other error reads by its gRPC code (errcode.FromStatus).
 func FromGRPCStatus(err error) *errcode.Error {
 	if err == nil {
 		return nil
 	}
 	st, _ := status.FromError(err)
-	msg := st.Message()
-	for _, ent := range errcode.All() {
-		prefix := string(ent.Code) + ": "
-		if hasPrefixAfterIndex(msg, prefix) {
-			return &errcode.Error{Code: ent.Code, Detail: msg, Index: -1}
-		}
-	}
-	code := errcode.Internal
-	switch st.Code() {
-	case codes.Unavailable, codes.Canceled:
-		code = errcode.Unavailable
-	case codes.DeadlineExceeded:
-		code = errcode.DeadlineExceeded
-	case codes.PermissionDenied, codes.Unauthenticated:
-		code = errcode.PermissionDenied
-	case codes.ResourceExhausted:
-		code = errcode.RateLimited
-	}
-	return &errcode.Error{Code: code, Detail: msg, Index: -1}
-}
-
-func hasPrefixAfterIndex(msg, prefix string) bool {
-	if len(msg) >= len(prefix) && msg[:len(prefix)] == prefix {
-		return true
-	}
-	// "directive N: code: ..."
-	const d = "directive "
-	if len(msg) > len(d) && msg[:len(d)] == d {
-		for i := len(d); i < len(msg); i++ {
-			if msg[i] == ':' {
-				rest := msg[i+1:]
-				if len(rest) > 0 && rest[0] == ' ' {
-					rest = rest[1:]
-				}
-				return len(rest) >= len(prefix) && rest[:len(prefix)] == prefix
-			}
-		}
-	}
-	return false
+	return errcode.FromStatus(uint32(st.Code()), st.Message())
 }

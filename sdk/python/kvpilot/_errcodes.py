@@ -513,3 +513,15 @@ REGISTRY: dict[str, type[KvpilotError]] = {
     "layout_conflict": LayoutConflict,
     "internal": Internal,
 }
+
+#: By its numeric value, what a gRPC status reads as when its message
+#: carries no registry code (the transport's own failures: a dead socket, a
+#: deadline, a refused peer); any other status reads as internal.
+BY_GRPC_STATUS: dict[int, type[KvpilotError]] = {
+    14: Unavailable,  # Unavailable
+    1: Unavailable,  # Canceled
+    4: DeadlineExceeded,  # DeadlineExceeded
+    7: PermissionDenied,  # PermissionDenied
+    16: PermissionDenied,  # Unauthenticated
+    8: RateLimited,  # ResourceExhausted
+}

@@ -14,7 +14,8 @@ callers catch as narrowly as they like::
 
 The per-code classes are generated from the Go registry (see
 ``sdk/errcode/python_test.go``); ``error_for`` builds one by code,
-``from_rpc_error`` and ``from_proto`` convert what gRPC delivers.
+``from_rpc_error``, ``from_status`` and ``from_proto`` convert what gRPC
+delivers.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from kvpilot._errbase import (
     UnavailableError,
 )
 from kvpilot._errcodes import (
+    BY_GRPC_STATUS,
     REGISTRY,
     BadRequest,
     BlockLocked,
@@ -127,6 +129,7 @@ __all__ = [
     "error_for",
     "from_proto",
     "from_rpc_error",
+    "from_status",
     "is_transient",
     "parse_status_message",
 ]
@@ -190,16 +193,6 @@ _DIRECTIVE_PREFIX = re.compile(r"directive (\d+): ")
 # Registry codes longest first, so no code matches as the prefix of another.
 _CODES_BY_LENGTH = sorted(REGISTRY, key=len, reverse=True)
 
-# gRPC's own failures (no registry code in the message), by status code.
-_BY_STATUS: dict[grpc.StatusCode, type[KvpilotError]] = {
-    grpc.StatusCode.UNAVAILABLE: Unavailable,
-    grpc.StatusCode.CANCELLED: Unavailable,
-    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
-    grpc.StatusCode.UNAUTHENTICATED: PermissionDenied,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: RateLimited,
-}
-
 
 def parse_status_message(message: str) -> KvpilotError | None:
     """Reads a registry error from a gRPC status message.
@@ -225,23 +218,32 @@ def parse_status_message(message: str) -> KvpilotError | None:
     return None
 
 
-def from_rpc_error(err: grpc.RpcError) -> KvpilotError:
-    """Converts a gRPC error raised by a kvpilot call.
+def from_status(grpc_code: int, message: str) -> KvpilotError:
+    """Reads a registry error from a gRPC status: its numeric code and message.
 
-    Registry errors travel in the status message; anything else (the
-    transport's own failures) maps by status code: unavailable and cancelled
-    to ``Unavailable``, deadline to ``DeadlineExceeded``, permission to
-    ``PermissionDenied``, resource exhaustion to ``RateLimited``, the rest to
-    ``Internal``, with gRPC's message as the detail.
+    Registry errors travel in the message (``parse_status_message``);
+    anything else is the transport's own failure and maps by status code
+    (``BY_GRPC_STATUS``, generated from the registry's ``grpc_fallback``:
+    unavailable and cancelled to ``Unavailable``, deadline to
+    ``DeadlineExceeded``, permission to ``PermissionDenied``, resource
+    exhaustion to ``RateLimited``), ``Internal`` otherwise, with the whole
+    message as the detail. Go's ``errcode.FromStatus`` reads the same way.
     """
-    code = err.code() if isinstance(err, grpc.Call) else None
-    message = (err.details() if isinstance(err, grpc.Call) else None) or str(err)
     parsed = parse_status_message(message)
     if parsed is not None:
-        parsed.__cause__ = err
         return parsed
-    cls = _BY_STATUS.get(code, Internal) if code is not None else Internal
-    out = cls(message)
+    return BY_GRPC_STATUS.get(grpc_code, Internal)(message)
+
+
+def from_rpc_error(err: grpc.RpcError) -> KvpilotError:
+    """Converts a gRPC error raised by a kvpilot call (``from_status``)."""
+    value, message = 2, str(err)  # UNKNOWN: what is not a call reads as Internal
+    if isinstance(err, grpc.Call):
+        code = err.code()
+        if code is not None:
+            value = code.value[0]
+        message = err.details() or message
+    out = from_status(value, message)
     out.__cause__ = err
     return out
 

@@ -55,24 +55,19 @@ def test_unregistered_code_reads_as_internal() -> None:
     assert isinstance(e, E.Internal) and e.code == "made_up" and e.number == 9001
 
 
-@pytest.mark.parametrize(
-    ("message", "cls", "detail", "index"),
-    [
-        (
-            "invalid_layout: invalid KV layout: model name is empty",
-            E.InvalidLayout,
-            "model name is empty",
-            -1,
-        ),
-        ('directive 2: unknown_lease: unknown lease: lease "x"', E.UnknownLease, 'lease "x"', 2),
-        ("rate_limited: rate limited", E.RateLimited, "", -1),
-        ("invalid_lease_id: invalid lease id: empty", E.InvalidLeaseID, "empty", -1),
-        ("internal: internal error: panic: boom: more", E.Internal, "panic: boom: more", -1),
-    ],
-)
-def test_parse_status_message(message, cls, detail, index) -> None:
-    e = E.parse_status_message(message)
-    assert type(e) is cls and e.detail == detail and e.index == index
+STATUS_MESSAGES = ERRORS_JSON.parent / "testdata" / "status_messages.json"
+
+
+def _status_cases() -> list[dict]:
+    return json.loads(STATUS_MESSAGES.read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", _status_cases(), ids=lambda c: c["message"][:40])
+def test_from_status_follows_the_shared_cases(case: dict) -> None:
+    """The cases Go's errcode.FromStatus is held to, read the same here."""
+    e = E.from_status(case["grpc"], case["message"])
+    assert (e.code, e.detail, e.index) == (case["code"], case["detail"], case["index"])
+    assert type(e) is E.REGISTRY[case["code"]]
 
 
 def test_parse_status_message_without_code() -> None:

@@ -42,7 +42,16 @@ func (s *Spec) RenderGo() ([]byte, error) {
 	for _, e := range s.Errors {
 		fmt.Fprintf(&b, "Err%s = &Error{Code: %s, Index: -1}\n", e.Name, e.Name)
 	}
-	b.WriteString(")\n")
+	b.WriteString(")\n\n")
+	for _, line := range wrap("byGRPCStatus is "+s.GRPCFallback.About+".", 74) {
+		fmt.Fprintf(&b, "// %s\n", line)
+	}
+	b.WriteString("var byGRPCStatus = map[uint32]Code{\n")
+	for _, f := range s.GRPCFallback.Statuses {
+		g, _ := GRPCCode(f.GRPC)
+		fmt.Fprintf(&b, "%d: %s, // %s\n", g, s.Name(f.Code), f.GRPC)
+	}
+	b.WriteString("}\n")
 	out, err := format.Source(b.Bytes())
 	if err != nil {
 		return nil, fmt.Errorf("format the generated registry: %w", err)

@@ -76,5 +76,15 @@ func (s *Spec) RenderPython() []byte {
 		fmt.Fprintf(&b, "    %s: %s,\n", pyString(e.Code), PythonClass(e.Code))
 	}
 	b.WriteString("}\n")
+	b.WriteString("\n")
+	for _, line := range wrap("By its numeric value, "+s.GRPCFallback.About+".", 72) {
+		fmt.Fprintf(&b, "#: %s\n", line)
+	}
+	b.WriteString("BY_GRPC_STATUS: dict[int, type[KvpilotError]] = {\n")
+	for _, f := range s.GRPCFallback.Statuses {
+		g, _ := GRPCCode(f.GRPC)
+		fmt.Fprintf(&b, "    %d: %s,  # %s\n", g, PythonClass(f.Code), f.GRPC)
+	}
+	b.WriteString("}\n")
 	return b.Bytes()
 }

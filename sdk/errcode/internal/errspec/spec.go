@@ -14,9 +14,23 @@ import (
 
 // Spec is the whole errors.json.
 type Spec struct {
-	Rules    string   `json:"rules"`
-	Families []Family `json:"families"`
-	Errors   []Error  `json:"errors"`
+	Rules        string   `json:"rules"`
+	Families     []Family `json:"families"`
+	GRPCFallback Fallback `json:"grpc_fallback"`
+	Errors       []Error  `json:"errors"`
+}
+
+// Fallback is what a gRPC status without a registry code in its message
+// reads as, by status; every other status reads as internal.
+type Fallback struct {
+	About    string         `json:"about"`
+	Statuses []StatusToCode `json:"statuses"`
+}
+
+// StatusToCode maps one gRPC status name to a registry code.
+type StatusToCode struct {
+	GRPC string `json:"grpc"`
+	Code string `json:"code"`
 }
 
 // Family is a number group: 2xxx is "invalid", and so on.
@@ -41,7 +55,7 @@ type Error struct {
 // grpcCodes are the gRPC status codes by name (google.golang.org/grpc/codes);
 // the registry stores values so that sdk/errcode does not import grpc.
 var grpcCodes = map[string]uint32{
-	"InvalidArgument": 3, "DeadlineExceeded": 4, "NotFound": 5, "AlreadyExists": 6,
+	"Canceled": 1, "Unauthenticated": 16, "InvalidArgument": 3, "DeadlineExceeded": 4, "NotFound": 5, "AlreadyExists": 6,
 	"PermissionDenied": 7, "ResourceExhausted": 8, "FailedPrecondition": 9,
 	"Aborted": 10, "Unimplemented": 12, "Internal": 13, "Unavailable": 14,
 }
@@ -93,7 +107,36 @@ func (s *Spec) Validate() error {
 			seen[k] = true
 		}
 	}
+	return s.validateFallback(seen)
+}
+
+// validateFallback refuses a fallback to a code the registry lacks, an
+// unknown status, or one status mapped twice.
+func (s *Spec) validateFallback(seen map[string]bool) error {
+	mapped := map[string]bool{}
+	for _, f := range s.GRPCFallback.Statuses {
+		switch {
+		case !seen["code "+f.Code]:
+			return fmt.Errorf("grpc_fallback: %s reads as %q, which is no registry code", f.GRPC, f.Code)
+		case mapped[f.GRPC]:
+			return fmt.Errorf("grpc_fallback: %s mapped twice", f.GRPC)
+		}
+		if _, ok := grpcCodes[f.GRPC]; !ok {
+			return fmt.Errorf("grpc_fallback: unknown gRPC status %q", f.GRPC)
+		}
+		mapped[f.GRPC] = true
+	}
 	return nil
+}
+
+// Name returns the Go identifier of a registry code.
+func (s *Spec) Name(code string) string {
+	for _, e := range s.Errors {
+		if e.Code == code {
+			return e.Name
+		}
+	}
+	return ""
 }
 
 func (e Error) validate(fams map[string]Family) error {

@@ -33,6 +33,15 @@ func TestValidateRefuses(t *testing.T) {
 		"want lower_snake_case": func(s *Spec) { s.Errors[0].Code = "Invalid-TTL" },
 		"not an exported Go":    func(s *Spec) { s.Errors[0].Name = "invalidTTL" },
 		"hint are required":     func(s *Spec) { s.Errors[0].Hint = "" },
+		"which is no registry code": func(s *Spec) {
+			s.GRPCFallback.Statuses = []StatusToCode{{GRPC: "Unavailable", Code: "nope"}}
+		},
+		"mapped twice": func(s *Spec) {
+			s.GRPCFallback.Statuses = []StatusToCode{{GRPC: "Canceled", Code: "invalid_ttl"}, {GRPC: "Canceled", Code: "invalid_ttl"}}
+		},
+		"grpc_fallback: unknown gRPC status": func(s *Spec) {
+			s.GRPCFallback.Statuses = []StatusToCode{{GRPC: "Teapot", Code: "invalid_ttl"}}
+		},
 	}
 	ok := validSpec()
 	if err := ok.Validate(); err != nil {
