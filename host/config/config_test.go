@@ -300,3 +300,45 @@ func TestGatewayValidation(t *testing.T) {
 		t.Fatalf("the gateway is off by default and then not checked: %v", err)
 	}
 }
+
+// A refused configuration reads in the operator's words: each key by its
+// path, a key the environment set by the variable's name, what its value
+// should be, and no Go type or decoder wording.
+func TestRefusalsSpeakTheOperatorsWords(t *testing.T) {
+	for _, c := range []struct {
+		file string
+		env  []string
+		want string
+	}{
+		{"foo: 1\n", nil, "unknown key foo"},
+		{"tiers:\n  device:\n    capcity_pages: 3\n", nil, "unknown key tiers.device.capcity_pages"},
+		{"", []string{"KVPILOT_FOO=1"}, "unknown environment variable KVPILOT_FOO: no configuration key foo"},
+		{"", []string{"KVPILOT_INDEX__PAGESIZE=3"}, "unknown environment variable KVPILOT_INDEX__PAGESIZE: no configuration key index.pagesize"},
+		{"index:\n  page_size: lots\n", nil, `index.page_size: "lots" is not an integer`},
+		{"", []string{"KVPILOT_INDEX__PAGE_SIZE=lots"}, `index.page_size (set by KVPILOT_INDEX__PAGE_SIZE): "lots" is not an integer`},
+		{"index:\n  auto_splice: maybe\n", nil, `index.auto_splice: "maybe" is not true or false`},
+		{"index: 5\n", nil, "index: want a mapping of keys to values"},
+		{"control:\n  tenants: 5\n", nil, "control.tenants: want a mapping of keys to values, got an integer"},
+		{"pins:\n  default_ttl: soon\n", nil, `pins.default_ttl: invalid ttl: "soon"`},
+		{"policies:\n  - {name: a, builtin: truncation, params: {keep: 3}}\n", nil, `policies[0].params: truncation: params: field "keep": got a number, want an object`},
+	} {
+		path := ""
+		if c.file != "" {
+			path = writeFile(t, c.file)
+		}
+		_, err := Load(path, c.env)
+		if err == nil {
+			t.Errorf("%q %v: loaded", c.file, c.env)
+			continue
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, c.want) {
+			t.Errorf("%q %v:\n got %s\nwant %s", c.file, c.env, msg, c.want)
+		}
+		for _, bad := range []string{"config.Config", "'", "strconv.", "decoding failed", "Go struct", "truncation.Threshold"} {
+			if strings.Contains(msg, bad) {
+				t.Errorf("%q %v: %q says %q", c.file, c.env, msg, bad)
+			}
+		}
+	}
+}

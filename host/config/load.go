@@ -74,7 +74,7 @@ func Load(path string, environ []string) (Config, error) {
 		TagName:          "koanf",
 	}})
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalid, decodeError(err, envKeys(environ)))
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err
@@ -89,11 +89,11 @@ func envProvider(environ []string) koanf.Provider {
 		Prefix:      EnvPrefix,
 		EnvironFunc: func() []string { return environ },
 		TransformFunc: func(k, v string) (string, any) {
-			if toolEnv[k] {
+			key, ok := envKey(k)
+			if !ok {
 				return "", nil
 			}
-			k = strings.ToLower(strings.TrimPrefix(k, EnvPrefix))
-			return strings.ReplaceAll(k, "__", "."), v
+			return key, v
 		},
 	})
 }
