@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/kvpilot/kvpilot/host/bench/controlhost"
+	"github.com/kvpilot/kvpilot/host/config"
 )
 
 func runCLI(args ...string) (code int, stdout, stderr string) {
@@ -60,4 +62,98 @@ func TestCtlFlagsAfterTheVerb(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "unknown_block") {
 		t.Fatalf("ctl cache with a signed hash: %d %q", code, out)
 	}
+}
+
+// `kvpilot --version` is the version command, as in most CLIs.
+func TestVersionFlag(t *testing.T) {
+	code, out, errs := runCLI("--version")
+	if code != 0 || !strings.HasPrefix(out, "kvpilot ") || !strings.Contains(out, runtime.Version()) || errs != "" {
+		t.Fatalf("--version: %d %q %q", code, out, errs)
+	}
+}
+
+// A mistake in a command's arguments is a usage error wherever it is
+// found: status 2 (a refusal by the host is 1), a message naming the
+// command, and where its usage is. Nothing is sent: no host runs here.
+func TestArgumentMistakesExitTwo(t *testing.T) {
+	t.Setenv("KVPILOT_CONFIG", "")
+	sock := []string{"--socket", filepath.Join(t.TempDir(), "no-host.sock")}
+	for _, c := range argumentMistakes {
+		args := c.args
+		if args[0] == "ctl" {
+			args = append(append([]string{"ctl"}, sock...), args[1:]...)
+		}
+		code, out, errs := runCLI(args...)
+		if code != 2 || out != "" || !strings.HasPrefix(errs, c.want) || !strings.Contains(errs, "--help' for its usage") {
+			t.Errorf("%v: status %d, stdout %q, stderr %q; want status 2 and %q", c.args, code, out, errs, c.want)
+		}
+	}
+}
+
+// serve --check prints the configuration it would run with as YAML on
+// stdout, one key a line, secrets hidden; fed back as a config file it
+// gives the same configuration.
+func TestServeCheckPrintsTheConfigurationAsYAML(t *testing.T) {
+	t.Setenv("KVPILOT_CONFIG", "")
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.yaml")
+	yaml := "index: {page_size: 32}\npins: {default_ttl: 90s}\n" +
+		"gateway: {listen: 127.0.0.1:8080, upstream: http://127.0.0.1:8000/v1, upstream_api_key: sk-secret, tenants: {sk-tenant-key: [acme]}}\n" +
+		"policies:\n  - {name: trunc, builtin: truncation, params: {older_than: 2, max_chars: 200}}\n"
+	if err := os.WriteFile(in, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI("serve", "--check", "--config", in)
+	if code != 0 || errs != "" {
+		t.Fatalf("serve --check: %d %q", code, errs)
+	}
+	for _, want := range []string{"\n    page_size: 32\n", "\n    default_ttl: 1m30s\n", "upstream_api_key: (set)", "(API key 1):"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("serve --check lacks %q:\n%s", want, out)
+		}
+	}
+	for _, secret := range []string{"sk-secret", "sk-tenant-key", "{WorkerID", "Index:{"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("serve --check prints %q:\n%s", secret, out)
+		}
+	}
+	back := filepath.Join(dir, "back.yaml")
+	if err := os.WriteFile(back, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want, err := config.Load(in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := config.Load(back, nil)
+	if err != nil {
+		t.Fatalf("the printed configuration does not load: %v\n%s", err, out)
+	}
+	a, errA := want.YAML()
+	b, errB := got.YAML()
+	if errA != nil || errB != nil || !bytes.Equal(a, b) {
+		t.Errorf("printed and loaded back:\n%s\nwant\n%s (%v %v)", b, a, errA, errB)
+	}
+}
+
+// argumentMistakes are command lines with a mistake in their arguments,
+// and how the error they print starts.
+var argumentMistakes = []struct {
+	args []string
+	want string
+}{
+	{[]string{"ctl", "stats", "extra"}, `kvpilot ctl stats: takes no arguments, got ["extra"]`},
+	{[]string{"ctl", "watch", "extra"}, "kvpilot ctl watch: takes no arguments"},
+	{[]string{"ctl", "evict", "--session", "s", "--end", "4", "x"}, "kvpilot ctl evict: takes no arguments"},
+	{[]string{"ctl", "share", "--session", "s", "--end", "4", "x"}, "kvpilot ctl share: takes no arguments"},
+	{[]string{"ctl", "retain", "--session", "s", "--end", "4", "x"}, "kvpilot ctl retain: takes no arguments"},
+	{[]string{"ctl", "apply", "a.json", "b.json"}, "kvpilot ctl apply: takes one FILE"},
+	{[]string{"ctl", "prune", "1", "2"}, "kvpilot ctl prune: want 1 HASH argument(s), got 2"},
+	{[]string{"ctl", "prune", "xyz"}, "kvpilot ctl prune: invalid_hash: invalid block hash"},
+	{[]string{"ctl", "pin-prefix", "--ttl", "soon", "1"}, `kvpilot ctl pin-prefix: invalid ttl: "soon"`},
+	{[]string{"ctl", "renew", "lease-1"}, "kvpilot ctl renew: needs LEASE and TTL"},
+	{[]string{"ctl", "warm"}, "kvpilot ctl warm: needs at least one KEY"},
+	{[]string{"hash", "--block-size", "4", "abc"}, `kvpilot hash: token "abc" is not an integer`},
+	{[]string{"version", "extra"}, "kvpilot version: takes no arguments"},
+	{[]string{"serve", "extra"}, "kvpilot serve: takes no arguments"},
 }

@@ -35,8 +35,10 @@ type ctlVerb struct {
 	turn func(fs *flag.FlagSet) func(args []string) (directive.Directive, error)
 	// cc builds a cache_control request.
 	cc func(fs *flag.FlagSet) func(args []string) (directive.CacheControl, error)
-	// run does the whole verb.
-	run func(fs *flag.FlagSet) func(ctx context.Context, g *ctlGlobal, args []string) error
+	// run does the whole verb; it takes at most maxArgs arguments (1: an
+	// input FILE).
+	run     func(fs *flag.FlagSet) func(ctx context.Context, g *ctlGlobal, args []string) error
+	maxArgs int
 }
 
 // ctlGlobal holds the flags before the verb.
@@ -53,7 +55,7 @@ var ctlVerbs = map[string]ctlVerb{
 			t := fs.String("tier", "host", "target tier: device, host (GPU and CPU_TIER1 accepted)")
 			return func(args []string) (directive.Directive, error) {
 				if len(args) == 0 {
-					return nil, errors.New("warm needs at least one KEY")
+					return nil, errors.New("needs at least one KEY")
 				}
 				keys := make([]directive.BlockKey, len(args))
 				for i, a := range args {
@@ -84,7 +86,7 @@ var ctlVerbs = map[string]ctlVerb{
 					return blocks(args)
 				}
 				if len(args) > 0 {
-					return nil, errors.New("pin --session takes no HASH arguments")
+					return nil, errors.New("--session takes no HASH arguments")
 				}
 				t, err := ctlTTL(tf.Value.String())
 				return directive.Pin{Session: *session, End: *end, TTL: t}, err
@@ -122,7 +124,7 @@ var ctlVerbs = map[string]ctlVerb{
 		turn: func(*flag.FlagSet) func([]string) (directive.Directive, error) {
 			return func(args []string) (directive.Directive, error) {
 				if len(args) != 2 {
-					return nil, errors.New("renew needs LEASE and TTL")
+					return nil, errors.New("needs LEASE and TTL")
 				}
 				d, err := ttl.Parse(args[1])
 				if err != nil {
@@ -139,8 +141,8 @@ var ctlVerbs = map[string]ctlVerb{
 			text := fs.String("text", "", "replacement text")
 			tokens := fs.String("tokens", "", "replacement token ids, comma-separated (ranges a..b allowed)")
 			return func(args []string) (directive.Directive, error) {
-				if len(args) > 0 {
-					return nil, fmt.Errorf("splice takes no arguments, got %q", args)
+				if err := ctlNoArgs(args); err != nil {
+					return nil, err
 				}
 				r := directive.Replacement{Text: *text}
 				if *tokens != "" {
@@ -156,8 +158,8 @@ var ctlVerbs = map[string]ctlVerb{
 	"evict": {synopsis: "--session S --start I --end J [--mode amortize|forget]", summary: "drop span [I, J) of a session",
 		turn: func(fs *flag.FlagSet) func([]string) (directive.Directive, error) {
 			s, start, end, mode := ctlSpanFlags(fs)
-			return func([]string) (directive.Directive, error) {
-				return directive.Evict{Session: *s, Start: *start, End: *end, Mode: directive.Mode(*mode)}, nil
+			return func(args []string) (directive.Directive, error) {
+				return directive.Evict{Session: *s, Start: *start, End: *end, Mode: directive.Mode(*mode)}, ctlNoArgs(args)
 			}
 		}},
 	"retain": {synopsis: "--session S --start I --end J --priority P [--duration D]", summary: "soft-pin span [I, J) with a priority 0..100",
@@ -167,7 +169,10 @@ var ctlVerbs = map[string]ctlVerb{
 			end := fs.Int64("end", 0, "token after the span")
 			prio := fs.Int("priority", 50, "retention priority, 0..100")
 			dur := fs.String("duration", "", "how long (default: the host's)")
-			return func([]string) (directive.Directive, error) {
+			return func(args []string) (directive.Directive, error) {
+				if err := ctlNoArgs(args); err != nil {
+					return nil, err
+				}
 				d, err := ctlTTL(*dur)
 				return directive.Retain{Session: *s, Start: *start, End: *end, Priority: *prio, Duration: d}, err
 			}
@@ -177,8 +182,8 @@ var ctlVerbs = map[string]ctlVerb{
 			s := fs.String("session", "", "session id")
 			end := fs.Int64("end", 0, "share tokens [0, end)")
 			scope := fs.String("scope", "", "tenant (default) or global")
-			return func([]string) (directive.Directive, error) {
-				return directive.Share{Session: *s, End: *end, Scope: directive.Scope(*scope)}, nil
+			return func(args []string) (directive.Directive, error) {
+				return directive.Share{Session: *s, End: *end, Scope: directive.Scope(*scope)}, ctlNoArgs(args)
 			}
 		}},
 	"pin-blocks":        {synopsis: "[--ttl D] HASH...", summary: "cache_control pin_blocks", cc: ctlCCBlocks(directive.ActionPinBlocks)},
@@ -186,7 +191,7 @@ var ctlVerbs = map[string]ctlVerb{
 	"evict-descendants": {synopsis: "HASH...", summary: "cache_control evict_descendants", cc: ctlCCBlocks(directive.ActionEvictDescendants)},
 	"pin-prefix":        {synopsis: "[--ttl D] TOKENS...", summary: "cache_control pin_prefix (tokens, ranges a..b)", cc: ctlCCTokens(directive.ActionPinPrefix)},
 	"unpin-prefix":      {synopsis: "TOKENS...", summary: "cache_control unpin_prefix", cc: ctlCCTokens(directive.ActionUnpinPrefix)},
-	"apply": {synopsis: "[FILE|-]", summary: "send a turn as JSON (one command, an array, or {\"directives\":[...]})",
+	"apply": {synopsis: "[FILE|-]", summary: "send a turn as JSON (one command, an array, or {\"directives\":[...]})", maxArgs: 1,
 		run: func(*flag.FlagSet) func(context.Context, *ctlGlobal, []string) error {
 			return func(ctx context.Context, g *ctlGlobal, args []string) error {
 				data, err := ctlInput(args)
@@ -203,7 +208,7 @@ var ctlVerbs = map[string]ctlVerb{
 				return g.sendTurn(ctx, t)
 			}
 		}},
-	"cache-control": {synopsis: "[FILE|-]", summary: "send a cache_control request as JSON",
+	"cache-control": {synopsis: "[FILE|-]", summary: "send a cache_control request as JSON", maxArgs: 1,
 		run: func(*flag.FlagSet) func(context.Context, *ctlGlobal, []string) error {
 			return func(ctx context.Context, g *ctlGlobal, args []string) error {
 				data, err := ctlInput(args)
@@ -312,6 +317,24 @@ func runCtl(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parseFlags(vfs, fs.Args()[1:]); err != nil {
 		return err
 	}
+	// What the arguments ask for is settled before any host is asked: a
+	// mistake in them is a usage error (status 2), never a refusal.
+	var d directive.Directive
+	var cc directive.CacheControl
+	var err error
+	switch {
+	case build != nil:
+		d, err = build(vfs.Args())
+	case buildCC != nil:
+		cc, err = buildCC(vfs.Args())
+	case v.maxArgs == 0:
+		err = ctlNoArgs(vfs.Args())
+	case vfs.NArg() > v.maxArgs:
+		err = fmt.Errorf("takes one FILE, or - or nothing for stdin, got %q", vfs.Args())
+	}
+	if err != nil {
+		return usageError(vfs, err)
+	}
 
 	cfg, err := config.Load(*cfgPath, os.Environ())
 	if err != nil {
@@ -349,17 +372,9 @@ func runCtl(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	switch {
 	case build != nil:
-		d, err := build(vfs.Args())
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
 		return g.sendTurn(ctx, directive.Turn{Tenant: g.tenant, Directives: []directive.Directive{d}})
 	case buildCC != nil:
-		c, err := buildCC(vfs.Args())
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		return g.sendCC(ctx, c)
+		return g.sendCC(ctx, cc)
 	}
 	err = run(ctx, g, vfs.Args())
 	if errors.Is(err, context.Canceled) {
@@ -490,14 +505,21 @@ func ctlTTL(s string) (*directive.TTL, error) {
 	return directive.TTLOf(d), nil
 }
 
+// ctlInput reads the JSON of apply and cache-control: FILE, or stdin for
+// "-" or no argument.
 func ctlInput(args []string) ([]byte, error) {
-	switch {
-	case len(args) > 1:
-		return nil, errors.New("want one FILE, or - or nothing for stdin")
-	case len(args) == 0 || args[0] == "-":
+	if len(args) == 0 || args[0] == "-" {
 		return io.ReadAll(io.LimitReader(os.Stdin, directive.DefaultMaxPayload+1))
 	}
 	return os.ReadFile(args[0])
+}
+
+// ctlNoArgs refuses positional arguments to a verb that takes flags only.
+func ctlNoArgs(args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("takes no arguments, got %q", args)
+	}
+	return nil
 }
 
 func ctlVerbList() string {

@@ -96,8 +96,8 @@ func TestCtlOverSocketAndNATS(t *testing.T) {
 	if code, out = ctl(t, append(sock, "stats", "--tenant", "nobody")...); code != 0 || !strings.Contains(out, `tenant "nobody": 0 pages`) {
 		t.Fatalf("stats --tenant: %d %q", code, out)
 	}
-	// Bad input is explained before anything is sent.
-	if code, out := ctl(t, append(sock, "cache", "not-a-hash")...); code != 1 || !strings.Contains(out, "invalid_hash") {
+	// Bad input is explained before anything is sent, as a usage error.
+	if code, out := ctl(t, append(sock, "cache", "not-a-hash")...); code != 2 || !strings.Contains(out, "invalid_hash") {
 		t.Fatalf("bad hash: %d %q", code, out)
 	}
 	if code, _ := ctl(t, append(sock, "frobnicate")...); code != 2 {

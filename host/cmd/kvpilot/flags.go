@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"os"
 
@@ -31,4 +32,18 @@ func parseFlags(fs *flag.FlagSet, args []string) error { return cliflag.Parse(fs
 // of its own.
 func parseLeadingFlags(fs *flag.FlagSet, args []string) error {
 	return cliflag.ParseLeading(fs, args, helpOut)
+}
+
+// usageError reports err, a mistake in a command's arguments that parsing
+// the flags could not catch, where the flag package reports its own (the
+// flag set's output, stderr), with the error's hint and where to read the
+// usage, and makes it a usage error: status 2, as for a bad flag.
+func usageError(fs *flag.FlagSet, err error) error {
+	w := fs.Output()
+	fmt.Fprintf(w, "%s: %v\n", fs.Name(), err)
+	if hint := hintOf(err); hint != "" {
+		fmt.Fprintf(w, "  hint: %s\n", hint)
+	}
+	fmt.Fprintf(w, "Run '%s --help' for its usage.\n", fs.Name())
+	return errUsage
 }

@@ -37,7 +37,7 @@ func runHash(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	tokens, err := parseTokens(fs.Args())
 	if err != nil {
-		return err
+		return usageError(fs, err)
 	}
 	h := blockid.Compute(tokens, *blockSize, blockid.Salt{LoRA: *lora, Namespace: *namespace})
 	if h.Local == nil {

@@ -20,16 +20,19 @@ func init() {
 	})
 }
 
-func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("serve", "[--config FILE]",
 		"Starts the kvpilot host: loads the configuration (built-in defaults, then\n"+
 			"FILE, then KVPILOT_* environment variables), opens the cache index and serves\n"+
 			"/healthz and /metrics until interrupted. Invalid configuration fails at start\n"+
 			"with the offending key named.", stderr)
 	path := fs.String("config", os.Getenv(config.EnvConfigFile), "YAML config file (default $"+config.EnvConfigFile+"; none: built-in defaults)")
-	check := fs.Bool("check", false, "load and validate the configuration, print it, and exit")
+	check := fs.Bool("check", false, "load and validate the configuration, print it as YAML on stdout, and exit")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs, fmt.Errorf("takes no arguments, got %q", fs.Args()))
 	}
 	cfg, err := config.Load(*path, os.Environ())
 	if err != nil {
@@ -37,7 +40,11 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	log := logging.New(stderr, cfg.Log.Level, cfg.Log.Format)
 	if *check {
-		fmt.Fprintf(stderr, "configuration ok: %+v\n", cfg)
+		out, err := cfg.YAML()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "# configuration ok: the built-in defaults, then the file, then KVPILOT_* variables\n%s", out)
 		return nil
 	}
 	var opts []daemon.Option

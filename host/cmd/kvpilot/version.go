@@ -26,6 +26,9 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return usageError(fs, fmt.Errorf("takes no arguments, got %q", fs.Args()))
+	}
 	v, rev, dirty := version, commit, ""
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if v == "" {
