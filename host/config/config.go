@@ -89,7 +89,8 @@ type HTTP struct {
 // tenant's namespace: by default each tenant is its own
 // namespace, so tenants never share pages.
 type Index struct {
-	// PageSize is tokens per page until an engine registers its own layout.
+	// PageSize is tokens per page. An engine registers the same page size
+	// or is refused (invalid_layout).
 	PageSize int `koanf:"page_size"`
 	// WritePolicy is the device tier's: write-through, write-back or none.
 	WritePolicy string `koanf:"write_policy"`
