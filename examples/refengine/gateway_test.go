@@ -125,12 +125,21 @@ func toolOutput(i int) string {
 }
 
 // A harness resends its whole history through the front door; the
-// request's clear_tool_uses edit clears old tool results once the context
-// passes the trigger. The upstream receives the placeholder, every later
-// turn carries the same placeholder (sticky), and the turn after each new
-// edit prefills only its new messages: the host spliced the cache.
-func TestGatewayEditsAreStickyAndSpliced(t *testing.T) {
-	f := startFrontDoor(t, nil)
+// request's clear_tool_uses edit (trigger 900, keep 1) clears old tool
+// results once the context passes the trigger. The upstream receives the
+// placeholders, every later turn carries them, and the turn after each new
+// edit prefills only its new messages (and a page or two): the host
+// spliced the cache, or the edit sat so close to the end that re-prefilling
+// its tail was cheaper. By default each turn follows the documented rule
+// (once triggered, exactly keep results stay intact); with
+// gateway.sticky_clears, clears come in batches the host splices.
+func TestGatewayEditsReachTheEngineAndTheCache(t *testing.T) {
+	t.Run("documented rule", func(t *testing.T) { gatewayEdits(t, false) })
+	t.Run("sticky clears", func(t *testing.T) { gatewayEdits(t, true) })
+}
+
+func gatewayEdits(t *testing.T, sticky bool) {
+	f := startFrontDoor(t, func(c *config.Config) { c.Gateway.StickyClears = sticky })
 	msgs := []chatwire.Message{
 		{Role: "system", Content: "You are a coding agent with a bash tool. Keep answers short."},
 		{Role: "user", Content: "Look around the repository, one command at a time."},
@@ -158,15 +167,21 @@ func TestGatewayEditsAreStickyAndSpliced(t *testing.T) {
 		if len(up.Messages) != len(msgs) {
 			t.Fatalf("turn %d: upstream got %d messages, sent %d", turn, len(up.Messages), len(msgs))
 		}
-		placeholders := 0
+		placeholders, results := 0, 0
 		for _, m := range up.Messages {
-			if m.Role == "tool" && string(m.Content) == "[tool result cleared by context management]" {
-				placeholders++
+			if m.Role == "tool" {
+				results++
+				if string(m.Content) == "[tool result cleared by context management]" {
+					placeholders++
+				}
 			}
 		}
 		if placeholders != cleared || cleared < prevCleared {
-			t.Fatalf("turn %d: upstream holds %d placeholders, applied_edits reports %d cleared (previous turn %d): edits must be sticky",
+			t.Fatalf("turn %d: upstream holds %d placeholders, applied_edits reports %d cleared (previous turn %d): edits must stay",
 				turn, placeholders, cleared, prevCleared)
+		}
+		if !sticky && cleared > 0 && results-cleared != 1 {
+			t.Fatalf("turn %d: %d of %d results intact; the documented rule keeps 1", turn, results-cleared, results)
 		}
 		kv, _ := chatwire.ReadKVParams(up.KVTransferParams)
 		if kv.Session != "agent-1" || kv.Tenant != "acme" {
@@ -195,14 +210,19 @@ func TestGatewayEditsAreStickyAndSpliced(t *testing.T) {
 		}
 		msgs = append(msgs, *ans, chatwire.Message{Role: "tool", ToolCallID: ans.ToolCalls[0].ID, Content: chatwire.Content(toolOutput(turn))})
 	}
-	if edits < 2 || f.fills.Tokens.Load() == 0 {
-		t.Fatalf("%d turns made new edits and the engine filled %d replacement tokens; want at least 2 edits spliced with fills", edits, f.fills.Tokens.Load())
+	if edits < 2 {
+		t.Fatalf("%d turns made new edits, want at least 2", edits)
 	}
-	if got := f.d.Engine().Stats().AutoSplices; got < uint64(edits) {
-		t.Fatalf("the host spliced %d times for %d edits", got, edits)
+	if sticky {
+		if f.fills.Tokens.Load() == 0 {
+			t.Fatal("the engine filled no replacement tokens")
+		}
+		if got := f.d.Engine().Stats().AutoSplices; got < uint64(edits) {
+			t.Fatalf("the host spliced %d times for %d edits", got, edits)
+		}
 	}
-	// The host's metrics count each clear once (sticky ones are not
-	// counted again) and every request by its status.
+	// The host's metrics count each clear once (those of earlier turns are
+	// not counted again) and every request by its status.
 	m := f.d.Metrics().Gateway
 	if got := counterValue(t, m.Clears.WithLabelValues("clear_tool_uses_20250919")); int(got) != prevCleared {
 		t.Fatalf("kvpilot_gateway_clears_total %v, want the %d items cleared", got, prevCleared)

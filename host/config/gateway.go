@@ -36,6 +36,15 @@ type Gateway struct {
 	// PolicyEdits makes the configured truncation and think-evict policies
 	// decide the edits of requests that carry no context_management.
 	PolicyEdits bool `koanf:"policy_edits"`
+	// StickyClears keeps a session's clears from turn to turn: a tool
+	// result or reasoning, once cleared, stays cleared, and new tool clears
+	// fire only when the prompt as already edited reaches the trigger. That
+	// breaks the cache less often, but between triggers more than keep tool
+	// results stay intact. Off (the default), every request is decided by
+	// the documented rule on its whole history: once the unedited input
+	// reaches the trigger, all tool results but the newest keep are cleared
+	// (or none, under clear_at_least).
+	StickyClears bool `koanf:"sticky_clears"`
 	// Policies, when set, are the policies whose rules decide those edits
 	// instead of the policies section's (same format; they run in the
 	// front door only, not as plugins on the cache). A prefix cache that

@@ -19,6 +19,14 @@ const (
 type Rules struct {
 	Tools *ToolRule
 	Think *ThinkRule
+	// StickyClears (gateway.sticky_clears, off by default) trades the
+	// documented rule for fewer cache breaks: a clear, once made, stays on
+	// later turns of the session, and new clears fire only when the prompt
+	// as already edited reaches the trigger. The newest Keep tool results
+	// are still never cleared, but between triggers more than Keep stay
+	// intact. Without it every request is decided on its full history
+	// alone (Apply).
+	StickyClears bool
 }
 
 // ToolRule clears old tool results (clear_tool_uses_20250919, and the
@@ -58,10 +66,11 @@ type ThinkRule struct {
 	Placeholder string
 }
 
-// Applied is one entry of context_management.applied_edits: what the
-// request's context lost to one edit type (everything cleared in this
-// request, the sticky clears of earlier turns included, as a stateless
-// server reports it).
+// Applied is one entry of context_management.applied_edits: an edit that
+// cleared something in this request, and everything it cleared (the
+// request's whole history, as a stateless server reports it). An edit
+// that cleared nothing is not listed: Anthropic's applied_edits is the
+// list of edits that were applied, empty when none triggered.
 type Applied struct {
 	Type                 string `json:"type"`
 	ClearedToolUses      *int   `json:"cleared_tool_uses,omitempty"`
@@ -86,61 +95,60 @@ func keyOf(kind byte, id, text string) itemKey {
 	return itemKey{kind, id, h.Sum64()}
 }
 
-// Sticky is a session's clears: each item's replacement text, decided once.
+// Sticky is a session's clears: each item's replacement text.
 type Sticky map[itemKey]string
 
 // Outcome is the result of applying rules to a request.
 type Outcome struct {
 	Messages []chatwire.Message
-	Applied  []Applied
-	// Next is the session's sticky set after this request: the clears its
-	// messages still hold, new ones included (clears of items the request
-	// no longer holds are dropped: an old branch's tail).
+	// Applied is the request's applied_edits: every edit that cleared
+	// something, with all it cleared.
+	Applied []Applied
+	// Next is the session's clears after this request: those its messages
+	// hold (clears of items the request no longer holds are dropped).
 	Next Sticky
-	// New counts the items cleared for the first time.
-	New int
-	// Fresh is what this request cleared for the first time, by edit type
-	// (the sticky clears of earlier turns left out): what the host's
-	// metrics count, each clear once.
+	// Fresh is what this request cleared that the session's previous
+	// request had not, by edit type: what the host's metrics count, and
+	// the edits a connector-mode engine has spliced (prefill.go).
 	Fresh []Applied
 }
 
-// Apply edits msgs: first every sticky clear, then the rules' new clears.
-// It is deterministic: the same messages, rules and sticky set give the
-// same outcome. msgs is not modified.
-func Apply(msgs []chatwire.Message, r Rules, st Sticky) Outcome {
-	e := newEditor(msgs, st)
-	e.applySticky()
-	results, resultTokens, thinking, thinkTokens := e.results, e.resultTokens, e.thinking, e.thinkTokens
+// Apply edits msgs by the rules, deterministically: the same messages,
+// rules and previous clears give the same outcome, so a resent history
+// gets the same edits and its prefix keeps hitting the cache.
+//
+// By default the decision is the documented one, made on the request's
+// whole history alone (prev only tells what is new): clear_tool_uses
+// triggers on the unedited input, then clears every eligible tool result
+// but the newest Keep, or nothing when that frees fewer than ClearAtLeast
+// tokens; clear_thinking keeps the reasoning of the newest Keep assistant
+// turns. With r.StickyClears the session's previous clears are applied
+// first and the rules add to them (see Rules.StickyClears). msgs is not
+// modified.
+func Apply(msgs []chatwire.Message, r Rules, prev Sticky) Outcome {
+	e := newEditor(msgs)
+	if r.StickyClears {
+		e.applySticky(prev, r.Tools)
+	}
 	if r.Tools != nil {
-		e.clearTools(r.Tools)
+		e.clearTools(r.Tools, r.StickyClears)
 	}
 	if r.Think != nil {
 		e.clearThinking(r.Think)
 	}
-	o := e.outcome(r)
-	if n := e.results - results; n > 0 || e.resultTokens > resultTokens {
-		o.Fresh = append(o.Fresh, Applied{Type: EditClearToolUses, ClearedToolUses: &n, ClearedInputTokens: e.resultTokens - resultTokens})
-	}
-	if n := e.thinking - thinking; n > 0 {
-		o.Fresh = append(o.Fresh, Applied{Type: EditClearThinking, ClearedThinkingTurns: &n, ClearedInputTokens: e.thinkTokens - thinkTokens})
-	}
-	return o
+	return Outcome{Messages: e.out, Next: e.next, Applied: e.applied(nil), Fresh: e.applied(prev)}
 }
 
 type editor struct {
 	in, out []chatwire.Message
-	st      Sticky
-	next    Sticky
-	newN    int
+	// next is this request's clears, and saved the tokens each freed.
+	next  Sticky
+	saved map[itemKey]int
 	// callName maps a tool call id to its function name.
 	callName map[string]string
-	// cleared results and thinking turns, with the tokens they freed.
-	results, resultTokens int
-	thinking, thinkTokens int
 }
 
-func newEditor(msgs []chatwire.Message, st Sticky) *editor {
+func newEditor(msgs []chatwire.Message) *editor {
 	out := make([]chatwire.Message, len(msgs))
 	names := map[string]string{}
 	for i, m := range msgs {
@@ -150,63 +158,77 @@ func newEditor(msgs []chatwire.Message, st Sticky) *editor {
 			names[c.ID] = c.Function.Name
 		}
 	}
-	return &editor{in: msgs, out: out, st: st, next: Sticky{}, callName: names}
+	return &editor{in: msgs, out: out, next: Sticky{}, saved: map[itemKey]int{}, callName: names}
 }
 
-// applySticky re-applies the session's earlier clears.
-func (e *editor) applySticky() {
+// applySticky re-applies the session's earlier clears (StickyClears),
+// except of the newest tools.Keep tool results, which stay intact even
+// when a rewound history brings a cleared one back among them.
+func (e *editor) applySticky(prev Sticky, tools *ToolRule) {
+	keep := 0
+	if tools != nil {
+		keep = tools.Keep
+	}
+	newest := e.newestResults(keep)
 	for i, m := range e.in {
-		if m.Role == "tool" {
-			if repl, ok := e.st[keyOf('r', m.ToolCallID, string(m.Content))]; ok {
+		if m.Role == "tool" && !newest[i] {
+			if repl, ok := prev[keyOf('r', m.ToolCallID, string(m.Content))]; ok {
 				e.clearResult(i, repl)
 			}
 		}
 		for j, c := range m.ToolCalls {
-			if repl, ok := e.st[keyOf('i', c.ID, c.Function.Arguments)]; ok {
+			if repl, ok := prev[keyOf('i', c.ID, c.Function.Arguments)]; ok {
 				e.clearInput(i, j, repl)
 			}
 		}
 		if m.ReasoningContent != "" {
-			if repl, ok := e.st[keyOf('t', "", m.ReasoningContent)]; ok {
+			if repl, ok := prev[keyOf('t', "", m.ReasoningContent)]; ok {
 				e.clearThink(i, repl)
 			}
 		}
 	}
 }
 
-func (e *editor) clearResult(i int, repl string) {
-	m := e.in[i]
-	k := keyOf('r', m.ToolCallID, string(m.Content))
+// newestResults marks the messages holding the n newest tool results.
+func (e *editor) newestResults(n int) map[int]bool {
+	out := map[int]bool{}
+	for i := len(e.in) - 1; i >= 0 && len(out) < n; i-- {
+		if e.in[i].Role == "tool" {
+			out[i] = true
+		}
+	}
+	return out
+}
+
+// clear records one clear of key: the replacement, and what it freed.
+func (e *editor) clear(k itemKey, repl string, freed int) bool {
 	if _, done := e.next[k]; done {
-		return
+		return false
 	}
 	e.next[k] = repl
-	e.out[i].Content = chatwire.Content(repl)
-	e.results++
-	e.resultTokens += max(0, tokens(string(m.Content))-tokens(repl))
+	e.saved[k] = max(0, freed)
+	return true
+}
+
+func (e *editor) clearResult(i int, repl string) {
+	m := e.in[i]
+	if e.clear(keyOf('r', m.ToolCallID, string(m.Content)), repl, tokens(string(m.Content))-tokens(repl)) {
+		e.out[i].Content = chatwire.Content(repl)
+	}
 }
 
 func (e *editor) clearInput(i, j int, repl string) {
 	c := e.in[i].ToolCalls[j]
-	k := keyOf('i', c.ID, c.Function.Arguments)
-	if _, done := e.next[k]; done {
-		return
+	if e.clear(keyOf('i', c.ID, c.Function.Arguments), repl, tokens(c.Function.Arguments)-tokens(repl)) {
+		e.out[i].ToolCalls[j].Function.Arguments = repl
 	}
-	e.next[k] = repl
-	e.out[i].ToolCalls[j].Function.Arguments = repl
-	e.resultTokens += max(0, tokens(c.Function.Arguments)-tokens(repl))
 }
 
 func (e *editor) clearThink(i int, repl string) {
 	m := e.in[i]
-	k := keyOf('t', "", m.ReasoningContent)
-	if _, done := e.next[k]; done {
-		return
+	if e.clear(keyOf('t', "", m.ReasoningContent), repl, tokens("<think>"+m.ReasoningContent+"</think>")-thinkTokens(repl)) {
+		e.out[i].ReasoningContent = repl
 	}
-	e.next[k] = repl
-	e.out[i].ReasoningContent = repl
-	e.thinking++
-	e.thinkTokens += max(0, tokens("<think>"+m.ReasoningContent+"</think>")-thinkTokens(repl))
 }
 
 func thinkTokens(repl string) int {
@@ -216,17 +238,34 @@ func thinkTokens(repl string) int {
 	return tokens("<think>" + repl + "</think>")
 }
 
-func (e *editor) outcome(r Rules) Outcome {
-	o := Outcome{Messages: e.out, Next: e.next, New: e.newN}
-	if r.Tools != nil || e.results > 0 {
-		n := e.results
-		o.Applied = append(o.Applied, Applied{Type: EditClearToolUses, ClearedToolUses: &n, ClearedInputTokens: e.resultTokens})
+// applied sums this request's clears by edit type, leaving out those prev
+// already held (with the same replacement); an edit type that cleared
+// nothing is not listed.
+func (e *editor) applied(prev Sticky) []Applied {
+	var uses, turns, toolTokens, thinkTokens int
+	for k, n := range e.saved {
+		if repl, old := prev[k]; old && repl == e.next[k] {
+			continue
+		}
+		switch k.kind {
+		case 'r':
+			uses++
+			toolTokens += n
+		case 'i':
+			toolTokens += n
+		case 't':
+			turns++
+			thinkTokens += n
+		}
 	}
-	if r.Think != nil || e.thinking > 0 {
-		n := e.thinking
-		o.Applied = append(o.Applied, Applied{Type: EditClearThinking, ClearedThinkingTurns: &n, ClearedInputTokens: e.thinkTokens})
+	var out []Applied
+	if uses > 0 || toolTokens > 0 {
+		out = append(out, Applied{Type: EditClearToolUses, ClearedToolUses: &uses, ClearedInputTokens: toolTokens})
 	}
-	return o
+	if turns > 0 {
+		out = append(out, Applied{Type: EditClearThinking, ClearedThinkingTurns: &turns, ClearedInputTokens: thinkTokens})
+	}
+	return out
 }
 
 // tokens counts text as the reference template's chunk4 tokenizer does

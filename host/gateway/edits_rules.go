@@ -6,10 +6,17 @@ import (
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 )
 
-// clearTools decides the rule's new clears of tool results, oldest first
-// among those eligible, all or none (clear_at_least).
-func (e *editor) clearTools(r *ToolRule) {
-	if !e.triggered(r) {
+// clearTools decides the rule's clears of tool results: every eligible
+// result but the newest Keep, all or none (clear_at_least). By default the
+// trigger is measured on the unedited input; with sticky clears, on the
+// prompt as the session's earlier clears left it, and only the results
+// they did not clear count toward clear_at_least.
+func (e *editor) clearTools(r *ToolRule, sticky bool) {
+	measured := e.in
+	if sticky {
+		measured = e.out
+	}
+	if !triggered(r, measured) {
 		return
 	}
 	age := turnAges(e.out)
@@ -52,27 +59,25 @@ func (e *editor) clearTools(r *ToolRule) {
 	for k := len(cands) - 1; k >= 0; k-- { // oldest first
 		c := cands[k]
 		e.clearResult(c.msg, c.repl)
-		e.newN++
 		if r.ClearInputs {
 			e.clearInputsOf(e.in[c.msg].ToolCallID, r)
 		}
 	}
 }
 
-// triggered reports whether the context, with the sticky clears applied,
-// reaches the rule's trigger.
-func (e *editor) triggered(r *ToolRule) bool {
+// triggered reports whether msgs reach the rule's trigger.
+func triggered(r *ToolRule, msgs []chatwire.Message) bool {
 	switch r.TriggerType {
 	case "":
 		return true
 	case "tool_uses":
 		n := 0
-		for _, m := range e.out {
+		for _, m := range msgs {
 			n += len(m.ToolCalls)
 		}
 		return int64(n) >= r.TriggerValue
 	}
-	return inputTokens(e.out) >= r.TriggerValue
+	return inputTokens(msgs) >= r.TriggerValue
 }
 
 // clearInputsOf clears the arguments of the call whose result was cleared.
@@ -108,11 +113,7 @@ func (e *editor) clearThinking(r *ThinkRule) {
 		if m.Role != "assistant" || m.ReasoningContent == "" || age[i] < r.Keep {
 			continue
 		}
-		if _, done := e.next[keyOf('t', "", m.ReasoningContent)]; done {
-			continue
-		}
 		e.clearThink(i, r.Placeholder)
-		e.newN++
 	}
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -65,6 +66,12 @@ func TestClearToolUsesRules(t *testing.T) {
 			if got := placeholders(out.Messages); !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("cleared results at %v, want %v", got, tc.want)
 			}
+			if len(tc.want) == 0 {
+				if len(out.Applied) != 0 {
+					t.Fatalf("nothing cleared, yet applied %+v", out.Applied)
+				}
+				return
+			}
 			a := out.Applied[0]
 			if a.Type != EditClearToolUses || *a.ClearedToolUses != len(tc.want) || (a.ClearedInputTokens > 0) != tc.saved {
 				t.Fatalf("applied %+v (cleared %d)", a, *a.ClearedToolUses)
@@ -88,29 +95,126 @@ func TestClearToolInputs(t *testing.T) {
 	}
 }
 
-// Once cleared, a result stays cleared on later turns even when the
-// context no longer reaches the trigger, with the same placeholder; the
-// clears of items a diverged history no longer holds are dropped.
-func TestEditsAreStickyAndDeterministic(t *testing.T) {
+// With sticky clears (opt-in), a cleared result stays cleared on later
+// turns even when the context no longer reaches the trigger, with the same
+// placeholder; the clears of items a diverged history no longer holds are
+// dropped.
+func TestStickyClearsStayAndForget(t *testing.T) {
+	sticky := func(trigger int64, keep int) Rules { return Rules{Tools: toolRule(trigger, keep), StickyClears: true} }
 	msgs := conversation(4)
-	first := Apply(msgs, Rules{Tools: toolRule(10, 1)}, Sticky{})
-	again := Apply(msgs, Rules{Tools: toolRule(10, 1)}, Sticky{})
+	first := Apply(msgs, sticky(10, 1), Sticky{})
+	again := Apply(msgs, sticky(10, 1), Sticky{})
 	if !reflect.DeepEqual(first.Messages, again.Messages) {
 		t.Fatal("the same request edited twice differs")
 	}
 	next := append(append([]chatwire.Message(nil), msgs...), conversation(5)[10:]...)
-	later := Apply(next, Rules{Tools: toolRule(1<<20, 1)}, first.Next)
+	later := Apply(next, sticky(1<<20, 1), first.Next)
 	if got, want := placeholders(later.Messages), placeholders(first.Messages); !reflect.DeepEqual(got, want) {
 		t.Fatalf("later turn cleared %v, the first %v: clears must be sticky", got, want)
 	}
-	if later.New != 0 || *later.Applied[0].ClearedToolUses != len(placeholders(first.Messages)) {
-		t.Fatalf("later turn: new %d, applied %+v", later.New, later.Applied[0])
+	if len(later.Fresh) != 0 || *later.Applied[0].ClearedToolUses != len(placeholders(first.Messages)) {
+		t.Fatalf("later turn: fresh %+v, applied %+v", later.Fresh, later.Applied[0])
 	}
 	fork := append([]chatwire.Message(nil), msgs[:4]...)
 	fork = append(fork, chatwire.Message{Role: "user", Content: "something else"})
-	f := Apply(fork, Rules{}, first.Next)
+	f := Apply(fork, Rules{StickyClears: true}, first.Next)
 	if len(f.Next) != 1 || !reflect.DeepEqual(placeholders(f.Messages), []int{3}) {
 		t.Fatalf("fork kept %d clears, placeholders %v", len(f.Next), placeholders(f.Messages))
+	}
+	// A rewind that brings a cleared result back among the newest keep
+	// leaves it intact.
+	rewound := Apply(msgs[:6], Rules{Tools: toolRule(1<<20, 1), StickyClears: true}, first.Next)
+	if got := placeholders(rewound.Messages); !reflect.DeepEqual(got, []int{3}) {
+		t.Fatalf("rewound to two results with keep 1: cleared %v, want [3]", got)
+	}
+}
+
+// documentedClears is the documented clear_tool_uses rule on a history,
+// written out independently of the editor: when the unedited input
+// reaches the trigger, every tool result but the newest keep is cleared
+// (none here is excluded or too short to replace).
+func documentedClears(msgs []chatwire.Message, trigger int64, keep int) []int {
+	if inputTokens(msgs) < trigger {
+		return nil
+	}
+	var results []int
+	for i, m := range msgs {
+		if m.Role == "tool" {
+			results = append(results, i)
+		}
+	}
+	if len(results) <= keep {
+		return nil
+	}
+	return results[:len(results)-keep]
+}
+
+// By default every turn of a growing session, and a rewound one, is
+// decided by the documented rule on its whole history: at most keep tool
+// results stay intact once the unedited input reaches the trigger, the
+// edits of a history are the same however the session got there (so a
+// resent prefix still hits the cache), and applied_edits counts what the
+// request's history has cleared.
+func TestEveryTurnFollowsTheDocumentedRule(t *testing.T) {
+	const keep = 2
+	full := conversation(12)
+	trigger := inputTokens(full[:12]) // reached at the fifth result, not before
+	rules := Rules{Tools: toolRule(trigger, keep)}
+	prev := Sticky{}
+	var prevOut []chatwire.Message
+	for n := 3; n <= len(full); n += 2 { // each turn adds a tool call and its result
+		out := Apply(full[:n], rules, prev)
+		want := documentedClears(full[:n], trigger, keep)
+		if got := placeholders(out.Messages); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%d messages: cleared %v, the documented rule clears %v", n, got, want)
+		}
+		cleared := 0
+		for _, a := range out.Applied {
+			cleared += *a.ClearedToolUses
+		}
+		if cleared != len(want) || (len(want) == 0) != (len(out.Applied) == 0) {
+			t.Fatalf("%d messages: applied_edits %+v for %d cleared", n, out.Applied, len(want))
+		}
+		// Deterministic: the same history from a fresh session, and the
+		// previous turn's messages are edited as they were, up to the
+		// first result this turn newly clears.
+		if fresh := Apply(full[:n], rules, Sticky{}); !reflect.DeepEqual(fresh.Messages, out.Messages) {
+			t.Fatalf("%d messages: edits depend on the session's past", n)
+		}
+		if prevOut != nil {
+			firstNew := len(prevOut)
+			for _, i := range want {
+				if string(prevOut[i].Content) != Placeholder {
+					firstNew = min(firstNew, i)
+				}
+			}
+			if !reflect.DeepEqual(out.Messages[:firstNew], prevOut[:firstNew]) {
+				t.Fatalf("%d messages: the prefix before the newly cleared results changed", n)
+			}
+		}
+		prev, prevOut = out.Next, out.Messages
+	}
+	// A named session rewound to an earlier turn gets that turn's edits.
+	back := Apply(full[:13], rules, prev)
+	if got, want := placeholders(back.Messages), documentedClears(full[:13], trigger, keep); !reflect.DeepEqual(got, want) {
+		t.Fatalf("rewound: cleared %v, the documented rule clears %v", got, want)
+	}
+}
+
+// Nothing triggered, nothing listed: applied_edits is the list of edits
+// that cleared something.
+func TestAppliedEditsListsOnlyWhatCleared(t *testing.T) {
+	out := Apply(conversation(4), Rules{Tools: toolRule(1<<20, 1), Think: &ThinkRule{Keep: 9}}, Sticky{})
+	if len(out.Applied) != 0 || len(out.Fresh) != 0 {
+		t.Fatalf("applied %+v, fresh %+v", out.Applied, out.Fresh)
+	}
+	tr := &turn{out: out}
+	if b, _ := json.Marshal(tr.report()); string(b) != `{"applied_edits":[]}` {
+		t.Fatalf("report %s", b)
+	}
+	out = Apply(conversation(4), Rules{Tools: toolRule(1<<20, 1), Think: &ThinkRule{Keep: 1}}, Sticky{})
+	if len(out.Applied) != 1 || out.Applied[0].Type != EditClearThinking {
+		t.Fatalf("applied %+v", out.Applied)
 	}
 }
 
@@ -124,8 +228,12 @@ func TestClearThinkingKeepsTheNewestTurns(t *testing.T) {
 				n++
 			}
 		}
-		if n != want || *out.Applied[0].ClearedThinkingTurns != want {
-			t.Fatalf("keep %d: %d turns cleared (reported %d), want %d", keep, n, *out.Applied[0].ClearedThinkingTurns, want)
+		reported := 0
+		if len(out.Applied) > 0 {
+			reported = *out.Applied[0].ClearedThinkingTurns
+		}
+		if n != want || reported != want {
+			t.Fatalf("keep %d: %d turns cleared (reported %d), want %d", keep, n, reported, want)
 		}
 	}
 }

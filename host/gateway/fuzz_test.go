@@ -101,9 +101,11 @@ func exercise(t *testing.T, raw map[string]json.RawMessage, msgs []chatwire.Mess
 	}
 	s := New(Config{Upstream: "http://127.0.0.1:1"}, nil)
 	tr := &turn{sess: session{id: "x"}, out: Apply(msgs, r, Sticky{})}
-	again := Apply(msgs, r, tr.out.Next)
-	if again.New != 0 {
-		t.Fatalf("re-applying a request's own clears made %d new ones", again.New)
+	for _, sticky := range []bool{false, true} {
+		r.StickyClears = sticky
+		if again := Apply(msgs, r, tr.out.Next); len(again.Fresh) != 0 {
+			t.Fatalf("re-applying a request's own clears (sticky %v) made new ones: %+v", sticky, again.Fresh)
+		}
 	}
 	b, e := s.forwardBody(raw, tr)
 	if e != nil {

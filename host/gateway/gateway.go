@@ -69,6 +69,9 @@ type Config struct {
 	MaxSessions  int
 	// Policy is the edits of requests without context_management.
 	Policy Rules
+	// StickyClears keeps a session's clears from turn to turn instead of
+	// deciding each request by the documented rule (Rules.StickyClears).
+	StickyClears bool
 	// Tokenize, when set, is the engine's tokenizer under the reference
 	// template: cache_control breakpoints then become pins that end
 	// exactly at their block. Without it the last breakpoint's
@@ -171,6 +174,7 @@ func (s *Server) prepare(r *http.Request, msgs []chatwire.Message, own *Rules, b
 	if own != nil {
 		rules = *own
 	}
+	rules.StickyClears = s.cfg.StickyClears
 	out := Apply(msgs, rules, sess.sticky)
 	return &turn{tenant: tenant, sess: sess, out: out, breaks: breaks}, nil
 }

@@ -17,11 +17,11 @@ const SessionHeader = "x-kvpilot-session"
 // Sessions and how they are named:
 //
 //   - Named: the x-kvpilot-session header, within the request's tenant. A
-//     resent history that diverges from the stored one (the harness edited
-//     or forked it) stays in the session: its clears of items the new
-//     history still holds are kept (items are matched by content, not by
-//     position), the rest are dropped, and the engine's session diff
-//     splices the cache toward the new history.
+//     resent history that diverges from the stored one (the harness edited,
+//     forked or rewound it) stays in the session: it gets the edits the
+//     rules give that history (with sticky clears, the session's clears of
+//     items it still holds, matched by content, not by position), and the
+//     engine's session diff splices the cache toward it.
 //   - Unnamed: a stable hash of the tenant, the system message and the
 //     first user message. Two conversations with the same opening collide
 //     on that hash; so does a fork. A request whose history diverges from

@@ -70,9 +70,10 @@ def test_stream_with_usage(front_door: FrontDoor) -> None:
 
 def test_tool_calls_edits_and_stickiness(front_door: FrontDoor) -> None:
     """clear_tool_uses in kvpilot's context_management extension: once the
-    context passes the trigger, old tool results are cleared, reported in
-    the response, and stay cleared on every later turn; the turn after an
-    edit still hits the cache past it (the host spliced)."""
+    context passes the trigger, every tool result but the newest (keep 1)
+    is cleared on every turn, by the documented rule on the whole history,
+    and reported in the response (an empty applied_edits before); the turn
+    after an edit still hits the cache past it."""
     c = client(front_door)
     edits = {
         "edits": [
@@ -100,6 +101,9 @@ def test_tool_calls_edits_and_stickiness(front_door: FrontDoor) -> None:
         )
         applied = (r.model_extra or {})["context_management"]["applied_edits"]
         cleared = sum(a.get("cleared_tool_uses", 0) for a in applied)
+        # turn tool results went out; once triggered, all but keep are cleared.
+        assert cleared in (0, turn - 1), f"turn {turn}: {cleared} of {turn} results cleared"
+        assert (cleared == 0) == (applied == []), applied
         assert cleared >= cleared_before, "a cleared tool result came back"
         if cleared > cleared_before:
             saw_edit = True
