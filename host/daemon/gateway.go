@@ -52,7 +52,8 @@ func (d *Daemon) buildGateway() error {
 		d.log.Warn("gateway on with index.auto_splice off: edits reach the model, but the cache re-prefills after each one")
 	}
 	cfg := gateway.Config{Upstream: g.Upstream, UpstreamAPIKey: g.UpstreamAPIKey, Timeout: g.Timeout, TenantHeader: g.TenantHeader,
-		Tenants: g.Tenants, MaxSessions: g.MaxSessions, Policy: rules, StickyClears: g.StickyClears, Log: d.log.Named("gateway"), Metrics: &d.metrics.Gateway,
+		Tenants: g.Tenants, MaxSessions: g.MaxSessions, Policy: rules, StickyClears: g.StickyClears, PageSize: d.cfg.Index.PageSize,
+		Log: d.log.Named("gateway"), Metrics: &d.metrics.Gateway,
 		Engine: gatewayEngine{d}}
 	if tok := d.tokenize; tok != nil {
 		cfg.Tokenize = func(s string) []uint32 { t, _ := tok(s); return t }

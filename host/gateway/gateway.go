@@ -46,6 +46,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -78,6 +79,10 @@ type Config struct {
 	// cache_control goes to the engine in kv_transfer_params, which pins
 	// the whole prompt at finish.
 	Tokenize chatwire.Tokenizer
+	// PageSize is the host's tokens per page (index.page_size): a pin
+	// covers whole pages, so a breakpoint before the first page boundary
+	// pins nothing and is not sent.
+	PageSize int
 	// Engine, when set, lets the front door splice its edits on an engine
 	// that serves no fill orders (prefill.go).
 	Engine Engine
@@ -95,6 +100,9 @@ type Server struct {
 	sessions *store
 	bind     binding
 	dirs     Directives
+	// subPage says once that breakpoints before the first page boundary
+	// pin nothing (a harness sends the same ones every turn).
+	subPage sync.Once
 }
 
 // New returns a front door that forwards to cfg.Upstream and sends its
@@ -233,8 +241,18 @@ func (s *Server) pin(ctx context.Context, t *turn) {
 	ds := make([]directive.Directive, 0, len(t.breaks))
 	for _, b := range t.breaks {
 		toks, _ := chatwire.Render(t.out.Messages[:b.Msg+1], s.cfg.Tokenize)
+		if len(toks) < s.cfg.PageSize {
+			s.subPage.Do(func() {
+				s.cfg.Log.Debug("cache_control breakpoint before the first page boundary: nothing pinned, as a pin covers whole pages (said once)",
+					"session", t.sess.id, "tokens", len(toks), "page_size", s.cfg.PageSize)
+			})
+			continue
+		}
 		ttl := directive.TTL(b.TTL)
 		ds = append(ds, directive.Pin{Session: t.sess.id, End: int64(len(toks)), TTL: &ttl})
+	}
+	if len(ds) == 0 {
+		return
 	}
 	if reply := s.dirs.Submit(ctx, t.tenant, ds); reply.Status != directive.StatusOK {
 		s.cfg.Log.Warn("cache_control breakpoints not pinned", "session", t.sess.id, "tenant", t.tenant, "error", reply.Error)

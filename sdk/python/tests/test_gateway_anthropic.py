@@ -187,3 +187,26 @@ def test_errors_in_anthropic_shape(front_door_factory: Any) -> None:
         c.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}])
     assert down.value.status_code == 502
     assert down.value.body["error"]["type"] == "api_error"  # type: ignore[index]
+
+
+def test_sub_page_breakpoint_pins_nothing_quietly(front_door_factory: Any) -> None:
+    """A cache_control breakpoint whose prefix ends before the first page
+    boundary pins nothing: the host says so once, at debug level, and
+    neither warns nor audits an error on every request."""
+    fd: FrontDoor = front_door_factory(log={"level": "debug"})
+    c = client(fd)
+    system: Any = [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
+    for i in range(3):
+        c.messages.create(
+            model=MODEL,
+            max_tokens=8,
+            system=system,
+            messages=[{"role": "user", "content": f"Question {i}?"}],
+            extra_headers=SESSION,
+        )
+    log = fd.host.log_path.read_text(errors="replace")
+    said = [line for line in log.splitlines() if "breakpoint" in line]
+    assert len(said) == 1 and "DEBUG" in said[0] and "nothing pinned" in said[0], said
+    audit = (fd.host.data_dir / "audit.log").read_text(errors="replace").splitlines()
+    errors = [line for line in audit if '"status":"error"' in line]
+    assert not errors, errors
