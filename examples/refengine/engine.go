@@ -28,6 +28,7 @@ import (
 	"github.com/kvpilot/kvpilot/kernels/rope"
 	"github.com/kvpilot/kvpilot/sdk/engineclient"
 	"github.com/kvpilot/kvpilot/sdk/enginewire"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
 // ErrContract: a cached key differs from what a prefill at its position
@@ -184,6 +185,11 @@ func (e *Engine) run(ctx context.Context, r TurnRequest) (st TurnStats, err erro
 	w := newWriter(&e.layout, e.rot, e.cfg.Seed) // per turn: turns may run concurrently
 	seq := make([]uint32, 0, len(r.Tokens)+len(r.Output))
 	seq = append(append(seq, r.Tokens...), r.Output...)
+	// The whole turn computes in the device arena: a longer one can never
+	// run, which is the client's to fix, not a failure to retry.
+	if slots := e.c.Device().Slots; len(seq) > slots*ps {
+		return st, errcode.New(errcode.PromptTooLong, "%d tokens with the answer; this engine holds %d (%d pages of %d)", len(seq), slots*ps, slots, ps)
+	}
 	matchStart := time.Now()
 	m, err := e.c.Match(ctx, engineclient.MatchRequest{Session: r.Session, Tenant: r.Tenant, Tokens: r.Tokens, Messages: r.Messages})
 	if err != nil {

@@ -100,6 +100,13 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	answer, finish := s.answer(&req)
 	st, err := s.run(r.Context(), &req, kv, answer)
 	if err != nil {
+		// A request the host or the engine refused as malformed or invalid
+		// (a prompt too long among them) is the client's to fix: 400, which
+		// SDKs do not retry. Anything else is this server's failure.
+		if n := errcode.From(err).Entry().Number / 1000; n == 1 || n == 2 {
+			s.fail(w, http.StatusBadRequest, "invalid_request_error", err)
+			return
+		}
 		s.fail(w, http.StatusInternalServerError, "server_error", err)
 		return
 	}
@@ -214,8 +221,11 @@ func (s *Server) fail(w http.ResponseWriter, status int, typ string, err error) 
 		status, e = http.StatusRequestEntityTooLarge, errcode.Wrap(errcode.PayloadTooLarge, err, "request body over %d bytes", s.o.MaxBodyBytes)
 	}
 	code := string(e.Code)
-	if status == http.StatusNotFound {
+	switch {
+	case status == http.StatusNotFound:
 		code = "model_not_found"
+	case e.Code == errcode.PromptTooLong:
+		code = "context_length_exceeded" // OpenAI's code for it
 	}
 	writeJSON(w, status, chatwire.ErrorBody{Error: chatwire.ErrorDetail{Message: e.Error(), Type: typ, Code: code, Hint: e.Entry().Hint}})
 }

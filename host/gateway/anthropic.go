@@ -90,6 +90,9 @@ func ParseAnthropic(body []byte) (anthropicRequest, []chatwire.Message, []breakp
 			return req, nil, nil, nil, err
 		}
 	}
+	if err := tr.unanswered(); err != nil {
+		return req, nil, nil, nil, err
+	}
 	fwd, err := forwardFields(&req)
 	return req, tr.out, tr.breaks, fwd, err
 }
@@ -98,6 +101,22 @@ func ParseAnthropic(body []byte) (anthropicRequest, []chatwire.Message, []breakp
 type translator struct {
 	out    []chatwire.Message
 	breaks []breakpoint
+	// calls are the tool_use ids of the previous message (an assistant
+	// turn) not yet answered, and callsAt its index: Anthropic's API
+	// refuses a tool_use whose tool_result is not in the next message, and
+	// a tool_result that answers no tool_use of the previous one.
+	calls   []string
+	callsAt int
+}
+
+// unanswered refuses the previous message's tool_use blocks that the
+// message after it did not answer (at the end: that no message answered).
+func (t *translator) unanswered() error {
+	if len(t.calls) == 0 {
+		return nil
+	}
+	return errcode.New(errcode.BadRequest, "messages[%d]: tool_use %s has no tool_result in the next message; "+
+		"each tool_use needs a tool_result block with its id in the user message right after it", t.callsAt, quote(t.calls[0]))
 }
 
 func (t *translator) system(raw json.RawMessage) error {
@@ -126,41 +145,72 @@ func (t *translator) message(i int, m anthropicMessage) error {
 		return err
 	}
 	if m.Role == "assistant" {
+		if err := t.unanswered(); err != nil { // the previous turn's calls, answered by no user message
+			return err
+		}
 		err = t.assistant(blocks, where)
+		t.calls, t.callsAt = toolUseIDs(blocks), i
 	} else {
-		err = t.user(blocks, where)
+		err = t.user(blocks, where, t.calls)
+		t.calls = nil
 	}
 	if err != nil {
 		return err
 	}
-	return t.breakpoints(blocks, where)
+	return t.breakpoints(blocks, where+".content")
 }
 
-// user emits the tool results first (they answer the previous assistant
-// turn's calls), then the text as one user message.
-func (t *translator) user(blocks []block, where string) error {
+func toolUseIDs(blocks []block) []string {
+	var ids []string
+	for _, b := range blocks {
+		if b.Type == "tool_use" {
+			ids = append(ids, b.ID)
+		}
+	}
+	return ids
+}
+
+// user emits the tool results first (they answer calls, the tool_use ids
+// of the previous assistant turn, each of which they must answer), then
+// the text as one user message.
+func (t *translator) user(blocks []block, where string, calls []string) error {
 	var text strings.Builder
 	hasText := false
+	open := make(map[string]bool, len(calls))
+	for _, id := range calls {
+		open[id] = true
+	}
 	for j, b := range blocks {
 		switch b.Type {
 		case "text":
 			text.WriteString(b.Text)
 			hasText = true
 		case "tool_result":
+			if !open[b.ToolUseID] {
+				return errcode.New(errcode.BadRequest, "%s.content[%d]: tool_result for tool_use_id %s, which the previous message did not call (or another tool_result answered); "+
+					"each tool_result answers a tool_use of the assistant message right before it", where, j, quote(b.ToolUseID))
+			}
+			delete(open, b.ToolUseID)
 			c, err := resultText(b.Content)
 			if err != nil {
-				return errcode.New(errcode.BadRequest, "%s[%d].content: %v", where, j, err)
+				return errcode.Wrap(errcode.From(err).Code, err, "%s.content[%d].content", where, j)
 			}
 			if b.IsError {
 				c = "[error] " + c
 			}
 			t.out = append(t.out, chatwire.Message{Role: "tool", ToolCallID: b.ToolUseID, Content: chatwire.Content(c)})
 		default:
-			return errcode.New(errcode.NotSupportedYet, "%s[%d]: block type %s: the front door forwards text, tool_use, tool_result and thinking", where, j, quote(b.Type))
+			return errcode.New(errcode.NotSupportedYet, "%s.content[%d]: block type %s: the front door forwards text, tool_use, tool_result and thinking", where, j, quote(b.Type))
 		}
 	}
 	if hasText || len(blocks) == 0 {
 		t.out = append(t.out, chatwire.Message{Role: "user", Content: chatwire.Content(text.String())})
+	}
+	for _, id := range calls {
+		if open[id] {
+			return errcode.New(errcode.BadRequest, "%s: no tool_result for tool_use %s of the message before it; "+
+				"each tool_use needs a tool_result block with its id in the user message right after it", where, quote(id))
+		}
 	}
 	return nil
 }
@@ -181,13 +231,13 @@ func (t *translator) assistant(blocks []block, where string) error {
 			if len(bytes.TrimSpace(b.Input)) > 0 {
 				var buf bytes.Buffer
 				if err := json.Compact(&buf, b.Input); err != nil {
-					return errcode.New(errcode.BadRequest, "%s[%d].input: %v", where, j, err)
+					return errcode.New(errcode.BadRequest, "%s.content[%d].input: %v", where, j, err)
 				}
 				args = buf.String()
 			}
 			m.ToolCalls = append(m.ToolCalls, chatwire.ToolCall{ID: b.ID, Type: "function", Function: chatwire.FunctionCall{Name: b.Name, Arguments: args}})
 		default:
-			return errcode.New(errcode.NotSupportedYet, "%s[%d]: block type %s in an assistant turn", where, j, quote(b.Type))
+			return errcode.New(errcode.NotSupportedYet, "%s.content[%d]: block type %s in an assistant turn", where, j, quote(b.Type))
 		}
 	}
 	m.Content = chatwire.Content(text.String())
@@ -195,20 +245,21 @@ func (t *translator) assistant(blocks []block, where string) error {
 	return nil
 }
 
-// breakpoints records the cache_control of blocks, which now end in the
-// last message emitted.
-func (t *translator) breakpoints(blocks []block, where string) error {
+// breakpoints records the cache_control of blocks (at is where they are:
+// "system", "messages[3].content"), which now end in the last message
+// emitted.
+func (t *translator) breakpoints(blocks []block, at string) error {
 	for j, b := range blocks {
 		cc := b.CacheControl
 		if cc == nil {
 			continue
 		}
 		if cc.Type != "ephemeral" {
-			return errcode.New(errcode.BadRequest, "%s[%d].cache_control.type %s: the only type is \"ephemeral\"", where, j, quote(cc.Type))
+			return errcode.New(errcode.BadRequest, "%s[%d].cache_control.type %s: the only type is \"ephemeral\"", at, j, quote(cc.Type))
 		}
 		ttl, err := enginewire.ParseTTL(cc.TTL)
 		if err != nil {
-			return errcode.Wrap(errcode.InvalidTTL, err, "%s[%d].cache_control.ttl", where, j)
+			return errcode.Wrap(errcode.InvalidTTL, errcode.From(err).Err, "%s[%d].cache_control.ttl", at, j)
 		}
 		raw, _ := json.Marshal(cc)
 		t.breaks = append(t.breaks, breakpoint{Msg: len(t.out) - 1, TTL: ttl, Raw: raw})

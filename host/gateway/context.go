@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
@@ -92,7 +93,7 @@ func (e editSpec) toolRule() (*ToolRule, error) {
 	if len(e.Keep) > 0 && string(e.Keep) != "null" {
 		var t threshold
 		if err := json.Unmarshal(e.Keep, &t); err != nil {
-			return nil, errcode.Wrap(errcode.BadRequest, errcode.FromJSON(err, ""), "keep")
+			return nil, errcode.FromJSON(err, "keep")
 		}
 		if err := t.check("keep", "tool_uses"); err != nil {
 			return nil, err
@@ -127,7 +128,7 @@ func (e editSpec) thinkRule() (*ThinkRule, error) {
 	default:
 		var t threshold
 		if err := json.Unmarshal(k, &t); err != nil {
-			return nil, errcode.Wrap(errcode.BadRequest, errcode.FromJSON(err, ""), "keep")
+			return nil, errcode.FromJSON(err, "keep")
 		}
 		if t.Type == "all" {
 			r.Keep = -1
@@ -148,7 +149,7 @@ func (t threshold) check(field string, types ...string) error {
 	}
 	switch {
 	case !ok:
-		return errcode.New(errcode.BadRequest, "%s.type %s: want %v", field, quote(t.Type), types)
+		return errcode.New(errcode.BadRequest, "%s.type %s: want %s", field, quote(t.Type), strings.Join(types, " or "))
 	case t.Value == nil:
 		return errcode.New(errcode.MissingField, "%s.value", field)
 	case *t.Value < 0:

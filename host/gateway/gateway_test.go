@@ -43,6 +43,18 @@ func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "404":
 		http.Error(w, `{"error":{"message":"The model does not exist"}}`, http.StatusNotFound)
 		return
+	case "kv400": // another kvpilot's refusal, relayed
+		http.Error(w, `{"error":{"message":"bad_request: malformed request: messages[0]: unknown role \"robot\"","type":"invalid_request_error","code":"bad_request"}}`, http.StatusBadRequest)
+		return
+	case "500":
+		http.Error(w, `{"error":{"message":"internal: internal error: engine crashed"}}`, http.StatusInternalServerError)
+		return
+	case "toolong": // vLLM's answer (a numeric code)
+		http.Error(w, `{"error":{"message":"This model's maximum context length is 1024 tokens. However, your prompt contains 5000 input tokens","type":"BadRequestError","param":"input_tokens","code":400}}`, http.StatusBadRequest)
+		return
+	case "toolong-ref": // the reference engine's (OpenAI's code)
+		http.Error(w, `{"error":{"message":"prompt_too_long: prompt too long for the engine: 5000 tokens with the answer; this engine holds 1024","type":"invalid_request_error","code":"context_length_exceeded"}}`, http.StatusBadRequest)
+		return
 	}
 	stop := "stop"
 	text := "hello"
@@ -131,6 +143,10 @@ func TestErrorShapes(t *testing.T) {
 		{"anthropic upstream slow", "slow", url, "/v1/messages", anBody, 504, "timeout_error"},
 		{"anthropic image block", "ok", url, "/v1/messages", `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":[{"type":"image","source":{}}]}]}`, 400, "invalid_request_error"},
 		{"anthropic unknown edit", "ok", url, "/v1/messages", `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"x"}],"context_management":{"edits":[{"type":"compact_20260112"}]}}`, 400, "invalid_request_error"},
+		{"openai prompt too long", "toolong", url, "/v1/chat/completions", oaBody, 400, "invalid_request_error"},
+		{"anthropic prompt too long", "toolong", url, "/v1/messages", anBody, 400, "invalid_request_error"},
+		{"openai prompt too long (reference engine)", "toolong-ref", url, "/v1/chat/completions", oaBody, 400, "invalid_request_error"},
+		{"anthropic prompt too long (reference engine)", "toolong-ref", url, "/v1/messages", anBody, 400, "invalid_request_error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			up.set(tc.mode)
@@ -337,5 +353,75 @@ func TestTenantRefusalShapes(t *testing.T) {
 	}
 	if kv, _ := chatwire.ReadKVParams(up.received[0].KVTransferParams); kv.Tenant != "acme" {
 		t.Fatalf("tenant %q, want the key's only tenant", kv.Tenant)
+	}
+}
+
+// A prompt longer than the engine's context is the client's to fix: 400
+// in both APIs (SDKs retry a 5xx), and OpenAI's context_length_exceeded
+// code where the engine names it.
+func TestPromptTooLongIs400(t *testing.T) {
+	up := &fakeUpstream{mode: "toolong-ref"}
+	_, url := startGateway(t, up, Rules{})
+	status, b := post(t, url+"/v1/chat/completions", oaBody)
+	var e chatwire.ErrorBody
+	if err := json.Unmarshal(b, &e); err != nil || status != 400 || e.Error.Code != "context_length_exceeded" ||
+		!strings.HasPrefix(e.Error.Message, "prompt_too_long: prompt too long for the engine: upstream: 5000 tokens") {
+		t.Fatalf("%d %s", status, b)
+	}
+}
+
+// Tool blocks that do not pair up are refused with 400 in each API's
+// shape, as both APIs do: Anthropic's tool_result must answer a tool_use of
+// the message right before it, and each tool_use needs its tool_result in
+// the next message; an OpenAI tool message must answer a preceding
+// assistant message's tool_calls, each of which needs one.
+func TestUnpairedToolBlocksAre400(t *testing.T) {
+	up := &fakeUpstream{mode: "ok"}
+	_, url := startGateway(t, up, Rules{})
+	const (
+		use    = `{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"bash","input":{}}]}`
+		result = `{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"ok"}]}`
+		other  = `{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_9","content":"ok"}]}`
+		call   = `{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"bash","arguments":"{}"}}]}`
+		answer = `{"role":"tool","tool_call_id":"call_1","content":"ok"}`
+	)
+	an := func(msgs ...string) string {
+		return `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"go"},` + strings.Join(msgs, ",") + `]}`
+	}
+	oa := func(msgs ...string) string {
+		return `{"model":"m","messages":[{"role":"user","content":"go"},` + strings.Join(msgs, ",") + `]}`
+	}
+	for _, tc := range []struct {
+		name, path, body, want string
+	}{
+		{"anthropic tool_result of an unknown id", "/v1/messages", an(use, other), `messages[2].content[0]: tool_result for tool_use_id "toolu_9"`},
+		{"anthropic tool_result after no tool_use", "/v1/messages", an(`{"role":"assistant","content":"hm"}`, result), `messages[2].content[0]: tool_result for tool_use_id "toolu_1"`},
+		{"anthropic tool_use with no tool_result", "/v1/messages", an(use, `{"role":"user","content":"and?"}`), `messages[2]: no tool_result for tool_use "toolu_1"`},
+		{"anthropic tool_use last", "/v1/messages", an(use), `messages[1]: tool_use "toolu_1" has no tool_result`},
+		{"anthropic tool_use then assistant", "/v1/messages", an(use, `{"role":"assistant","content":"x"}`), `messages[1]: tool_use "toolu_1" has no tool_result`},
+		{"openai tool with no tool_calls", "/v1/chat/completions", oa(answer), `messages[1]: a tool message must answer the tool_calls`},
+		{"openai tool of an unknown id", "/v1/chat/completions", oa(call, `{"role":"tool","tool_call_id":"call_9","content":"ok"}`), `messages[2].tool_call_id "call_9"`},
+		{"openai tool answered twice", "/v1/chat/completions", oa(call, answer, answer), `messages[3].tool_call_id "call_1"`},
+		{"openai tool_calls with no answer", "/v1/chat/completions", oa(call, `{"role":"user","content":"and?"}`), `messages[1].tool_calls: the call "call_1" has no tool message`},
+		{"openai tool_calls last", "/v1/chat/completions", oa(call), `messages[1].tool_calls: the call "call_1" has no tool message`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, b := post(t, url+tc.path, tc.body)
+			var e struct {
+				Type  string `json:"type"`
+				Error struct{ Type, Message, Code string }
+			}
+			if err := json.Unmarshal(b, &e); err != nil || status != 400 || e.Error.Type != "invalid_request_error" || e.Error.Code != "bad_request" ||
+				!strings.Contains(e.Error.Message, tc.want) {
+				t.Fatalf("%d %s; want 400 and %q", status, b, tc.want)
+			}
+		})
+	}
+	// Paired, both pass.
+	if status, b := post(t, url+"/v1/messages", an(use, result)); status != 200 {
+		t.Fatalf("anthropic paired: %d %s", status, b)
+	}
+	if status, b := post(t, url+"/v1/chat/completions", oa(call, answer)); status != 200 {
+		t.Fatalf("openai paired: %d %s", status, b)
 	}
 }

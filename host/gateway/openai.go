@@ -38,7 +38,57 @@ func ParseOpenAI(body []byte) (openAIRequest, map[string]json.RawMessage, error)
 			return openAIRequest{}, nil, errcode.New(errcode.BadRequest, "messages[%d].role: %v", i, err)
 		}
 	}
+	if err := checkToolPairs(req.Messages); err != nil {
+		return openAIRequest{}, nil, err
+	}
 	return req, raw, nil
+}
+
+// checkToolPairs holds a chat history to OpenAI's pairing of tool calls
+// and tool messages, which OpenAI's API refuses with 400 when broken (and
+// an engine would template into a prompt the model never saw in
+// training): every tool message answers a call of the assistant message
+// before its run of tool messages, and every call is answered there.
+func checkToolPairs(msgs []chatwire.Message) error {
+	var open map[string]bool // the calls of the assistant message being answered
+	at := -1                 // that message's index
+	unanswered := func() error {
+		for _, c := range msgs[at].ToolCalls {
+			if open[c.ID] {
+				return errcode.New(errcode.BadRequest, "messages[%d].tool_calls: the call %s has no tool message answering it; "+
+					"each tool call needs a tool message with its tool_call_id after the assistant message", at, quote(c.ID))
+			}
+		}
+		return nil
+	}
+	for i, m := range msgs {
+		if m.Role == "tool" {
+			switch {
+			case open == nil:
+				return errcode.New(errcode.BadRequest, "messages[%d]: a tool message must answer the tool_calls of an assistant message before it; none precedes it", i)
+			case !open[m.ToolCallID]:
+				return errcode.New(errcode.BadRequest, "messages[%d].tool_call_id %s: the assistant message before it made no open call of that id", i, quote(m.ToolCallID))
+			}
+			delete(open, m.ToolCallID)
+			continue
+		}
+		if open != nil {
+			if err := unanswered(); err != nil {
+				return err
+			}
+			open = nil
+		}
+		if m.Role == "assistant" && len(m.ToolCalls) > 0 {
+			open, at = make(map[string]bool, len(m.ToolCalls)), i
+			for _, c := range m.ToolCalls {
+				open[c.ID] = true
+			}
+		}
+	}
+	if open != nil {
+		return unanswered()
+	}
+	return nil
 }
 
 func (s *Server) openAI(w http.ResponseWriter, r *http.Request) {

@@ -82,8 +82,10 @@ func transportError(err error) *apiError {
 // are (404 is an unknown model), 503 as overloaded, other 5xx as 502.
 func statusError(resp *http.Response) *apiError {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	msg := upstreamMessage(b)
+	msg, code := upstreamMessage(b)
 	switch s := resp.StatusCode; {
+	case s == http.StatusBadRequest && (code == contextLengthExceeded || code == string(errcode.PromptTooLong)):
+		return &apiError{status: s, err: errcode.New(errcode.PromptTooLong, "upstream: %s", msg), openAICode: contextLengthExceeded}
 	case s == http.StatusNotFound:
 		return &apiError{status: s, err: errcode.New(errcode.BadRequest, "upstream: %s", msg), openAICode: "model_not_found"}
 	case s == http.StatusRequestEntityTooLarge:
@@ -96,25 +98,32 @@ func statusError(resp *http.Response) *apiError {
 	return &apiError{status: http.StatusBadGateway, err: errcode.New(errcode.Unavailable, "upstream answered %d: %s", resp.StatusCode, msg)}
 }
 
-// upstreamMessage reads an OpenAI error's message, or the body's start.
-func upstreamMessage(b []byte) string {
+// contextLengthExceeded is OpenAI's code for a prompt longer than the
+// model's context, which the front door answers with it too.
+const contextLengthExceeded = "context_length_exceeded"
+
+// upstreamMessage reads an OpenAI error's message and its code, when a
+// string, or the body's start.
+func upstreamMessage(b []byte) (msg, code string) {
 	var e struct {
 		Error struct {
-			Message string `json:"message"`
+			Message string          `json:"message"`
+			Code    json.RawMessage `json:"code"`
 		} `json:"error"`
 		Message string `json:"message"`
 	}
 	if json.Unmarshal(b, &e) == nil {
+		_ = json.Unmarshal(e.Error.Code, &code) // vLLM sends a number
 		if e.Error.Message != "" {
-			return e.Error.Message
+			return e.Error.Message, code
 		}
 		if e.Message != "" {
-			return e.Message
+			return e.Message, code
 		}
 	}
 	s := strings.TrimSpace(string(b))
 	if len(s) > 200 {
 		s = s[:200] + "..."
 	}
-	return s
+	return s, ""
 }

@@ -19,6 +19,7 @@ const (
 	PayloadTooLarge Code = "payload_too_large"
 	UnknownVerb     Code = "unknown_verb"
 	TooMany         Code = "too_many"
+	PromptTooLong   Code = "prompt_too_long"
 
 	InvalidHash      Code = "invalid_hash"
 	InvalidTTL       Code = "invalid_ttl"
@@ -71,6 +72,9 @@ var registry = []Entry{
 	{TooMany, 1004, 3, // InvalidArgument
 		"too many items",
 		"send fewer directives per turn or fewer hashes/tokens per directive; the detail gives the limit"},
+	{PromptTooLong, 1005, 3, // InvalidArgument
+		"prompt too long for the engine",
+		"shorten the conversation (clear old tool results or turns) to fit the engine's context; the detail gives its limit"},
 
 	{InvalidHash, 2001, 3, // InvalidArgument
 		"invalid block hash",
@@ -178,6 +182,7 @@ var (
 	ErrPayloadTooLarge     = &Error{Code: PayloadTooLarge, Index: -1}
 	ErrUnknownVerb         = &Error{Code: UnknownVerb, Index: -1}
 	ErrTooMany             = &Error{Code: TooMany, Index: -1}
+	ErrPromptTooLong       = &Error{Code: PromptTooLong, Index: -1}
 	ErrInvalidHash         = &Error{Code: InvalidHash, Index: -1}
 	ErrInvalidTTL          = &Error{Code: InvalidTTL, Index: -1}
 	ErrInvalidTier         = &Error{Code: InvalidTier, Index: -1}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
@@ -220,35 +221,93 @@ func gatewayArm(ctx context.Context, p GatewayParams, arm string, prog Progress)
 type Turn struct{ Messages []chatwire.Message }
 
 // ChatTurns renders a trace as a harness's chat requests: each run of
-// assistant messages is one request's answer, and every request resends
-// the whole history before it. Tool calls get ids; tool results answer the
-// newest call; thinking becomes reasoning_content.
+// assistant messages is one request's answer, one assistant message (its
+// texts and thinking joined, thinking as reasoning_content, its tool uses
+// as tool calls with ids), and every request resends the whole history
+// before it. Tool results answer the answer's calls in order, as chat
+// APIs require: a result the trace holds no call for (an agent whose
+// action is in its text) gets a call of its own in the answer, a call the
+// trace holds no result for is left out, and a result after no answer at
+// all is a user message.
 func ChatTurns(tr Trace, system string, maxRequests int) []Turn {
 	hist := []chatwire.Message{{Role: "system", Content: chatwire.Content(system)}}
 	var out []Turn
-	lastCall := ""
-	for i, m := range tr.Messages {
-		if m.Role == "assistant" && (i == 0 || tr.Messages[i-1].Role != "assistant") {
-			if maxRequests > 0 && len(out) >= maxRequests {
-				break
+	answer := -1   // hist's index of the current answer, while its results follow it
+	var open []int // indices into hist[answer].ToolCalls not yet answered, oldest first
+	endResults := func() {
+		if answer < 0 {
+			return
+		}
+		a := &hist[answer]
+		kept := a.ToolCalls[:0:0]
+		for j, c := range a.ToolCalls {
+			if !slices.Contains(open, j) {
+				kept = append(kept, c)
 			}
-			out = append(out, Turn{Messages: append([]chatwire.Message(nil), hist...)})
 		}
-		c := chatwire.Message{Role: m.Role, Content: chatwire.Content(m.Content), ReasoningContent: m.Thinking}
-		switch {
-		case m.Role == "assistant" && m.ToolName != "":
-			lastCall = fmt.Sprintf("call_%d", i)
+		a.ToolCalls, answer, open = kept, -1, nil
+	}
+	for i, m := range tr.Messages {
+		switch m.Role {
+		case "assistant":
+			if i == 0 || tr.Messages[i-1].Role != "assistant" {
+				endResults()
+				if maxRequests > 0 && len(out) >= maxRequests {
+					return out
+				}
+				out = append(out, Turn{Messages: append([]chatwire.Message(nil), hist...)})
+				hist = append(hist, chatwire.Message{Role: "assistant"})
+				answer = len(hist) - 1
+			}
+			a := &hist[answer]
+			a.ReasoningContent = joined(a.ReasoningContent, m.Thinking)
+			if m.ToolName == "" {
+				a.Content = chatwire.Content(joined(string(a.Content), m.Content))
+				continue
+			}
 			args, _ := json.Marshal(map[string]string{"input": m.Content})
-			c.Content = ""
-			c.ToolCalls = []chatwire.ToolCall{{ID: lastCall, Type: "function", Function: chatwire.FunctionCall{Name: m.ToolName, Arguments: string(args)}}}
-		case m.Role == "tool":
-			c.ToolCallID, c.Name = lastCall, m.ToolName
-		case m.Role != "user" && m.Role != "assistant" && m.Role != "system":
-			c.Role = "user"
+			open = append(open, len(a.ToolCalls))
+			a.ToolCalls = append(a.ToolCalls, chatwire.ToolCall{ID: fmt.Sprintf("call_%d", i), Type: "function",
+				Function: chatwire.FunctionCall{Name: m.ToolName, Arguments: string(args)}})
+		case "tool":
+			if answer < 0 {
+				hist = append(hist, chatwire.Message{Role: "user", Content: chatwire.Content(m.Content)})
+				continue
+			}
+			a := &hist[answer]
+			if len(open) == 0 { // a result of an action the answer's text took
+				name := m.ToolName
+				if name == "" {
+					name = "tool"
+				}
+				open = append(open, len(a.ToolCalls))
+				a.ToolCalls = append(a.ToolCalls, chatwire.ToolCall{ID: fmt.Sprintf("call_%d", i), Type: "function",
+					Function: chatwire.FunctionCall{Name: name, Arguments: "{}"}})
+			}
+			c := a.ToolCalls[open[0]]
+			open = open[1:]
+			hist = append(hist, chatwire.Message{Role: "tool", ToolCallID: c.ID, Name: c.Function.Name, Content: chatwire.Content(m.Content)})
+		default:
+			endResults()
+			role := m.Role
+			if role != "user" && role != "system" {
+				role = "user"
+			}
+			hist = append(hist, chatwire.Message{Role: role, Content: chatwire.Content(m.Content), ReasoningContent: m.Thinking})
 		}
-		hist = append(hist, c)
 	}
 	return out
+}
+
+// joined appends b to a on a new line.
+func joined(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "\n" + b
 }
 
 // ChatResult is one streamed answer as the client saw it: the prompt and

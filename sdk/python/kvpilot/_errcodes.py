@@ -72,6 +72,19 @@ class TooMany(MalformedError):
     hint = "send fewer directives per turn or fewer hashes/tokens per directive; the detail gives the limit"
 
 
+class PromptTooLong(MalformedError):
+    """prompt_too_long (1005): prompt too long for the engine.
+
+    Hint: shorten the conversation (clear old tool results or turns) to fit the engine's context; the detail gives its limit
+    """
+
+    code = "prompt_too_long"
+    number = 1005
+    grpc_code = 3
+    message = "prompt too long for the engine"
+    hint = "shorten the conversation (clear old tool results or turns) to fit the engine's context; the detail gives its limit"
+
+
 class InvalidHash(InvalidError):
     """invalid_hash (2001): invalid block hash.
 
@@ -481,6 +494,7 @@ REGISTRY: dict[str, type[KvpilotError]] = {
     "payload_too_large": PayloadTooLarge,
     "unknown_verb": UnknownVerb,
     "too_many": TooMany,
+    "prompt_too_long": PromptTooLong,
     "invalid_hash": InvalidHash,
     "invalid_ttl": InvalidTTL,
     "invalid_tier": InvalidTier,

@@ -210,3 +210,45 @@ def test_sub_page_breakpoint_pins_nothing_quietly(front_door_factory: Any) -> No
     audit = (fd.host.data_dir / "audit.log").read_text(errors="replace").splitlines()
     errors = [line for line in audit if '"status":"error"' in line]
     assert not errors, errors
+
+
+def test_unpaired_tool_blocks_are_400(front_door: FrontDoor) -> None:
+    """Tool blocks that do not pair up are refused as Anthropic's API refuses
+    them: a tool_result of an unknown tool_use_id, a tool_use with no
+    tool_result in the next message."""
+    c = client(front_door)
+    use: Any = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {}}],
+    }
+
+    def result(tool_use_id: str) -> Any:
+        block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": "ok"}
+        return {"role": "user", "content": [block]}
+
+    go: Any = {"role": "user", "content": "Go."}
+    for msgs, want in [
+        ([go, use, result("toolu_9")], 'tool_result for tool_use_id "toolu_9"'),
+        ([go, use, {"role": "user", "content": "And?"}], 'no tool_result for tool_use "toolu_1"'),
+        ([go, result("toolu_1")], 'tool_result for tool_use_id "toolu_1"'),
+    ]:
+        with pytest.raises(anthropic.BadRequestError) as e:
+            c.messages.create(model=MODEL, max_tokens=8, tools=TOOLS, messages=msgs)
+        assert e.value.status_code == 400 and want in e.value.message
+        assert e.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    ok = c.messages.create(
+        model=MODEL, max_tokens=8, tools=TOOLS, messages=[go, use, result("toolu_1")]
+    )
+    assert ok.type == "message"
+
+
+def test_prompt_too_long_is_400(front_door: FrontDoor) -> None:
+    """A prompt the engine cannot hold (a 5 MB message) is the client's to
+    fix: 400 invalid_request_error, which the SDK does not retry."""
+    c = anthropic.Anthropic(base_url=front_door.anthropic_base, api_key="unused", max_retries=2)
+    with pytest.raises(anthropic.BadRequestError) as e:
+        c.messages.create(
+            model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "x" * (5 << 20)}]
+        )
+    assert e.value.status_code == 400 and "prompt too long" in e.value.message
+    assert e.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]

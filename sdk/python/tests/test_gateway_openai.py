@@ -152,3 +152,40 @@ def test_upstream_down_is_502_and_keeps_the_session(front_door_factory: Any) -> 
     assert e.value.status_code == 502
     body: Any = e.value.body
     assert body["code"] == "unavailable"
+
+
+def test_unpaired_tool_messages_are_400(front_door: FrontDoor) -> None:
+    """A tool message that answers no preceding tool_calls, and tool_calls no
+    tool message answers, are refused as OpenAI's API refuses them."""
+    c = client(front_door)
+    call: Any = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+        ],
+    }
+    answer: Any = {"role": "tool", "tool_call_id": "call_1", "content": "ok"}
+    go: Any = {"role": "user", "content": "Go."}
+    for msgs, want in [
+        ([go, answer], "a tool message must answer the tool_calls"),
+        ([go, call, {"role": "user", "content": "And?"}], 'the call "call_1" has no tool message'),
+        ([go, call, {**answer, "tool_call_id": "call_9"}], 'tool_call_id "call_9"'),
+    ]:
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(model=MODEL, messages=msgs, tools=TOOLS)
+        assert e.value.status_code == 400 and want in e.value.message
+        assert e.value.body["type"] == "invalid_request_error"  # type: ignore[index]
+    ok = c.chat.completions.create(model=MODEL, messages=[go, call, answer], tools=TOOLS)
+    assert ok.choices
+
+
+def test_prompt_too_long_is_400(front_door: FrontDoor) -> None:
+    """A prompt the engine cannot hold (a 5 MB message): 400 with OpenAI's
+    context_length_exceeded, which the SDK does not retry."""
+    c = openai.OpenAI(base_url=front_door.openai_base, api_key="unused", max_retries=2)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "x" * (5 << 20)}]
+        )
+    assert e.value.status_code == 400 and e.value.code == "context_length_exceeded"
