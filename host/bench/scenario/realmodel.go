@@ -127,11 +127,15 @@ func RunRealModel(ctx context.Context, o RealModelOptions) (*RealModelReport, er
 		return nil, err
 	}
 	var out bytes.Buffer
+	errTail := &tail{max: 16 << 10}
 	cmd.Stdout = &out
-	cmd.Stderr = o.Stderr
+	cmd.Stderr = errTail
+	if o.Stderr != nil {
+		cmd.Stderr = io.MultiWriter(o.Stderr, errTail)
+	}
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%s %v: %w (is the Python package installed? make py-env, or pip install ./sdk/python)", py, args, err)
+		return nil, childError(py, err, errTail.String())
 	}
 	return parseRealModel(out.Bytes())
 }

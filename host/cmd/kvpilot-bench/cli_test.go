@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -31,5 +33,33 @@ func TestListHelpAndUsage(t *testing.T) {
 		if code != c.code || !strings.Contains(out, c.stdout) || !strings.Contains(errs, c.errs) {
 			t.Errorf("%v: status %d, stdout %.80q, stderr %.80q; want %d, %q, %q", c.args, code, out, errs, c.code, c.stdout, c.errs)
 		}
+	}
+}
+
+// bench real-model whose Python lacks a module says which, with the line
+// the child's traceback ended with, and the command that installs the
+// repository's pinned lock into that interpreter. (The child here is a
+// stand-in that fails as Python does without PyTorch; the Python suite's
+// test_bench_real_model_without_torch runs the real interpreter.)
+func TestRealModelWithoutTorchSaysWhatToInstall(t *testing.T) {
+	py := filepath.Join(t.TempDir(), "python")
+	script := "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n" +
+		"echo '  File \"<frozen runpy>\", line 198, in _run_module_as_main' >&2\n" +
+		"echo \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n"
+	if err := os.WriteFile(py, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runCLI("real-model", "--python", py)
+	root, _ := filepath.Abs("../../..")
+	for _, want := range []string{
+		"kvpilot bench: bench real-model: " + py + " -m kvpilot.torchengine.bench: exit status 1: ModuleNotFoundError: No module named 'torch'\n",
+		"  hint: install what the real-model engine needs: " + py + " -m pip install --no-deps -r " + filepath.Join(root, "sdk/python/requirements.txt"),
+	} {
+		if code != 1 || !strings.Contains(errs, want) {
+			t.Errorf("status %d, stderr:\n%s\nwant it to hold %q", code, errs, want)
+		}
+	}
+	if strings.Contains(errs, "is the Python package installed") {
+		t.Errorf("stderr still guesses: %s", errs)
 	}
 }

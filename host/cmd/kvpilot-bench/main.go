@@ -21,7 +21,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/kvpilot/kvpilot/sdk/errcode"
+	"github.com/kvpilot/kvpilot/host/cmd/internal/cliflag"
 )
 
 func main() {
@@ -44,8 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	default:
 		fmt.Fprintf(stderr, "kvpilot bench: %v\n", err)
-		if e, ok := errcode.As(err); ok && e.Entry().Hint != "" {
-			fmt.Fprintf(stderr, "  hint: %s\n", e.Entry().Hint)
+		if hint := cliflag.HintOf(err); hint != "" {
+			fmt.Fprintf(stderr, "  hint: %s\n", hint)
 		}
 		return 1
 	}

@@ -20,7 +20,7 @@ import (
 	"sort"
 	"syscall"
 
-	"github.com/kvpilot/kvpilot/sdk/errcode"
+	"github.com/kvpilot/kvpilot/host/cmd/internal/cliflag"
 )
 
 // command is one subcommand of kvpilot.
@@ -91,18 +91,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-// hintOf is what the user can do about err: its error code's hint, or
-// the hint it carries itself.
-func hintOf(err error) string {
-	if e, ok := errcode.As(err); ok && e.Entry().Hint != "" {
-		return e.Entry().Hint
-	}
-	var h interface{ Hint() string }
-	if errors.As(err, &h) {
-		return h.Hint()
-	}
-	return ""
-}
+// hintOf is what the user can do about err (cliflag.HintOf).
+func hintOf(err error) string { return cliflag.HintOf(err) }
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "kvpilot: a steerable KV cache host for LLM inference workers.\n\n")

@@ -63,3 +63,56 @@ def test_bench_reports_four_arms(kvpilot_host_factory, tmp_path: Path) -> None:
     splice, re = arms["kvpilot_splice"]["prefill_tokens"], arms["reprefill_edit"]["prefill_tokens"]
     assert 0 < splice <= 0.2 * re
     assert isinstance(r["targets"]["met"], bool)
+
+
+#: Makes ``import torch`` fail as it does where PyTorch is not installed.
+NO_TORCH = """
+import importlib.abc
+import sys
+
+
+class _NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _NoTorch())
+"""
+
+
+def test_bench_real_model_without_torch(kvpilot_binary: str, tmp_path: Path) -> None:
+    """``kvpilot bench real-model`` with a Python that has kvpilot but not
+    PyTorch names what is missing (the child's last error line) and the
+    command that installs the repository's pinned lock, instead of a guess."""
+    repo = Path(__file__).resolve().parents[3]
+    bench = Path(kvpilot_binary).with_name("kvpilot-bench")
+    if not bench.exists():  # a kvpilot built by the fixture has none beside it
+        res = subprocess.run(
+            ["go", "build", "-o", str(bench), "./host/cmd/kvpilot-bench"],
+            cwd=repo,
+            env=dict(os.environ, CGO_ENABLED="0"),
+            capture_output=True,
+            text=True,
+        )
+        assert res.returncode == 0, res.stderr
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(NO_TORCH)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(repo / "sdk" / "python")]))
+    res = subprocess.run(
+        [kvpilot_binary, "bench", "real-model", "--python", sys.executable],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 1, res.stderr
+    assert "ModuleNotFoundError: No module named 'torch'" in res.stderr, res.stderr
+    install = (
+        f"hint: install what the real-model engine needs: {sys.executable} -m pip install "
+        f"--no-deps -r {repo / 'sdk' / 'python' / 'requirements.txt'}"
+    )
+    assert install in res.stderr, res.stderr

@@ -11,6 +11,8 @@ import (
 	"io"
 	"strings"
 	"unicode"
+
+	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
 // ErrUsage marks an error already explained to the user by a usage
@@ -118,4 +120,18 @@ func flagName(a string) (name string, hasValue bool) {
 func isBoolFlag(f *flag.Flag) bool {
 	b, ok := f.Value.(interface{ IsBoolFlag() bool })
 	return ok && b.IsBoolFlag()
+}
+
+// HintOf is what the user can do about err, printed under it: its
+// registry code's hint, or the hint the error carries itself (a Hint
+// method), "" when neither.
+func HintOf(err error) string {
+	if e, ok := errcode.As(err); ok && e.Entry().Hint != "" {
+		return e.Entry().Hint
+	}
+	var h interface{ Hint() string }
+	if errors.As(err, &h) {
+		return h.Hint()
+	}
+	return ""
 }
