@@ -307,7 +307,8 @@ class ControlClient:
 
         ``directives`` are Directive messages (see kvpilot.directives) or
         dicts in the JSON command form. When the host refuses the turn,
-        raises its error (``e.index`` names the failing directive) with the
+        raises its error (``e.index`` names the failing directive; with more
+        than one directive, its detail says none was applied) with the
         ApplyResult in ``e.result``, unless ``check`` is False.
         """
         req = control_pb2.ApplyRequest(
@@ -320,6 +321,11 @@ class ControlClient:
             )
             if err is None:
                 err = Unavailable("the host refused the turn without saying why")
+            if len(result.results) > 1:
+                # All or none: say that the directives beside the refused
+                # one were not applied either, so none is lost unnoticed.
+                note = f"none of the turn's {len(result.results)} directives was applied"
+                err.detail = f"{err.detail}: {note}" if err.detail else note
             err.result = result  # type: ignore[attr-defined]
             raise err
         return result
