@@ -40,8 +40,11 @@ func readmeCommands(t *testing.T, readme string) []shellLine {
 		section, step string
 		inBlock       bool
 		current       *shellLine
-		pending       string // a command whose quotes are still open
+		pending       string // a command whose quotes are still open, or that ends in \
 	)
+	// open reports whether a command goes on on the next line: an open
+	// quote, or a trailing backslash.
+	open := func(s string) bool { return strings.Count(s, "'")%2 == 1 || strings.HasSuffix(s, "\\") }
 	sc := bufio.NewScanner(strings.NewReader(string(b)))
 	for sc.Scan() {
 		line := sc.Text()
@@ -63,8 +66,8 @@ func readmeCommands(t *testing.T, readme string) []shellLine {
 		}
 		switch {
 		case pending != "":
-			pending += " " + strings.TrimSpace(line)
-			if strings.Count(pending, "'")%2 == 0 {
+			pending = strings.TrimSpace(strings.TrimSuffix(pending, "\\")) + " " + strings.TrimSpace(line)
+			if !open(pending) {
 				out = append(out, shellLine{section: section, step: step, text: pending})
 				pending = ""
 			}
@@ -83,7 +86,7 @@ func readmeCommands(t *testing.T, readme string) []shellLine {
 			if text = strings.TrimSpace(text); text == "" {
 				continue
 			}
-			if strings.Count(text, "'")%2 == 1 {
+			if open(text) {
 				pending = text
 				continue
 			}
@@ -98,9 +101,10 @@ func readmeCommands(t *testing.T, readme string) []shellLine {
 
 // notRunHere are README commands this test does not run, and why.
 var notRunHere = map[string]string{
-	"make run":    "the test starts the host as `make run` does: bin/kvpilot serve on the built-in defaults",
-	"make test":   "it is the suite this test is part of",
-	"vllm serve ": "needs a vLLM server and a model; sdk/python/tests/test_vllm_connector.py runs the connector in real vLLM processes",
+	"make run":  "the test starts the host as `make run` does: bin/kvpilot serve on the built-in defaults",
+	"make test": "it is the suite this test is part of",
+	"python -m vllm.entrypoints.openai.api_server ": "needs vLLM's CPU build from the Python lock and a model; " +
+		"sdk/python/tests/test_vllm_http.py runs this command from the README, MODEL and the port filled in",
 	"go run ./examples/refengine/cmd/refengine --socket kvpilot-data/run/engine.sock --page-size 64 --listen ": "serves HTTP until interrupted; " +
 		"examples/refengine/gateway_test.go and sdk/python/tests/test_gateway_*.py run the front door against it",
 }
