@@ -97,6 +97,16 @@ def torch_dtype(name: str) -> torch.dtype:
     }[canonical_dtype(name)]
 
 
+def as_bits(t: torch.Tensor) -> torch.Tensor:
+    """The same memory as integers of the element size: copies through it
+    move bit patterns, never values (fp8 and bf16 included).
+    """
+    import torch
+
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.view(bits[t.element_size()])
+
+
 def dtype_name(dtype: Any) -> str:
     """The layout name of a torch or numpy dtype (``torch.bfloat16`` -> ``"bf16"``)."""
     s = str(dtype)

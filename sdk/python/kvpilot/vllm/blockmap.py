@@ -28,16 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from kvpilot.layout import as_bits
 from kvpilot.vllm.settings import LOGGER_NAME
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 log = logging.getLogger(LOGGER_NAME)
-
-# Integer dtypes of each element size: copies move bits, never values (no
-# float conversion, fp8 and bf16 included).
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 class BlockMapError(RuntimeError):
@@ -102,7 +99,7 @@ class BlockMap:
         views = self._affine_views(kv_layer)
         if views is not None:
             return views[0].index_select(0, block_ids), views[1].index_select(0, block_ids)
-        flat = _bits(kv_layer).index_select(0, block_ids).reshape(n, -1)
+        flat = as_bits(kv_layer).index_select(0, block_ids).reshape(n, -1)
         shape = (n, self.page_size, self.heads, self.head_dim)
         k = flat.index_select(1, self.k_index.to(flat.device)).view(shape)
         v = flat.index_select(1, self.v_index.to(flat.device)).view(shape)
@@ -115,13 +112,13 @@ class BlockMap:
         cache's element size) into the blocks ``block_ids``.
         """
         n = int(block_ids.numel())
-        k, v = _bits(k), _bits(v)
+        k, v = as_bits(k), as_bits(v)
         views = self._affine_views(kv_layer)
         if views is not None:
             views[0].index_copy_(0, block_ids, k.to(kv_layer.device))
             views[1].index_copy_(0, block_ids, v.to(kv_layer.device))
             return
-        cache = _bits(kv_layer)
+        cache = as_bits(kv_layer)
         if self.covers_block:
             flat = torch.empty((n, cache[0].numel()), dtype=cache.dtype, device=cache.device)
         else:
@@ -136,7 +133,7 @@ class BlockMap:
         """
         if self.k_affine is None or self.v_affine is None or not _block_dense(kv_layer):
             return None
-        cache = _bits(kv_layer)
+        cache = as_bits(kv_layer)
         size = (cache.shape[0], self.page_size, self.heads, self.head_dim)
         out = []
         for a in (self.k_affine, self.v_affine):
@@ -254,11 +251,6 @@ def _affine(index: torch.Tensor, shape: Sequence[int]) -> Affine | None:
     if torch.equal(grid, base + tt * t + hh * h + dd * d) and min(t, h, d) >= 0:
         return Affine(base, t, h, d)
     return None
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """The same memory as integers of the element size."""
-    return t.view(_BITS[t.element_size()])
 
 
 def _block_dense(kv_layer: torch.Tensor) -> bool:

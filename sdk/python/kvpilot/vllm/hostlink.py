@@ -3,7 +3,7 @@
 At start-up a problem is the operator's to fix, so it stops vLLM with one
 message that names the setting to change: no host on the socket, a host
 holding another model's pages, a layout the host refuses. After start-up
-the connector degrades instead (kvpilot.vllm.health).
+the connector degrades instead (kvpilot.hosthealth).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Per request, in vLLM's order:
 
 A preempted request releases its kvpilot request and starts over with a new
 match when vLLM schedules it again. Anything kvpilot raises leaves the
-request without kvpilot (kvpilot.vllm.health); the scheduler never fails
+request without kvpilot (kvpilot.hosthealth); the scheduler never fails
 because of the host.
 """
 

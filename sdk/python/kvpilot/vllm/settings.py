@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from kvpilot import extraconfig
+
 #: The prefix of every setting in messages: where the user sets it.
 KEY_PREFIX = "kv_connector_extra_config"
 
@@ -113,29 +115,20 @@ class ConnectorSettings:
         )
 
 
+def _bad(key: str, value: Any, want: str) -> ConnectorConfigError:
+    return ConnectorConfigError(f"kvpilot connector: {KEY_PREFIX}.{key} = {value!r}: want {want}")
+
+
 def _number(extra: Mapping[str, Any], key: str, default: float, low: float, high: float) -> float:
-    v = extra.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
-        raise ConnectorConfigError(
-            f"kvpilot connector: {KEY_PREFIX}.{key} = {v!r}: want a number in [{low:g}, {high:g}]"
-        )
-    return float(v)
+    return extraconfig.number(extra, key, default, low, high, _bad)
 
 
 def _string(extra: Mapping[str, Any], key: str) -> str:
-    v = extra.get(key, "")
-    if not isinstance(v, str):
-        raise ConnectorConfigError(f"kvpilot connector: {KEY_PREFIX}.{key} = {v!r}: want a string")
-    return v.strip()
+    return extraconfig.string(extra, key, _bad)
 
 
 def _flag(extra: Mapping[str, Any], key: str) -> bool:
-    v = extra.get(key, False)
-    if not isinstance(v, bool):
-        raise ConnectorConfigError(
-            f"kvpilot connector: {KEY_PREFIX}.{key} = {v!r}: want true or false"
-        )
-    return v
+    return extraconfig.flag(extra, key, _bad)
 
 
 def _choice(extra: Mapping[str, Any], key: str, choices: tuple[str, ...]) -> str:
