@@ -15,7 +15,7 @@ PYREQS    := sdk/python/requirements.txt
 COMMIT    := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 VERSION   := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: all build run test test-go test-py test-dynamo py-env bench lint verify proto ptx ptx-check fuzz clean demo
+.PHONY: all build run test test-go test-py test-dynamo test-sglang py-env sglang-env bench lint verify proto ptx ptx-check fuzz clean demo
 
 all: build
 
@@ -38,15 +38,25 @@ demo: build
 	$(GO) run ./examples/demo --kvpilot ./$(BIN) --config examples/demo/kvpilot.yaml
 
 ## test: the whole suite: Go (race detector and invariant checks on), then
-## the Python SDK, the vLLM connector and the real-model engine under pytest
-test: test-go test-py
+## the Python SDK, the vLLM connector and the real-model engine under pytest,
+## then the SGLang backend on SGLang's own cache code
+test: test-go test-py test-sglang
 
 test-go:
 	$(GO) test -race -tags invariants -timeout 20m $(PKGS)
 
-## test-py: pytest against a real host built from this tree
+## test-py: pytest against a real host built from this tree (the SGLang
+## tests are test-sglang's)
 test-py: py-env build
-	KVPILOT_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q -rs sdk/python/tests
+	KVPILOT_BIN=$(CURDIR)/$(BIN) $(PY) -m pytest -q -rs sdk/python/tests --ignore-glob='*/test_sglang_*'
+
+## test-sglang: the SGLang backend (kvpilot.sglang) on SGLang 0.5.23's own
+## radix cache and HiCache controller on CPU, workers in processes of their
+## own, in .venv-sglang; then, from the main venv, Dynamo's RadixTree fed
+## the events of the pages an SGLang worker wrote
+test-sglang: sglang-env py-env build
+	KVPILOT_BIN=$(CURDIR)/$(BIN) $(SGLANG_PY) -m pytest -q -rs sdk/python/tests/test_sglang_units.py sdk/python/tests/test_sglang_cache.py sdk/python/tests/test_sglang_pin.py
+	KVPILOT_BIN=$(CURDIR)/$(BIN) KVPILOT_SGLANG_PYTHON=$(CURDIR)/$(SGLANG_PY) $(PY) -m pytest -q -rs sdk/python/tests/test_sglang_dynamo.py
 
 ## test-dynamo: only the Dynamo interop tests (sdk/python/tests/test_dynamo_*.py,
 ## against ai-dynamo-runtime from the lock; make test runs them too)
@@ -62,6 +72,21 @@ $(VENV)/.installed: $(PYREQS) sdk/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r $(PYREQS)
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e sdk/python
+	touch $@
+
+## sglang-env: SGLang's venv in .venv-sglang: every package pinned in
+## sdk/python/requirements-sglang.txt (SGLang pins its own torch), installed
+## without resolving, then the kvpilot package, editable
+SGLANG_VENV := .venv-sglang
+SGLANG_PY   := $(SGLANG_VENV)/bin/python
+SGLANG_REQS := sdk/python/requirements-sglang.txt
+
+sglang-env: $(SGLANG_VENV)/.installed
+
+$(SGLANG_VENV)/.installed: $(SGLANG_REQS) sdk/python/pyproject.toml
+	$(PYTHON) -m venv $(SGLANG_VENV)
+	$(SGLANG_PY) -m pip install --quiet --disable-pip-version-check --no-deps -r $(SGLANG_REQS)
+	$(SGLANG_PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e sdk/python
 	touch $@
 
 ## bench: Go benchmarks for every package (one round each)
@@ -143,4 +168,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf bin $(VENV)
+	rm -rf bin $(VENV) $(SGLANG_VENV)

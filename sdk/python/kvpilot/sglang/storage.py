@@ -96,6 +96,8 @@ class KvpilotStorage(HiCacheStorage):
         self.pages: PoolPages | None = None
         self.ledger: Ledger | None = None
         self.client: EngineClient | None = None
+        # SGLang's backup and prefetch threads call in at once.
+        self._staging_lock = threading.Lock()
         self._staging: dict[tuple[int, int], torch.Tensor] = {}
         self._staging_reg = ""
         self._warned: set[str] = set()
@@ -469,14 +471,15 @@ class KvpilotStorage(HiCacheStorage):
         reg = self.client.registration
         if reg.generation != generation:
             raise HostRestarted("the kvpilot host restarted during the call")
-        if self._staging_reg != reg.id:
-            self._staging = {}
-            self._staging_reg = reg.id
-        t = self._staging.get((layer, buf))
-        if t is None:
-            t = as_bits(self.client.device.tensor(layer, buf))
-            self._staging[(layer, buf)] = t
-        return t
+        with self._staging_lock:
+            if self._staging_reg != reg.id:
+                self._staging = {}
+                self._staging_reg = reg.id
+            t = self._staging.get((layer, buf))
+            if t is None:
+                t = as_bits(self.client.device.tensor(layer, buf))
+                self._staging[(layer, buf)] = t
+            return t
 
     def _count(self, counter: str, pages: int, per_call: list[int]) -> None:
         self.counters[counter] += pages

@@ -1,0 +1,97 @@
+"""What SGLang's cache code needs to run on a machine without a GPU.
+
+SGLang 0.5.23's radix cache, HiCache controller, host pools, storage threads
+and backend loading are plain Python and torch and run on CPU as they are.
+Three things do not, and only these are replaced, each for the reason given:
+
+1. ``get_device`` in SGLang's unified radix cache test kit raises without an
+   accelerator ("No accelerator ... is available"): the kit's fixtures
+   allocate the device pools on ``"cpu"`` instead.
+2. Pinned host memory: ``MHATokenToKVPoolHost`` registers its buffer with
+   ``cudaHostRegister``, which needs the NVIDIA driver ("Found no NVIDIA
+   driver"); the pool is built with ``pin_memory=False``, plain host memory.
+3. The device <-> host copy kernels (``transfer_kv_*``, from sgl_kernel's
+   CUDA build; on CPU their names are never imported, "NameError:
+   transfer_kv_all_layer_lf_pf"): ``load_to_device_per_layer`` and
+   ``backup_from_device_all_layer`` copy the same rows with torch indexing,
+   for every layout the kvpilot backend serves.
+
+Nothing of kvpilot is replaced. On a machine with a GPU the worker applies
+none of this: examples/sglang/gpu-check.sh runs the same tests there with
+pinned memory and SGLang's kernels, and SGLang's server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def _rows(pool: Any, layer: int, buf: int) -> Callable[[torch.Tensor], tuple[torch.Tensor, tuple]]:
+    """An indexer from token rows of the host pool to (tensor, index) for
+    one layer of K (buf 0) or V (buf 1), in the pool's layout.
+    """
+    t, ps = pool.kv_buffer[buf], pool.page_size
+    if pool.layout == "layer_first":
+        v = t[layer]
+        return lambda idx: (v, (idx,))
+    if pool.layout == "page_first":
+        v = t[:, layer]
+        return lambda idx: (v, (idx,))
+    if pool.layout == "page_first_direct":
+        v = t[:, layer]
+        return lambda idx: (v, (idx // ps, idx % ps))
+    if pool.layout == "page_head":
+        v = t[:, :, :, layer]
+        return lambda idx: (v, (idx // ps, slice(None), idx % ps))
+    raise ValueError(f"no CPU copy for layout {pool.layout}")
+
+
+def _load_to_device_per_layer(
+    self: Any,
+    device_pool: Any,
+    host_indices: torch.Tensor,
+    device_indices: torch.Tensor,
+    layer_id: int,
+    io_backend: str,
+    *,
+    is_draft: bool = False,
+) -> None:
+    if not is_draft and not 0 <= layer_id < self.target_layer_num:
+        return
+    dev = (self.device_k_buffers[layer_id], self.device_v_buffers[layer_id])
+    for buf in (0, 1):
+        src, ix = _rows(self, layer_id, buf)(host_indices.long())
+        dev[buf][device_indices.long()] = src[ix]
+
+
+def _backup_from_device_all_layer(
+    self: Any, device_pool: Any, host_indices: torch.Tensor, device_indices: torch.Tensor, io: str
+) -> None:
+    for layer_id in range(self.layer_num):
+        dev = (self.device_k_buffers[layer_id], self.device_v_buffers[layer_id])
+        for buf in (0, 1):
+            dst, ix = _rows(self, layer_id, buf)(host_indices.long())
+            dst[ix] = dev[buf][device_indices.long()]
+
+
+def install() -> None:
+    """Applies the three replacements (idempotent)."""
+    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+    from sglang.test.kits.unified_radix_cache import fixtures
+
+    fixtures.get_device = lambda *a, **k: "cpu"
+    if getattr(MHATokenToKVPoolHost, "_kvpilot_cpu", False):
+        return
+    init = MHATokenToKVPoolHost.__init__
+
+    def unpinned_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["pin_memory"] = False
+        init(self, *args, **kwargs)
+
+    MHATokenToKVPoolHost.__init__ = unpinned_init  # type: ignore[method-assign]
+    MHATokenToKVPoolHost.load_to_device_per_layer = _load_to_device_per_layer  # type: ignore[method-assign]
+    MHATokenToKVPoolHost.backup_from_device_all_layer = _backup_from_device_all_layer  # type: ignore[method-assign]
+    MHATokenToKVPoolHost._kvpilot_cpu = True  # type: ignore[attr-defined]
