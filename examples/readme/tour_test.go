@@ -105,6 +105,8 @@ var notRunHere = map[string]string{
 	"make test": "it is the suite this test is part of",
 	"python -m vllm.entrypoints.openai.api_server ": "needs vLLM's CPU build from the Python lock and a model; " +
 		"sdk/python/tests/test_vllm_http.py runs this command from the README, MODEL and the port filled in",
+	"python -m sglang.launch_server ": "needs a GPU and a model; sdk/python/tests/test_sglang_*.py run the backend on SGLang's own cache code on CPU, " +
+		"examples/sglang/gpu-check.sh runs the server",
 	"go run ./examples/refengine/cmd/refengine --socket kvpilot-data/run/engine.sock --page-size 64 --listen ": "serves HTTP until interrupted; " +
 		"examples/refengine/gateway_test.go and sdk/python/tests/test_gateway_*.py run the front door against it",
 }
