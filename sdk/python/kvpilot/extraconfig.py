@@ -9,11 +9,16 @@ with the flag its users set.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 #: Builds the exception for a bad value: the key, the value, what is wanted.
 Fail = Callable[[str, Any, str], Exception]
+
+
+def first_unknown(extra: Mapping[str, Any], known: Collection[str]) -> str | None:
+    """The first key (in sorted order) that is not in ``known``, or None."""
+    return next(iter(sorted(k for k in extra if k not in known)), None)
 
 
 def number(

@@ -101,10 +101,10 @@ class StorageSettings:
         first bad key.
         """
         extra = dict(extra or {})
-        unknown = sorted(k for k in extra if k not in cls.names() and k not in SGLANG_KEYS)
-        if unknown:
+        unknown = extraconfig.first_unknown(extra, (*cls.names(), *SGLANG_KEYS))
+        if unknown is not None:
             raise StorageConfigError(
-                f"kvpilot SGLang backend: {unknown[0]!r} in {KEY_PREFIX} is not a setting of the "
+                f"kvpilot SGLang backend: {unknown!r} in {KEY_PREFIX} is not a setting of the "
                 f"kvpilot backend (known: {', '.join(cls.names())})"
             )
         sock = extra.get("socket")

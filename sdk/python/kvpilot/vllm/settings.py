@@ -88,10 +88,10 @@ class ConnectorSettings:
         Raises ConnectorConfigError naming the first bad key.
         """
         extra = dict(extra or {})
-        unknown = sorted(k for k in extra if k not in cls.names())
-        if unknown:
+        unknown = extraconfig.first_unknown(extra, cls.names())
+        if unknown is not None:
             raise ConnectorConfigError(
-                f"kvpilot connector: {KEY_PREFIX}.{unknown[0]} is not a setting of the kvpilot "
+                f"kvpilot connector: {KEY_PREFIX}.{unknown} is not a setting of the kvpilot "
                 f"connector (known: {', '.join(cls.names())})"
             )
         sock = extra.get("socket")
