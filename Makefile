@@ -83,11 +83,16 @@ SGLANG_REQS := sdk/python/requirements-sglang.txt
 
 sglang-env: $(SGLANG_VENV)/.installed
 
+# Under a lock, and skipped when another run finished it meanwhile: .ci/run
+# builds it in the background while the Go tests run (its download takes
+# minutes), and make test's own prerequisite then waits for that build.
 $(SGLANG_VENV)/.installed: $(SGLANG_REQS) sdk/python/pyproject.toml
-	$(PYTHON) -m venv $(SGLANG_VENV)
-	$(SGLANG_PY) -m pip install --quiet --disable-pip-version-check --no-deps -r $(SGLANG_REQS)
-	$(SGLANG_PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e sdk/python
-	touch $@
+	flock $(SGLANG_VENV).lock sh -c '\
+	  [ $@ -nt $(SGLANG_REQS) ] && [ $@ -nt sdk/python/pyproject.toml ] && exit 0; \
+	  $(PYTHON) -m venv $(SGLANG_VENV) && \
+	  $(SGLANG_PY) -m pip install --quiet --disable-pip-version-check --no-deps -r $(SGLANG_REQS) && \
+	  $(SGLANG_PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e sdk/python && \
+	  touch $@'
 
 ## bench: Go benchmarks for every package (one round each)
 bench:
@@ -168,4 +173,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf bin $(VENV) $(SGLANG_VENV)
+	rm -rf bin $(VENV) $(SGLANG_VENV) $(SGLANG_VENV).lock
