@@ -218,3 +218,40 @@ def test_pause_and_warm_reach_sglang_pages(kvpilot_host: Any) -> None:
         r = ctl.apply([d.warm(hashes, target_tier="host")])
         assert r.ok, r
         assert ctl.stats().tiers["host"].pages >= 3
+
+
+def _storage_config(**over: Any) -> Any:
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+
+    fields = {
+        "tp_rank": 1,
+        "tp_size": 2,
+        "pp_rank": 0,
+        "pp_size": 1,
+        "attn_cp_rank": 0,
+        "attn_cp_size": 1,
+        "is_mla_model": False,
+        "enable_storage_metrics": True,
+        "is_page_first_layout": True,
+        "model_name": "m",
+        "extra_config": {"backend_name": "kvpilot", "socket": "/run/kvp-{tp_rank}.sock"},
+    }
+    return HiCacheStorageConfig(**{**fields, **over})
+
+
+def test_storage_config_fields() -> None:
+    """SGLang's HiCacheStorageConfig as its controller fills it: tp_lcm_size
+    None (the default) and the rank fields are taken; what one registration
+    per rank cannot hold is refused, naming it."""
+    from kvpilot.sglang import KvpilotStorage
+
+    b = KvpilotStorage(_storage_config(tp_lcm_size=None), {})
+    assert b.settings.socket == "/run/kvp-1.sock"
+    assert b.get_stats().backup_pgs == [] and b.batch_exists(["00"]) == 0
+    for over, says in [
+        ({"is_mla_model": True}, "MLA"),
+        ({"attn_cp_size": 2}, "context parallelism"),
+        ({"should_split_heads": True, "tp_lcm_size": 4}, "tp_lcm_size"),
+    ]:
+        with pytest.raises(StorageConfigError, match=says):
+            KvpilotStorage(_storage_config(**over), {})
