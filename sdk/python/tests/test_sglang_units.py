@@ -255,3 +255,33 @@ def test_storage_config_fields() -> None:
     ]:
         with pytest.raises(StorageConfigError, match=says):
             KvpilotStorage(_storage_config(**over), {})
+
+
+@pytest.mark.parametrize("pass_prefix_keys", [True, False])
+def test_a_second_turn_chains_from_the_first(kvpilot_host: Any, pass_prefix_keys: bool) -> None:
+    """A conversation's second turn extends the first: SGLang backs up the
+    new node alone (its tokens, and the keys before it when
+    hicache_storage_pass_prefix_keys is on); kvpilot commits it after the
+    first turn's pages, and a fresh worker prefetches both turns. Without
+    the prefix keys the chain is still known, from the lookup SGLang makes
+    for every request before it prefills."""
+    extra = {"hicache_storage_pass_prefix_keys": pass_prefix_keys}
+    first = seq("turn1", 20_000, 3, PAGE, cache_salt="acme")
+    second = {
+        "name": "turn2",
+        "tokens": first["tokens"] + list(range(30_000, 30_000 + 2 * PAGE)),
+        "cache_salt": "acme",
+    }
+    producer = _worker(kvpilot_host.engine_socket, extra=extra)
+    try:
+        producer.produce(first)
+        producer.produce(second)
+        assert producer.backend.counters["stored_pages"] == 5
+        assert producer.backend.counters["unknown_tokens"] == 0
+    finally:
+        producer.close()
+    consumer = _worker(kvpilot_host.engine_socket, layout="page_head", extra=extra)
+    try:
+        assert consumer.consume(second) == {"hit_pages": 5, "wrong_bytes": 0}
+    finally:
+        consumer.close()
