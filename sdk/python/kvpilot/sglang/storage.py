@@ -144,15 +144,10 @@ class KvpilotStorage(HiCacheStorage):
             self.client.device.slots,
         )
 
-    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
-        """Records SGLang's named host pools; on_host_pools_registered
-        refuses any but the KV pool.
-        """
-        super().register_mem_host_pool_v2(host_pool, host_pool_name)
-
     def on_host_pools_registered(self) -> None:
         """Refuses models whose cache has pools besides K/V (sliding window,
-        Mamba state, sparse indexers): kvpilot stores K/V pages only.
+        Mamba state, sparse indexers; SGLang registers each by name first):
+        kvpilot stores K/V pages only.
         """
         others = sorted(str(n) for n in getattr(self, "registered_pools", {}) if str(n) != "kv")
         if others:
