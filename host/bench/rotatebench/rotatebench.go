@@ -17,6 +17,7 @@
 package rotatebench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -70,24 +71,12 @@ const (
 var ErrOptions = errors.New("rotatebench: invalid options")
 
 func (o *Options) defaults() error {
-	if o.Device == "" {
-		o.Device = "cpu"
-	}
-	if o.Model == "" {
-		o.Model = "gqa"
-	}
-	if o.DType == 0 {
-		o.DType = kernels.BF16
-	}
-	if o.Slots == 0 {
-		o.Slots = 4096
-	}
-	if o.Layers == 0 {
-		o.Layers = 8
-	}
-	if o.Iters == 0 {
-		o.Iters = 10
-	}
+	o.Device = cmp.Or(o.Device, "cpu")
+	o.Model = cmp.Or(o.Model, "gqa")
+	o.DType = cmp.Or(o.DType, kernels.BF16)
+	o.Slots = cmp.Or(o.Slots, 4096)
+	o.Layers = cmp.Or(o.Layers, 8)
+	o.Iters = cmp.Or(o.Iters, 10)
 	if o.Slots < 0 || o.Layers < 0 || o.Iters < 0 {
 		return fmt.Errorf("slots, layers and iters must be positive: %w", ErrOptions)
 	}

@@ -80,8 +80,8 @@ func TestPinFloodTiny(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		flood = append(flood, synthTrace(fmt.Sprint("flood", i), 6, 400, false))
 	}
-	rep, err := RunPinFlood(ctxFor(t, 240*time.Second), PinFloodParams{VIP: vip, Flood: flood, PageSize: 16, DevicePages: 160, HostPages: 160,
-		SystemTokens: 100, Concurrency: 8, FloodFactor: 5, DeviceHigh: 0.5, DeviceLow: 0.3}, nil)
+	rep, err := RunPinFlood(ctxFor(t, 240*time.Second), PinFloodParams{VIP: vip, Flood: flood, Shape: Shape{PageSize: 16, SystemTokens: 100}, DevicePages: 160, HostPages: 160,
+		Concurrency: 8, FloodFactor: 5, DeviceHigh: 0.5, DeviceLow: 0.3}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestPinFloodTiny(t *testing.T) {
 
 func TestIdlePauseTiny(t *testing.T) {
 	traces := []Trace{synthTrace("a", 6, 800, false), synthTrace("b", 6, 500, false)}
-	rep, err := RunIdlePause(ctxFor(t, 60*time.Second), IdlePauseParams{Traces: traces, Sessions: 4, Idle: 3, Turns: 3, SystemTokens: 200}, nil)
+	rep, err := RunIdlePause(ctxFor(t, 60*time.Second), IdlePauseParams{Traces: traces, Sessions: 4, Idle: 3, Turns: 3, Shape: Shape{SystemTokens: 200}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestIdlePauseTiny(t *testing.T) {
 
 func TestThinkStripTiny(t *testing.T) {
 	tr := synthTrace("think", 8, 300, true)
-	rep, err := RunThinkStrip(ctxFor(t, 60*time.Second), ThinkStripParams{Trace: tr, SystemTokens: 100}, nil)
+	rep, err := RunThinkStrip(ctxFor(t, 60*time.Second), ThinkStripParams{Trace: tr, Shape: Shape{SystemTokens: 100}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestSpliceReplayTiny(t *testing.T) {
 	old := TurnTimeout
 	TurnTimeout = 15 * time.Second
 	t.Cleanup(func() { TurnTimeout = old })
-	rep, err := RunSpliceReplay(ctxFor(t, 90*time.Second), SpliceReplayParams{Answers: synthTrace("answers", 20, 600, false), Turns: 4, AnswerChars: 1200, SystemTokens: 200}, nil)
+	rep, err := RunSpliceReplay(ctxFor(t, 90*time.Second), SpliceReplayParams{Answers: synthTrace("answers", 20, 600, false), Turns: 4, AnswerChars: 1200, Shape: Shape{SystemTokens: 200}}, nil)
 	if err != nil {
 		if strings.Contains(err.Error(), "deadline") {
 			skipWithoutFills(t, log)
@@ -183,7 +183,7 @@ func TestSpliceReplayTiny(t *testing.T) {
 
 func TestTruncationTiny(t *testing.T) {
 	log := captureHostLog(t)
-	rep, err := RunTruncation(ctxFor(t, 90*time.Second), TruncationParams{Traces: []Trace{synthTrace("trunc", 8, 1200, false)}, SystemTokens: 200}, nil)
+	rep, err := RunTruncation(ctxFor(t, 90*time.Second), TruncationParams{Traces: []Trace{synthTrace("trunc", 8, 1200, false)}, Shape: Shape{SystemTokens: 200}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestFindTraceMissing(t *testing.T) {
 // with the engine's contract check on every cached row.
 func TestGatewayTiny(t *testing.T) {
 	log := captureHostLog(t)
-	rep, err := RunGateway(ctxFor(t, 120*time.Second), GatewayParams{Traces: []Trace{synthTrace("gw", 8, 1200, true)}, SystemTokens: 200,
+	rep, err := RunGateway(ctxFor(t, 120*time.Second), GatewayParams{Traces: []Trace{synthTrace("gw", 8, 1200, true)}, Shape: Shape{SystemTokens: 200},
 		TimeScale: 0.01}, nil)
 	if err != nil {
 		t.Fatal(err)

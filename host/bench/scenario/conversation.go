@@ -1,8 +1,10 @@
 package scenario
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -104,8 +106,13 @@ type RenderOptions struct {
 	// system block.
 	Tag string
 	// Thinking renders each message's thinking as <think>…</think> inside
-	// the assistant turn, as Qwen3- and DeepSeek-style templates do.
+	// the assistant turn, as Qwen3- and DeepSeek-style templates do, and
+	// gives each request the spans of its output's thinking.
 	Thinking bool
+	// StripThinking, with Thinking, removes each output's thinking from
+	// the history of the requests after it, as a harness that strips
+	// reasoning from what it resends.
+	StripThinking bool
 	// MaxMessageChars cuts every message's content to its first so many
 	// characters (0: whole), for flood traffic of a given turn size.
 	MaxMessageChars int
@@ -120,6 +127,9 @@ type Request struct {
 	Prompt   []uint32
 	Output   []uint32
 	Messages []policy.Message
+	// Thinking are the spans of the output's thinking, in positions of
+	// Prompt+Output (RenderOptions.Thinking).
+	Thinking []policy.Span
 }
 
 // EngineMessages converts the request's messages for the engine protocol.
@@ -164,13 +174,34 @@ func Render(tr Trace, o RenderOptions) []Request {
 		}
 		prompt := sess.Tokens()
 		r := Request{Prompt: prompt, Messages: sess.Messages()}
+		first := len(r.Messages)
 		for ; i < len(msgs) && msgs[i].Role == "assistant"; i++ {
 			sess.Append(cut(msgs[i], o.MaxMessageChars))
 		}
 		r.Output = sess.Tokens()[len(prompt):]
+		if o.Thinking {
+			for _, m := range sess.Messages()[first:] {
+				r.Thinking = append(r.Thinking, m.Thinking...)
+			}
+			if o.StripThinking {
+				stripSpans(sess, r.Thinking)
+			}
+		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// stripSpans removes spans from the session, the last first so the
+// earlier positions still hold.
+func stripSpans(sess *policytest.Session, spans []policy.Span) {
+	spans = slices.Clone(spans)
+	slices.SortFunc(spans, func(a, b policy.Span) int { return cmp.Compare(b.Start, a.Start) })
+	for _, s := range spans {
+		if err := sess.Splice(s.Start, s.End, nil); err != nil {
+			panic(fmt.Sprintf("strip thinking %d..%d: %v", s.Start, s.End, err)) // the spans come from the session itself
+		}
+	}
 }
 
 func cut(m Message, n int) Message {

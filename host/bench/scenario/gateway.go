@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,33 +24,22 @@ import (
 // completions, streaming) to the reference engine's HTTP server. Policy is
 // the truncation policy's params, the edits the front door applies.
 type GatewayParams struct {
-	Traces       []Trace             `json:"-"`
-	Policy       map[string]any      `json:"policy"`
-	SystemTokens int                 `json:"system_tokens"`
-	PageSize     int                 `json:"page_size"`
-	MaxRequests  int                 `json:"max_requests"`
-	Cost         refengine.CostModel `json:"cost"`
+	Traces []Trace `json:"-"`
+	Shape
+
+	Policy      map[string]any `json:"policy"`
+	MaxRequests int            `json:"max_requests"`
 	// TimeScale makes the engine wait its modelled TTFT times this before
 	// answering, so the TTFT measured through HTTP carries the prefill.
 	TimeScale float64 `json:"time_scale"`
 }
 
 func (p *GatewayParams) defaults() {
+	p.Shape.defaults()
 	if p.Policy == nil {
-		p.Policy = map[string]any{"older_than": 2, "max_chars": 200}
+		p.Policy = truncationDefaults
 	}
-	if p.SystemTokens == 0 {
-		p.SystemTokens = 4000
-	}
-	if p.PageSize == 0 {
-		p.PageSize = 16
-	}
-	if p.Cost == (refengine.CostModel{}) {
-		p.Cost = refengine.DefaultCost
-	}
-	if p.TimeScale == 0 {
-		p.TimeScale = 1
-	}
+	p.TimeScale = cmp.Or(p.TimeScale, 1)
 }
 
 // GatewayArm sums one arm's requests, as the clients saw them through HTTP.

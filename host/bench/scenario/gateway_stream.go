@@ -89,11 +89,8 @@ func (r *GatewayReport) WriteTable(w io.Writer) error {
 
 // Charts: prefill and mean TTFT per arm.
 func (r *GatewayReport) Charts() []Chart {
-	var pre, ttft []Bar
-	for _, name := range gatewayArms {
-		a := r.Arms[name]
-		pre = append(pre, Bar{name, float64(a.PrefillTokens)})
-		ttft = append(ttft, Bar{name, a.TTFTms.Mean})
+	return []Chart{
+		{Title: "prefill tokens", Unit: "tokens", Bars: barsOf(gatewayArms, func(n string) float64 { return float64(r.Arms[n].PrefillTokens) })},
+		{Title: "TTFT through HTTP, mean", Unit: "ms", Bars: barsOf(gatewayArms, func(n string) float64 { return r.Arms[n].TTFTms.Mean })},
 	}
-	return []Chart{{Title: "prefill tokens", Unit: "tokens", Bars: pre}, {Title: "TTFT through HTTP, mean", Unit: "ms", Bars: ttft}}
 }

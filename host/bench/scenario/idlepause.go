@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,46 +22,26 @@ import (
 // past the idle-pause policy's idle_after; then the idle ones come back.
 type IdlePauseParams struct {
 	Traces []Trace `json:"-"`
+	Shape
 
 	Sessions        int    `json:"sessions"`
 	Idle            int    `json:"idle"`
 	Turns           int    `json:"turns"`
-	PageSize        int    `json:"page_size"`
 	MaxMessageChars int    `json:"max_message_chars"`
-	SystemTokens    int    `json:"system_tokens"`
 	IdleAfter       string `json:"idle_after"`
 	// DevicePages 0 sizes the device (and host and disk) to hold every
 	// session with room to spare: the point is memory held by idle
 	// sessions, not eviction.
-	DevicePages int                 `json:"device_pages"`
-	Cost        refengine.CostModel `json:"cost"`
+	DevicePages int `json:"device_pages"`
 }
 
 func (p *IdlePauseParams) defaults() {
-	if p.Sessions == 0 {
-		p.Sessions = 32
-	}
-	if p.Idle == 0 {
-		p.Idle = p.Sessions * 3 / 4
-	}
-	if p.Turns == 0 {
-		p.Turns = 4
-	}
-	if p.PageSize == 0 {
-		p.PageSize = 16
-	}
-	if p.MaxMessageChars == 0 {
-		p.MaxMessageChars = 2000
-	}
-	if p.SystemTokens == 0 {
-		p.SystemTokens = 4000
-	}
-	if p.IdleAfter == "" {
-		p.IdleAfter = "10m"
-	}
-	if p.Cost == (refengine.CostModel{}) {
-		p.Cost = refengine.DefaultCost
-	}
+	p.Shape.defaults()
+	p.Sessions = cmp.Or(p.Sessions, 32)
+	p.Idle = cmp.Or(p.Idle, p.Sessions*3/4)
+	p.Turns = cmp.Or(p.Turns, 4)
+	p.MaxMessageChars = cmp.Or(p.MaxMessageChars, 2000)
+	p.IdleAfter = cmp.Or(p.IdleAfter, "10m")
 }
 
 // IdlePauseArm is one arm: what the idle sessions held on the device once
@@ -186,7 +167,7 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 		if err != nil {
 			return refengine.TurnStats{}, nil, err
 		}
-		st, err := runTurn(ctx, rig.Engine, nil, refengine.TurnRequest{Session: id, Tenant: tenant, Tokens: r.Prompt, Output: r.Output, Messages: r.EngineMessages()})
+		st, err := rig.turn(ctx, id, tenant, r)
 		if err != nil {
 			return st, nil, err
 		}
@@ -314,11 +295,8 @@ func (r *IdlePauseReport) WriteTable(w io.Writer) error {
 
 // Charts: device pages held and resume TTFT per arm.
 func (r *IdlePauseReport) Charts() []Chart {
-	var dev, ttft []Bar
-	for _, name := range idlePauseArms {
-		a := r.Arms[name]
-		dev = append(dev, Bar{name, float64(a.DevicePages)})
-		ttft = append(ttft, Bar{name, a.ResumeTTFTms})
+	return []Chart{
+		{Title: "device pages at rest", Bars: barsOf(idlePauseArms, func(n string) float64 { return float64(r.Arms[n].DevicePages) })},
+		{Title: "resume TTFT", Unit: "ms, modelled", Bars: barsOf(idlePauseArms, func(n string) float64 { return r.Arms[n].ResumeTTFTms })},
 	}
-	return []Chart{{Title: "device pages at rest", Bars: dev}, {Title: "resume TTFT", Unit: "ms, modelled", Bars: ttft}}
 }

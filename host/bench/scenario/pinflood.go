@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -23,16 +24,15 @@ import (
 type PinFloodParams struct {
 	VIP   Trace   `json:"-"`
 	Flood []Trace `json:"-"`
+	// Shape's SystemTokens is the VIP's fixed system block (the reference
+	// run's VIP had a ~3.8K-token system prompt).
+	Shape
 
-	PageSize    int `json:"page_size"`
-	DevicePages int `json:"device_pages"`
-	HostPages   int `json:"host_pages"`
-	WarmupTurns int `json:"warmup_turns"`
-	// SystemTokens is the VIP's fixed system block (the reference run's
-	// VIP had a ~3.8K-token system prompt).
-	SystemTokens int     `json:"system_tokens"`
-	FloodFactor  float64 `json:"flood_factor"`
-	Concurrency  int     `json:"concurrency"`
+	DevicePages int     `json:"device_pages"`
+	HostPages   int     `json:"host_pages"`
+	WarmupTurns int     `json:"warmup_turns"`
+	FloodFactor float64 `json:"flood_factor"`
+	Concurrency int     `json:"concurrency"`
 	// FloodMessageChars cuts flood messages (about 4 characters a token)
 	// and FloodMaxRequests its sessions, to the reference run's flood shape: turns
 	// of ~150 tokens, sessions of 19-31 turns.
@@ -41,8 +41,7 @@ type PinFloodParams struct {
 	TTL               string `json:"ttl"`
 	// AdmitTokens bounds the tokens of requests running at once (default
 	// half the device capacity); the rest of the clients queue.
-	AdmitTokens int                 `json:"admit_tokens"`
-	Cost        refengine.CostModel `json:"cost"`
+	AdmitTokens int `json:"admit_tokens"`
 	// DeviceHigh and DeviceLow override the device tier's watermarks (0:
 	// the host defaults).
 	DeviceHigh float64 `json:"device_high_watermark,omitempty"`
@@ -50,42 +49,16 @@ type PinFloodParams struct {
 }
 
 func (p *PinFloodParams) defaults() {
-	if p.PageSize == 0 {
-		p.PageSize = 16
-	}
-	if p.DevicePages == 0 {
-		p.DevicePages = 2048
-	}
-	if p.HostPages == 0 {
-		p.HostPages = 4096
-	}
-	if p.WarmupTurns == 0 {
-		p.WarmupTurns = 10
-	}
-	if p.SystemTokens == 0 {
-		p.SystemTokens = 4000
-	}
-	if p.FloodFactor == 0 {
-		p.FloodFactor = 5
-	}
-	if p.Concurrency == 0 {
-		p.Concurrency = 128
-	}
-	if p.FloodMessageChars == 0 {
-		p.FloodMessageChars = 600
-	}
-	if p.FloodMaxRequests == 0 {
-		p.FloodMaxRequests = 30
-	}
-	if p.TTL == "" {
-		p.TTL = "5m"
-	}
-	if p.AdmitTokens == 0 {
-		p.AdmitTokens = p.DevicePages * p.PageSize / 2
-	}
-	if p.Cost == (refengine.CostModel{}) {
-		p.Cost = refengine.DefaultCost
-	}
+	p.Shape.defaults()
+	p.DevicePages = cmp.Or(p.DevicePages, 2048)
+	p.HostPages = cmp.Or(p.HostPages, 4096)
+	p.WarmupTurns = cmp.Or(p.WarmupTurns, 10)
+	p.FloodFactor = cmp.Or(p.FloodFactor, 5)
+	p.Concurrency = cmp.Or(p.Concurrency, 128)
+	p.FloodMessageChars = cmp.Or(p.FloodMessageChars, 600)
+	p.FloodMaxRequests = cmp.Or(p.FloodMaxRequests, 30)
+	p.TTL = cmp.Or(p.TTL, "5m")
+	p.AdmitTokens = cmp.Or(p.AdmitTokens, p.DevicePages*p.PageSize/2)
 }
 
 // PinFloodArm is one arm's measurement of the VIP's turn after the flood.
@@ -334,7 +307,7 @@ feed:
 	res := rig.Residency(tenant, prefix)
 	a.VIPDevicePages, a.VIPHostPages = res[tier.Device], res[tier.Host]
 	prog.say("pin-flood %s: VIP turn %d", arm, p.WarmupTurns+1)
-	st, err := runTurn(ctx, rig.Engine, nil, refengine.TurnRequest{Session: "vip", Tenant: tenant, Tokens: r.Prompt, Output: r.Output, Messages: r.EngineMessages()})
+	st, err := rig.turn(ctx, "vip", tenant, r)
 	if err != nil {
 		return a, fmt.Errorf("VIP turn %d: %w", p.WarmupTurns+1, err)
 	}
@@ -347,13 +320,6 @@ feed:
 	}
 	a.WallSeconds = time.Since(start).Seconds()
 	return a, nil
-}
-
-func ratio(a, b int) float64 {
-	if b == 0 {
-		return 0
-	}
-	return float64(a) / float64(b)
 }
 
 // WriteTable prints the arms side by side.

@@ -17,7 +17,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvpilot/kvpilot/host/config"
-	"github.com/kvpilot/kvpilot/host/daemon"
 )
 
 // The real-model scenario measures a real transformer's
@@ -82,36 +81,19 @@ func RunRealModel(ctx context.Context, o RealModelOptions) (*RealModelReport, er
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "kvpilot-realmodel-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	cfg := config.Default()
-	cfg.DataDir = dir
-	cfg.HTTP.Listen = ""
-	cfg.NATS.Listen = ""
-	cfg.Index.PageSize = o.PageSize
-	cfg.Index.SinkTokens = 0
-	cfg.Tiers.Device.CapacityPages = 2048
-	cfg.Tiers.Host.CapacityPages = 4096
-	cfg.Tiers.Disk.CapacityPages = 0
-	cfg.Tiers.Remote.CapacityPages = 0
 	log := hclog.NewNullLogger()
 	if o.Stderr != nil {
 		log = hclog.New(&hclog.LoggerOptions{Name: "host", Output: o.Stderr, Level: hclog.Warn})
 	}
-	d, err := daemon.New(cfg, log)
+	rig, err := StartRig(ctx, RigOptions{PageSize: o.PageSize, DevicePages: 2048, HostPages: 4096, HostOnly: true, Log: log,
+		Adjust: func(c *config.Config) { c.Index.SinkTokens = 0 }})
 	if err != nil {
-		return nil, fmt.Errorf("start host: %w", err)
+		return nil, err
 	}
-	hctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(hctx) }()
-	defer func() { stop(); <-done }()
+	defer rig.Close()
 
-	args := []string{"-m", "kvbench.realmodel", "--engine-socket", cfg.EngineSocket(),
-		"--control-socket", d.ControlSocket(), "--page-size", strconv.Itoa(o.PageSize)}
+	args := []string{"-m", "kvbench.realmodel", "--engine-socket", rig.Config.EngineSocket(),
+		"--control-socket", rig.Daemon.ControlSocket(), "--page-size", strconv.Itoa(o.PageSize)}
 	if o.Traces != "" {
 		args = append(args, "--traces", o.Traces)
 	}

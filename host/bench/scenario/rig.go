@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,9 @@ type RigOptions struct {
 	// off (floods of thousands of requests).
 	SkipContract bool
 	AutoSplice   bool
+	// HostOnly starts the host alone, for a scenario that brings its own
+	// engine (real-model's Python side).
+	HostOnly bool
 	// PauseTier is host, disk (default) or remote.
 	PauseTier string
 	// Adjust, when set, edits the host configuration last.
@@ -77,12 +81,8 @@ type Rig struct {
 
 // StartRig starts a host and registers a reference engine with it.
 func StartRig(ctx context.Context, o RigOptions) (*Rig, error) {
-	if o.PageSize == 0 {
-		o.PageSize = 16
-	}
-	if o.Cost == (refengine.CostModel{}) {
-		o.Cost = refengine.DefaultCost
-	}
+	o.PageSize = cmp.Or(o.PageSize, 16)
+	o.Cost = cmp.Or(o.Cost, refengine.DefaultCost)
 	dir, err := os.MkdirTemp("", "kvpilot-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("bench rig: %w", err)
@@ -124,6 +124,9 @@ func StartRig(ctx context.Context, o RigOptions) (*Rig, error) {
 	rctx, cancel := context.WithCancel(context.Background())
 	r := &Rig{Daemon: d, Config: c, dir: dir, cancel: cancel, done: make(chan error, 1), controls: map[string]*controlclient.UnixClient{}}
 	go func() { r.done <- d.Run(rctx) }()
+	if o.HostOnly {
+		return r, nil
+	}
 
 	model := refengine.GQA(o.PageSize)
 	if o.Model == "mla" {
@@ -290,6 +293,11 @@ func (r *Rig) WaitSettled(ctx context.Context, within time.Duration) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// turn runs req on the engine as session's next request for tenant.
+func (r *Rig) turn(ctx context.Context, session, tenant string, req Request) (refengine.TurnStats, error) {
+	return runTurn(ctx, r.Engine, nil, refengine.TurnRequest{Session: session, Tenant: tenant, Tokens: req.Prompt, Output: req.Output, Messages: req.EngineMessages()})
 }
 
 // hashesOf returns the sequence hashes of tokens' full pages as the host

@@ -1,14 +1,13 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/kvpilot/kvpilot/examples/refengine"
 	"github.com/kvpilot/kvpilot/host/engine"
 )
 
@@ -21,37 +20,21 @@ import (
 // edited conversation replayed as one request.
 type SpliceReplayParams struct {
 	Answers Trace `json:"-"`
+	Shape
 
-	Turns        int    `json:"turns"`
-	EditTurn     int    `json:"edit_turn"`
-	AnswerChars  int    `json:"answer_chars"`
-	SystemTokens int    `json:"system_tokens"`
-	PageSize     int    `json:"page_size"`
-	Model        string `json:"model"`
+	Turns       int    `json:"turns"`
+	EditTurn    int    `json:"edit_turn"`
+	AnswerChars int    `json:"answer_chars"`
+	Model       string `json:"model"`
 	// DevicePages 0 sizes the device to hold every phase without eviction.
-	DevicePages int                 `json:"device_pages"`
-	Cost        refengine.CostModel `json:"cost"`
+	DevicePages int `json:"device_pages"`
 }
 
 func (p *SpliceReplayParams) defaults() {
-	if p.Turns == 0 {
-		p.Turns = 6
-	}
-	if p.AnswerChars == 0 {
-		p.AnswerChars = 8000
-	}
-	if p.SystemTokens == 0 {
-		p.SystemTokens = 4000
-	}
-	if p.PageSize == 0 {
-		p.PageSize = 16
-	}
-	if p.Model == "" {
-		p.Model = "gqa"
-	}
-	if p.Cost == (refengine.CostModel{}) {
-		p.Cost = refengine.DefaultCost
-	}
+	p.Shape.defaults()
+	p.Turns = cmp.Or(p.Turns, 6)
+	p.AnswerChars = cmp.Or(p.AnswerChars, 8000)
+	p.Model = cmp.Or(p.Model, "gqa")
 }
 
 // leylineThemes are the benchmark's four themes: a template and its topic word,
@@ -63,52 +46,6 @@ var leylineThemes = []struct{ template, word, synonym string }{
 	{"What is the idiomatic way to use a %s when the program is under load?", "goroutine", "worker pool"},
 	{"Why did %s matter so much to the trade routes of its time?", "Byzantium", "Venice"},
 	{"Can you explain how %s works, step by step, for a student?", "photosynthesis", "respiration"},
-}
-
-// ArmStats is a splice-family arm's totals over the requests it measures.
-type ArmStats struct {
-	Requests      int     `json:"requests"`
-	PromptTokens  int     `json:"prompt_tokens"`
-	CachedTokens  int     `json:"cached_tokens"`
-	PrefillTokens int     `json:"prefill_tokens"`
-	HitRate       float64 `json:"hit_rate"`
-	TTFTms        float64 `json:"ttft_ms"`
-	// FillTokens are replacement tokens the engine prefilled for splices
-	// (fill orders); they are counted in PrefillTokens too.
-	FillTokens int `json:"fill_tokens"`
-	Splices    int `json:"splices"`
-	// CheckedRows are cached K/V rows the reference engine compared with
-	// the contract, RotatedRows those that matched within round-off only
-	// (keys a splice rotated).
-	CheckedRows int    `json:"checked_rows"`
-	RotatedRows int    `json:"rotated_rows"`
-	ContractOK  bool   `json:"contract_ok"`
-	Error       string `json:"error,omitempty"`
-}
-
-func (a *ArmStats) add(st refengine.TurnStats) {
-	a.Requests++
-	a.PromptTokens += st.Prompt
-	a.CachedTokens += st.Cached
-	a.PrefillTokens += st.Prefilled
-	a.TTFTms += st.TTFTms
-	a.CheckedRows += st.CheckedRows
-	a.RotatedRows += st.RoundedRows
-}
-
-func (a *ArmStats) finish() {
-	a.HitRate = ratio(a.CachedTokens, a.PromptTokens)
-}
-
-// fail records a contract violation as the arm's outcome (the report says
-// so) and passes any other error up.
-func (a *ArmStats) fail(err error) error {
-	if errors.Is(err, refengine.ErrContract) {
-		a.ContractOK = false
-		a.Error = err.Error()
-		return nil
-	}
-	return err
 }
 
 // SpliceReplayReport is the scenario's result: the replay request's hit
@@ -198,7 +135,7 @@ func RunSpliceReplay(ctx context.Context, p SpliceReplayParams, prog Progress) (
 		p.DevicePages = 4*n/p.PageSize + 256
 	}
 	rep := &SpliceReplayReport{Scenario: "splice-replay", Params: p, Arms: map[string]ArmStats{}, Phases: map[string]ArmStats{},
-		Edit: c.edited, SystemPrefix: fmt.Sprintf("deterministic %d-token system block", p.SystemTokens), ContractOK: true}
+		Edit: c.edited, SystemPrefix: p.systemPrefix(), ContractOK: true}
 	for _, arm := range spliceReplayArms {
 		build, replay, err := spliceReplayArm(ctx, p, arm, c, prog)
 		if err != nil {
@@ -230,27 +167,19 @@ func spliceReplayArm(ctx context.Context, p SpliceReplayParams, arm string, c le
 		}
 		return "bench"
 	}
-	run := func(a *ArmStats, session string, r Request) (bool, error) {
-		st, err := runTurn(ctx, rig.Engine, nil, refengine.TurnRequest{Session: session, Tenant: tenant(), Tokens: r.Prompt, Output: r.Output, Messages: r.EngineMessages()})
-		if err != nil {
-			return false, a.fail(err)
-		}
-		a.add(st)
-		return true, nil
-	}
 	for i, r := range c.build {
 		prog.say("splice-replay %s: build turn %d/%d", arm, i+1, len(c.build))
-		if ok, err := run(&build, "leyline", r); !ok {
+		if _, ok, err := build.turn(ctx, rig, "leyline", tenant(), r); !ok {
 			return build, replay, err
 		}
 	}
 	prog.say("splice-replay %s: edit", arm)
-	if ok, err := run(&build, "leyline-edit", c.edit); !ok {
+	if _, ok, err := build.turn(ctx, rig, "leyline-edit", tenant(), c.edit); !ok {
 		return build, replay, err
 	}
 	prog.say("splice-replay %s: replay", arm)
 	before, fills := spliceCounters(rig), rig.Fills.Tokens.Load()
-	if ok, err := run(&replay, "leyline", c.replay); !ok {
+	if _, ok, err := replay.turn(ctx, rig, "leyline", tenant(), c.replay); !ok {
 		return build, replay, err
 	}
 	after := spliceCounters(rig)
@@ -278,22 +207,9 @@ func (r *SpliceReplayReport) WriteTable(w io.Writer) error {
 	return tw.Flush()
 }
 
-func okWord(ok bool) string {
-	if ok {
-		return "ok"
-	}
-	return "VIOLATED"
-}
-
 // Charts: replay hit rate and prefill per arm.
 func (r *SpliceReplayReport) Charts() []Chart {
-	var hit, pre []Bar
-	for _, name := range spliceReplayArms {
-		a := r.Arms[name]
-		hit = append(hit, Bar{name, 100 * a.HitRate})
-		pre = append(pre, Bar{name, float64(a.PrefillTokens)})
-	}
-	return []Chart{{Title: "replay cache hit", Unit: "%", Bars: hit}, {Title: "replay prefill", Unit: "tokens", Bars: pre}}
+	return hitAndPrefill("replay ", spliceReplayArms, r.Arms)
 }
 
 // spliceCounters reads the engine service's counters (zero before an

@@ -1,15 +1,13 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"text/tabwriter"
 
-	"github.com/kvpilot/kvpilot/examples/refengine"
 	"github.com/kvpilot/kvpilot/sdk/directive"
-	"github.com/kvpilot/kvpilot/sdk/policytest"
 )
 
 // ThinkStripParams shape the think-strip scenario: a reasoning session
@@ -18,36 +16,20 @@ import (
 // the thinking from the history of every later request.
 type ThinkStripParams struct {
 	Trace Trace `json:"-"`
+	Shape
 
 	MaxRequests     int    `json:"max_requests"`
 	MaxMessageChars int    `json:"max_message_chars"`
-	SystemTokens    int    `json:"system_tokens"`
-	PageSize        int    `json:"page_size"`
 	Model           string `json:"model"`
 	// DevicePages 0 sizes the device to hold the session without eviction.
-	DevicePages int                 `json:"device_pages"`
-	Cost        refengine.CostModel `json:"cost"`
+	DevicePages int `json:"device_pages"`
 }
 
 func (p *ThinkStripParams) defaults() {
-	if p.MaxRequests == 0 {
-		p.MaxRequests = 80
-	}
-	if p.MaxMessageChars == 0 {
-		p.MaxMessageChars = 3000
-	}
-	if p.SystemTokens == 0 {
-		p.SystemTokens = 4000
-	}
-	if p.PageSize == 0 {
-		p.PageSize = 16
-	}
-	if p.Model == "" {
-		p.Model = "gqa"
-	}
-	if p.Cost == (refengine.CostModel{}) {
-		p.Cost = refengine.DefaultCost
-	}
+	p.Shape.defaults()
+	p.MaxRequests = cmp.Or(p.MaxRequests, 80)
+	p.MaxMessageChars = cmp.Or(p.MaxMessageChars, 3000)
+	p.Model = cmp.Or(p.Model, "gqa")
 }
 
 // ThinkStripReport is the scenario's result over every request of the
@@ -73,67 +55,19 @@ type ThinkStripReport struct {
 
 var thinkStripArms = []string{"keep", "strip-reprefill", "strip-splice"}
 
-// thinkRequest is a request with the thinking spans of its output, in
-// positions of prompt+output.
-type thinkRequest struct {
-	Request
-	think []directive.Splice
-}
-
-// renderThinking renders tr with its thinking; with strip, each request's
-// history has the thinking of earlier outputs removed (the harness strips
-// it), and the spans it removed are returned with the request that
-// produced them.
-func renderThinking(tr Trace, o RenderOptions, strip bool) ([]thinkRequest, int) {
-	sess := policytest.NewSession(tr.SessionID, true)
-	if o.System != "" {
-		sess.Append(Message{Role: "system", Content: o.System})
-	}
-	var out []thinkRequest
-	thinking := 0
-	msgs := tr.Messages
-	for i := 0; i < len(msgs); {
-		if msgs[i].Role != "assistant" {
-			sess.Append(cut(msgs[i], o.MaxMessageChars))
-			i++
-			continue
-		}
-		if o.MaxRequests > 0 && len(out) >= o.MaxRequests {
-			break
-		}
-		prompt := sess.Tokens()
-		r := thinkRequest{Request: Request{Prompt: prompt, Messages: sess.Messages()}}
-		first := len(r.Messages)
-		for ; i < len(msgs) && msgs[i].Role == "assistant"; i++ {
-			sess.Append(cut(msgs[i], o.MaxMessageChars))
-		}
-		r.Output = sess.Tokens()[len(prompt):]
-		for _, m := range sess.Messages()[first:] {
-			for _, t := range m.Thinking {
-				thinking += int(t.Len())
-				r.think = append(r.think, directive.Splice{Session: tr.SessionID, Start: t.Start, End: t.End, Mode: directive.ModeAmortize})
-			}
-		}
-		if strip {
-			spans := append([]directive.Splice(nil), r.think...)
-			sort.Slice(spans, func(a, b int) bool { return spans[a].Start > spans[b].Start })
-			for _, s := range spans {
-				if err := sess.Splice(s.Start, s.End, nil); err != nil {
-					panic(fmt.Sprintf("think-strip: strip %d..%d: %v", s.Start, s.End, err)) // spans come from the session itself
-				}
-			}
-		}
-		out = append(out, r)
-	}
-	return out, thinking
-}
-
 // RunThinkStrip runs the three arms, each on a fresh host.
 func RunThinkStrip(ctx context.Context, p ThinkStripParams, prog Progress) (*ThinkStripReport, error) {
 	p.defaults()
-	o := RenderOptions{System: SystemBlock("reasoning", p.SystemTokens), MaxMessageChars: p.MaxMessageChars, MaxRequests: p.MaxRequests}
-	keep, thinking := renderThinking(p.Trace, o, false)
-	strip, _ := renderThinking(p.Trace, o, true)
+	o := RenderOptions{System: SystemBlock("reasoning", p.SystemTokens), Thinking: true, MaxMessageChars: p.MaxMessageChars, MaxRequests: p.MaxRequests}
+	keep := Render(p.Trace, o)
+	o.StripThinking = true
+	strip := Render(p.Trace, o)
+	thinking := 0
+	for _, r := range keep {
+		for _, t := range r.Thinking {
+			thinking += int(t.Len())
+		}
+	}
 	if thinking == 0 {
 		return nil, fmt.Errorf("think-strip: trace %s has no thinking in its first %d requests", p.Trace.SessionID, p.MaxRequests)
 	}
@@ -142,7 +76,7 @@ func RunThinkStrip(ctx context.Context, p ThinkStripParams, prog Progress) (*Thi
 		p.DevicePages = 3*(len(last.Prompt)+len(last.Output))/p.PageSize + 256
 	}
 	rep := &ThinkStripReport{Scenario: "think-strip", Params: p, Arms: map[string]ArmStats{}, ThinkingTokens: thinking, ContractOK: true,
-		SystemPrefix: fmt.Sprintf("deterministic %d-token system block", p.SystemTokens)}
+		SystemPrefix: p.systemPrefix()}
 	for _, arm := range thinkStripArms {
 		reqs := strip
 		if arm == "keep" {
@@ -162,7 +96,7 @@ func RunThinkStrip(ctx context.Context, p ThinkStripParams, prog Progress) (*Thi
 	return rep, nil
 }
 
-func thinkStripArm(ctx context.Context, p ThinkStripParams, arm string, reqs []thinkRequest, prog Progress) (ArmStats, int, error) {
+func thinkStripArm(ctx context.Context, p ThinkStripParams, arm string, reqs []Request, prog Progress) (ArmStats, int, error) {
 	a := ArmStats{ContractOK: true}
 	rig, err := StartRig(ctx, RigOptions{PageSize: p.PageSize, DevicePages: p.DevicePages, HostPages: p.DevicePages, Model: p.Model, Cost: p.Cost})
 	if err != nil {
@@ -180,10 +114,9 @@ func thinkStripArm(ctx context.Context, p ThinkStripParams, arm string, reqs []t
 			prev := reqs[i-1]
 			cached := (len(prev.Prompt) + len(prev.Output)) / p.PageSize * p.PageSize
 			var ds []directive.Directive
-			for _, s := range prev.think {
-				if s.End <= int64(cached) {
-					s.Session = session
-					ds = append(ds, s)
+			for _, t := range prev.Thinking {
+				if t.End <= int64(cached) {
+					ds = append(ds, directive.Splice{Session: session, Start: t.Start, End: t.End, Mode: directive.ModeAmortize})
 				}
 			}
 			if len(ds) > 0 {
@@ -194,11 +127,9 @@ func thinkStripArm(ctx context.Context, p ThinkStripParams, arm string, reqs []t
 				a.Splices++
 			}
 		}
-		st, err := runTurn(ctx, rig.Engine, nil, refengine.TurnRequest{Session: session, Tenant: tenant, Tokens: r.Prompt, Output: r.Output, Messages: r.EngineMessages()})
-		if err != nil {
-			return a, spliced, a.fail(err)
+		if _, ok, err := a.turn(ctx, rig, session, tenant, r); !ok {
+			return a, spliced, err
 		}
-		a.add(st)
 	}
 	a.finish()
 	return a, spliced, nil
@@ -221,12 +152,4 @@ func (r *ThinkStripReport) WriteTable(w io.Writer) error {
 }
 
 // Charts: hit rate and prefill per arm.
-func (r *ThinkStripReport) Charts() []Chart {
-	var hit, pre []Bar
-	for _, name := range thinkStripArms {
-		a := r.Arms[name]
-		hit = append(hit, Bar{name, 100 * a.HitRate})
-		pre = append(pre, Bar{name, float64(a.PrefillTokens)})
-	}
-	return []Chart{{Title: "cache hit", Unit: "%", Bars: hit}, {Title: "prefill", Unit: "tokens", Bars: pre}}
-}
+func (r *ThinkStripReport) Charts() []Chart { return hitAndPrefill("", thinkStripArms, r.Arms) }

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,7 +9,6 @@ import (
 	"sort"
 	"text/tabwriter"
 
-	"github.com/kvpilot/kvpilot/examples/refengine"
 	"github.com/kvpilot/kvpilot/policies/truncation"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
@@ -18,37 +18,28 @@ import (
 // TruncationParams shape the truncation scenario: real agent sessions
 // replayed under the built-in truncation policy (in process, through its
 // Go API), whose harness sends the truncated history. Policy holds the
-// policy's params (default Leyline's truncate_older_than(n=2,
-// max_chars=200)).
+// policy's params (default truncationDefaults).
 type TruncationParams struct {
 	Traces []Trace `json:"-"`
+	Shape
 
-	Policy       map[string]any `json:"policy"`
-	SystemTokens int            `json:"system_tokens"`
-	PageSize     int            `json:"page_size"`
-	Model        string         `json:"model"`
+	Policy map[string]any `json:"policy"`
+	Model  string         `json:"model"`
 	// MaxRequests per session (0: the whole session).
-	MaxRequests int                 `json:"max_requests"`
-	Cost        refengine.CostModel `json:"cost"`
+	MaxRequests int `json:"max_requests"`
 }
 
 func (p *TruncationParams) defaults() {
+	p.Shape.defaults()
 	if p.Policy == nil {
-		p.Policy = map[string]any{"older_than": 2, "max_chars": 200}
+		p.Policy = truncationDefaults
 	}
-	if p.SystemTokens == 0 {
-		p.SystemTokens = 4000
-	}
-	if p.PageSize == 0 {
-		p.PageSize = 16
-	}
-	if p.Model == "" {
-		p.Model = "gqa"
-	}
-	if p.Cost == (refengine.CostModel{}) {
-		p.Cost = refengine.DefaultCost
-	}
+	p.Model = cmp.Or(p.Model, "gqa")
 }
+
+// truncationDefaults are the truncation policy's params the scenarios use
+// unless told otherwise: Leyline's truncate_older_than(n=2, max_chars=200).
+var truncationDefaults = map[string]any{"older_than": 2, "max_chars": 200}
 
 // TruncationArm sums an arm: over every request (All) and over the
 // requests whose history the policy had just edited (AfterEdit, where
@@ -99,8 +90,7 @@ func RunTruncation(ctx context.Context, p TruncationParams, prog Progress) (*Tru
 	if len(p.Traces) == 0 {
 		return nil, fmt.Errorf("truncation: at least one trace is required")
 	}
-	rep := &TruncationReport{Scenario: "truncation", Params: p, Arms: map[string]TruncationArm{}, ContractOK: true,
-		SystemPrefix: fmt.Sprintf("deterministic %d-token system block", p.SystemTokens)}
+	rep := &TruncationReport{Scenario: "truncation", Params: p, Arms: map[string]TruncationArm{}, ContractOK: true, SystemPrefix: p.systemPrefix()}
 	for _, tr := range p.Traces {
 		rep.Sessions = append(rep.Sessions, tr.SessionID)
 	}
@@ -193,14 +183,13 @@ func truncationArm(ctx context.Context, p TruncationParams, arm string, prog Pro
 			}
 			r.Output = sess.Tokens()[len(r.Prompt):]
 			prevLen = sess.Len()
-			st, err := runTurn(ctx, rig.Engine, nil, refengine.TurnRequest{Session: session, Tenant: tenant, Tokens: r.Prompt, Output: r.Output, Messages: r.EngineMessages()})
-			if err != nil {
-				if ferr := a.All.fail(err); ferr != nil {
-					return a, 0, 0, ferr
+			st, ok, err := a.All.turn(ctx, rig, session, tenant, r)
+			if !ok {
+				if err != nil {
+					return a, 0, 0, err
 				}
 				return a, edits, edited, nil
 			}
-			a.All.add(st)
 			// What the engine prefilled for the splices' replacements.
 			fill := int(rig.Fills.Tokens.Load() - fills)
 			if len(splices) > 0 {
@@ -277,11 +266,8 @@ func (r *TruncationReport) WriteTable(w io.Writer) error {
 
 // Charts: prefill after edits per arm.
 func (r *TruncationReport) Charts() []Chart {
-	var pre, hit []Bar
-	for _, name := range truncationArms {
-		a := r.Arms[name]
-		pre = append(pre, Bar{name, float64(a.PrefillTokens)})
-		hit = append(hit, Bar{name, 100 * a.All.HitRate})
+	return []Chart{
+		{Title: "prefill after edits", Unit: "tokens", Bars: barsOf(truncationArms, func(n string) float64 { return float64(r.Arms[n].PrefillTokens) })},
+		{Title: "cache hit, all requests", Unit: "%", Bars: barsOf(truncationArms, func(n string) float64 { return 100 * r.Arms[n].All.HitRate })},
 	}
-	return []Chart{{Title: "prefill after edits", Unit: "tokens", Bars: pre}, {Title: "cache hit, all requests", Unit: "%", Bars: hit}}
 }

@@ -1,0 +1,126 @@
+package scenario
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/kvpilot/kvpilot/examples/refengine"
+)
+
+// What the trace-replaying scenarios share, written once: the shape of
+// their sessions (Shape), an arm's totals (ArmStats), and the charts of
+// their arms (barsOf, hitAndPrefill).
+
+// Shape is what every trace-replaying scenario's params hold: the
+// deterministic system block before each session, the page size of the
+// host and the engine, and the engine's cost model (its modelled TTFT).
+type Shape struct {
+	SystemTokens int                 `json:"system_tokens"`
+	PageSize     int                 `json:"page_size"`
+	Cost         refengine.CostModel `json:"cost"`
+}
+
+// defaults fills what is zero: a 4K-token system block, pages of 16
+// tokens, the reference engine's default cost.
+func (s *Shape) defaults() {
+	s.SystemTokens = cmp.Or(s.SystemTokens, 4000)
+	s.PageSize = cmp.Or(s.PageSize, 16)
+	s.Cost = cmp.Or(s.Cost, refengine.DefaultCost)
+}
+
+// systemPrefix names the system block in a report.
+func (s Shape) systemPrefix() string {
+	return fmt.Sprintf("deterministic %d-token system block", s.SystemTokens)
+}
+
+// ArmStats is a splice-family arm's totals over the requests it measures.
+type ArmStats struct {
+	Requests      int     `json:"requests"`
+	PromptTokens  int     `json:"prompt_tokens"`
+	CachedTokens  int     `json:"cached_tokens"`
+	PrefillTokens int     `json:"prefill_tokens"`
+	HitRate       float64 `json:"hit_rate"`
+	TTFTms        float64 `json:"ttft_ms"`
+	// FillTokens are replacement tokens the engine prefilled for splices
+	// (fill orders); they are counted in PrefillTokens too.
+	FillTokens int `json:"fill_tokens"`
+	Splices    int `json:"splices"`
+	// CheckedRows are cached K/V rows the reference engine compared with
+	// the contract, RotatedRows those that matched within round-off only
+	// (keys a splice rotated).
+	CheckedRows int    `json:"checked_rows"`
+	RotatedRows int    `json:"rotated_rows"`
+	ContractOK  bool   `json:"contract_ok"`
+	Error       string `json:"error,omitempty"`
+}
+
+// turn runs r on the rig's engine as session's next request and adds it
+// to a. A contract violation ends the arm: ok is false and err nil (the
+// report says so); any other error is returned.
+func (a *ArmStats) turn(ctx context.Context, rig *Rig, session, tenant string, r Request) (st refengine.TurnStats, ok bool, err error) {
+	st, err = rig.turn(ctx, session, tenant, r)
+	if err != nil {
+		return st, false, a.fail(err)
+	}
+	a.add(st)
+	return st, true, nil
+}
+
+func (a *ArmStats) add(st refengine.TurnStats) {
+	a.Requests++
+	a.PromptTokens += st.Prompt
+	a.CachedTokens += st.Cached
+	a.PrefillTokens += st.Prefilled
+	a.TTFTms += st.TTFTms
+	a.CheckedRows += st.CheckedRows
+	a.RotatedRows += st.RoundedRows
+}
+
+func (a *ArmStats) finish() {
+	a.HitRate = ratio(a.CachedTokens, a.PromptTokens)
+}
+
+// fail records a contract violation as the arm's outcome (the report says
+// so) and passes any other error up.
+func (a *ArmStats) fail(err error) error {
+	if errors.Is(err, refengine.ErrContract) {
+		a.ContractOK = false
+		a.Error = err.Error()
+		return nil
+	}
+	return err
+}
+
+// barsOf is a bar per arm, in arms' order, of what value reads.
+func barsOf(arms []string, value func(arm string) float64) []Bar {
+	bars := make([]Bar, len(arms))
+	for i, arm := range arms {
+		bars[i] = Bar{arm, value(arm)}
+	}
+	return bars
+}
+
+// hitAndPrefill are the charts of arms that are ArmStats: the hit rate
+// and the prefill of each, titled "<what> cache hit" and "<what> prefill".
+func hitAndPrefill(what string, arms []string, m map[string]ArmStats) []Chart {
+	return []Chart{
+		{Title: what + "cache hit", Unit: "%", Bars: barsOf(arms, func(n string) float64 { return 100 * m[n].HitRate })},
+		{Title: what + "prefill", Unit: "tokens", Bars: barsOf(arms, func(n string) float64 { return float64(m[n].PrefillTokens) })},
+	}
+}
+
+func okWord(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "VIOLATED"
+}
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
