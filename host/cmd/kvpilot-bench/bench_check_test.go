@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -19,16 +20,26 @@ type fakeReport struct {
 func (fakeReport) WriteTable(w io.Writer) error { _, err := fmt.Fprintln(w, "fake table"); return err }
 func (fakeReport) Charts() []scenario.Chart     { return nil }
 
+// The fake scenarios join the table as any scenario does: a row whose
+// run returns a report.
 func init() {
 	for name, met := range map[string]bool{"fake-met": true, "fake-missed": false} {
-		registerBench(benchScenario{Name: name, Summary: "a test scenario", Run: func(ctx context.Context, args []string, stdout io.Writer) error {
-			var r fakeReport
-			r.Targets.Met = met
-			return benchOutput(ctx, stdout, r, false, "", name)
-		}})
+		var r fakeReport
+		r.Targets.Met = met
+		scenarios = append(scenarios, fakeScenario(name, r))
 	}
-	registerBench(benchScenario{Name: "fake-untargeted", Summary: "a test scenario", Run: func(context.Context, []string, io.Writer) error { return nil }})
+	scenarios = append(scenarios, fakeScenario("fake-untargeted", untargetedReport{}))
 }
+
+func fakeScenario(name string, r scenario.Report) benchScenario {
+	return benchScenario{Name: name, Summary: "a test scenario", Help: "A test scenario.", Flags: func(*flag.FlagSet) runFunc {
+		return func(context.Context, scenario.Progress) (scenario.Report, error) { return r, nil }
+	}}
+}
+
+type untargetedReport struct{ fakeReport }
+
+func (untargetedReport) MarshalJSON() ([]byte, error) { return []byte(`{"arms":{}}`), nil }
 
 // `bench <scenario> --check` tells in its exit status whether the targets
 // were met; without --check a missed target still exits 0 (the report says

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,18 +21,11 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/kvpilot/kvpilot/host/bench/controlhost"
+	"github.com/kvpilot/kvpilot/host/bench/scenario"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
 )
-
-func init() {
-	registerBench(benchScenario{
-		Name:    "control",
-		Summary: "directive round trip over the Control socket (gRPC) and NATS request/reply",
-		Run:     runBenchControl,
-	})
-}
 
 type latencyArm struct {
 	name    string
@@ -39,39 +33,40 @@ type latencyArm struct {
 	samples []time.Duration
 }
 
-func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("bench control", "[--json] [--iters N] [--warmup N]",
-		"Measures a directive's round trip (a one-directive turn pinning or unpinning a\n"+
-			"cached block, applied by the executor and audited) over the Control socket's\n"+
-			"gRPC and over NATS request/reply, against a real in-process host. Baselines\n"+
-			"in the same run: an empty gRPC call on the same socket (Ping), and a NATS echo\n"+
-			"on the same server; a call to a method the server lacks is reported as the\n"+
-			"floor under any call (uds_unimplemented). Targets: socket p50 <= 50 us, p99 <= 250 us;\n"+
-			"NATS p50 <= 150 us; and, against the baselines, socket p50 <= 1.3x and\n"+
-			"p99 <= 2x the empty call's, NATS p50 <= 1.6x the echo's.", os.Stderr)
-	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
+// controlFlags defines the flags of `kvpilot bench control` (its row in
+// scenarios.go) and returns what runs it.
+func controlFlags(fs *flag.FlagSet) runFunc {
 	iters := fs.Int("iters", 20000, "timed round trips per arm")
 	warmup := fs.Int("warmup", 2000, "untimed round trips per arm first")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed round trips (client and host: one process) to this file")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	return func(ctx context.Context, _ scenario.Progress) (scenario.Report, error) {
+		if *iters < 100 {
+			return nil, fmt.Errorf("--iters %d: want at least 100", *iters)
+		}
+		arms, err := measureControl(ctx, *iters, *warmup, *cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		return controlReport(arms, *iters, *warmup), nil
 	}
-	if *iters < 100 {
-		return fmt.Errorf("bench control: --iters %d: want at least 100", *iters)
-	}
+}
+
+// measureControl times iters round trips of each arm against a real
+// in-process host, after warmup untimed ones.
+func measureControl(ctx context.Context, iters, warmup int, cpuProfile string) ([]*latencyArm, error) {
 	dir, err := os.MkdirTemp("", "kvpilot-bench-control")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	h, err := controlhost.Start(filepath.Join(dir, "d"))
 	if err != nil {
-		return fmt.Errorf("bench control: start host: %w", err)
+		return nil, fmt.Errorf("start host: %w", err)
 	}
 	defer h.Stop()
 	seqs, err := h.Commit("", make([]uint32, 64))
 	if err != nil {
-		return fmt.Errorf("bench control: %w", err)
+		return nil, err
 	}
 	turns := [2]directive.Turn{
 		{Directives: []directive.Directive{directive.Cache{BlockHashes: []directive.Hash{directive.Hash(seqs[0])}, Pin: true}}},
@@ -89,23 +84,23 @@ func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error
 
 	uc, err := controlclient.DialUnix(h.Socket, controlclient.UnixOptions{Source: "bench"})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer uc.Close()
 	raw, err := grpc.NewClient("unix:"+h.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer raw.Close()
 	ping := pb.NewControlClient(raw)
 	nc, err := controlclient.ConnectNATS(h.NATSURL, controlclient.NATSOptions{Subject: h.Subject, Source: "bench"})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer nc.Close()
 	echo, err := h.Daemon.NATS().Conn().Subscribe("kvpilot.bench.echo", func(m *nats.Msg) { m.Respond(m.Data) })
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer echo.Unsubscribe()
 	h.Daemon.NATS().Conn().Flush()
@@ -138,33 +133,38 @@ func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error
 	// machine falls on all of them alike.
 	const round = 500
 	for _, a := range arms {
-		for i := 0; i < *warmup; i++ {
+		for i := 0; i < warmup; i++ {
 			if err := a.call(ctx, i); err != nil {
-				return fmt.Errorf("bench control: %s warm-up: %w", a.name, err)
+				return nil, fmt.Errorf("%s warm-up: %w", a.name, err)
 			}
 		}
-		a.samples = make([]time.Duration, 0, *iters)
+		a.samples = make([]time.Duration, 0, iters)
 	}
-	stopProfile, err := startCPUProfile(*cpuProfile)
+	stopProfile, err := startCPUProfile(cpuProfile)
 	if err != nil {
-		return fmt.Errorf("bench control: %w", err)
+		return nil, err
 	}
 	defer stopProfile()
-	for done := 0; done < *iters; done += round {
-		n := min(round, *iters-done)
+	for done := 0; done < iters; done += round {
+		n := min(round, iters-done)
 		for _, a := range arms {
 			for i := 0; i < n; i++ {
 				start := time.Now()
 				if err := a.call(ctx, done+i); err != nil {
-					return fmt.Errorf("bench control: %s: %w", a.name, err)
+					return nil, fmt.Errorf("%s: %w", a.name, err)
 				}
 				a.samples = append(a.samples, time.Since(start))
 			}
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	return arms, nil
+}
+
+// controlReport summarizes the arms against the targets.
+func controlReport(arms []*latencyArm, iters, warmup int) scenario.Report {
 	results := map[string]map[string]float64{}
 	for _, a := range arms {
 		results[a.name] = summarize(a.samples)
@@ -173,40 +173,39 @@ func runBenchControl(ctx context.Context, args []string, stdout io.Writer) error
 	absMet := results["uds"]["p50_us"] <= 50 && results["uds"]["p99_us"] <= 250 && results["nats"]["p50_us"] <= 150
 	ratioMet := ratios["uds_p50"] <= udsP50RatioMax && ratios["uds_p99"] <= udsP99RatioMax && ratios["nats_p50"] <= natsP50RatioMax
 	met := absMet && ratioMet
-	reportMet(ctx, met)
-	if *asJSON {
-		return json.NewEncoder(stdout).Encode(map[string]any{
-			"scenario": "control",
-			"params": map[string]any{
-				"iters": *iters, "warmup": *warmup, "gomaxprocs": runtime.GOMAXPROCS(0),
-				"directive": "one-directive turn: Cache pin / unpin of one cached block, audited",
-				"nats":      "client over TCP loopback to the embedded server; host in-process",
-			},
-			"arms":   results,
-			"ratios": ratios,
-			"targets": map[string]any{
-				"uds_p50_us_max": 50, "uds_p99_us_max": 250, "nats_p50_us_max": 150,
-				"uds_p50_ratio_max": udsP50RatioMax, "uds_p99_ratio_max": udsP99RatioMax, "nats_p50_ratio_max": natsP50RatioMax,
-				"met": met,
-			},
-		})
+	js := map[string]any{
+		"scenario": "control",
+		"params": map[string]any{
+			"iters": iters, "warmup": warmup, "gomaxprocs": runtime.GOMAXPROCS(0),
+			"directive": "one-directive turn: Cache pin / unpin of one cached block, audited",
+			"nats":      "client over TCP loopback to the embedded server; host in-process",
+		},
+		"arms":   results,
+		"ratios": ratios,
+		"targets": map[string]any{
+			"uds_p50_us_max": 50, "uds_p99_us_max": 250, "nats_p50_us_max": 150,
+			"uds_p50_ratio_max": udsP50RatioMax, "uds_p99_ratio_max": udsP99RatioMax, "nats_p50_ratio_max": natsP50RatioMax,
+			"met": met,
+		},
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "control bench: %d round trips per arm (GOMAXPROCS %d)\n\n", *iters, runtime.GOMAXPROCS(0))
-	fmt.Fprintf(tw, "arm\tp50 (us)\tp99 (us)\tmean (us)\ttarget\n")
-	target := map[string]string{"uds": "p50 <= 50, p99 <= 250", "nats": "p50 <= 150"}
-	for _, a := range arms {
-		r := results[a.name]
-		t := target[a.name]
-		if t == "" {
-			t = "-"
+	return tableReport{js, func(w io.Writer) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "control bench: %d round trips per arm (GOMAXPROCS %d)\n\n", iters, runtime.GOMAXPROCS(0))
+		fmt.Fprintf(tw, "arm\tp50 (us)\tp99 (us)\tmean (us)\ttarget\n")
+		target := map[string]string{"uds": "p50 <= 50, p99 <= 250", "nats": "p50 <= 150"}
+		for _, a := range arms {
+			r := results[a.name]
+			t := target[a.name]
+			if t == "" {
+				t = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%s\n", a.name, r["p50_us"], r["p99_us"], r["mean_us"], t)
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%s\n", a.name, r["p50_us"], r["p99_us"], r["mean_us"], t)
-	}
-	fmt.Fprintf(tw, "\nratios to the same run's baselines: uds p50 %.2f (<= %.1f), uds p99 %.2f (<= %.1f), nats p50 %.2f (<= %.1f)\n",
-		ratios["uds_p50"], udsP50RatioMax, ratios["uds_p99"], udsP99RatioMax, ratios["nats_p50"], natsP50RatioMax)
-	fmt.Fprintf(tw, "targets met: %v\n", met)
-	return tw.Flush()
+		fmt.Fprintf(tw, "\nratios to the same run's baselines: uds p50 %.2f (<= %.1f), uds p99 %.2f (<= %.1f), nats p50 %.2f (<= %.1f)\n",
+			ratios["uds_p50"], udsP50RatioMax, ratios["uds_p99"], udsP99RatioMax, ratios["nats_p50"], natsP50RatioMax)
+		fmt.Fprintf(tw, "targets met: %v\n", met)
+		return tw.Flush()
+	}}
 }
 
 // The overhead a directive may add to its transport: its round trip over

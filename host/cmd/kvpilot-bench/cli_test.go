@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -61,5 +62,28 @@ func TestRealModelWithoutTorchSaysWhatToInstall(t *testing.T) {
 	}
 	if strings.Contains(errs, "is the Python package installed") {
 		t.Errorf("stderr still guesses: %s", errs)
+	}
+}
+
+// Every row of the scenario table has its own name, in the list's order,
+// a line in the list, help and flags; its help names the command users
+// type, and it takes --json, and --plot when its report draws.
+func TestScenarioTable(t *testing.T) {
+	var names []string
+	for _, s := range scenarios {
+		if strings.HasPrefix(s.Name, "fake-") {
+			continue // bench_check_test.go's
+		}
+		names = append(names, s.Name)
+		if s.Summary == "" || s.Help == "" || s.Flags == nil {
+			t.Errorf("%s: a row wants a summary, help and flags", s.Name)
+		}
+		code, out, errs := runCLI(s.Name, "--help")
+		if code != 0 || !strings.HasPrefix(out, "Usage: kvpilot bench "+s.Name+" [--json] ") || strings.Contains(out, "-plot") != s.Plot {
+			t.Errorf("%s --help: status %d, stdout %.200q, stderr %.80q", s.Name, code, out, errs)
+		}
+	}
+	if !slices.IsSorted(names) || len(slices.Compact(slices.Clone(names))) != len(names) {
+		t.Errorf("the table's names are not unique and in order: %q", names)
 	}
 }

@@ -17,30 +17,25 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/kvpilot/kvpilot/host/cmd/internal/cliflag"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { cliflag.Main(run) }
 
 // run runs the scenario args name and returns the exit status: 0, 1 when
 // it failed (or missed a target under --check), 2 on a usage error. Its
 // messages speak as `kvpilot bench`, the command users type.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	helpOut = stdout
 	err := runBench(ctx, args, stdout, stderr)
+	var usage cliflag.UsageError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.Is(err, errUsage):
+	case errors.As(err, &usage):
+		fmt.Fprintf(stderr, "kvpilot bench: %v\n", err)
+		return 2
+	case errors.Is(err, cliflag.ErrUsage):
 		return 2
 	default:
 		fmt.Fprintf(stderr, "kvpilot bench: %v\n", err)

@@ -15,10 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"sort"
-	"syscall"
 
 	"github.com/kvpilot/kvpilot/host/cmd/internal/cliflag"
 )
@@ -39,12 +36,7 @@ func registerCommand(c command) {
 	commands[c.Name] = c
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
+func main() { cliflag.Main(run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	helpOut = stdout

@@ -5,11 +5,15 @@
 package cliflag
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"unicode"
 
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -18,6 +22,29 @@ import (
 // ErrUsage marks an error already explained to the user by a usage
 // message; the commands exit 2 on it.
 var ErrUsage = errors.New("usage")
+
+// Main runs a command: run gets the command line's arguments and the
+// standard streams, under a context that Ctrl-C and SIGTERM cancel, and
+// the process exits with the status it returns.
+func Main(run func(ctx context.Context, args []string, stdout, stderr io.Writer) int) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// UsageError is a usage error that says itself what was wrong (a flag's
+// value out of its range): the commands print it and exit 2, as for
+// ErrUsage.
+type UsageError string
+
+func (e UsageError) Error() string { return string(e) }
+
+// Is makes a UsageError an ErrUsage.
+func (UsageError) Is(target error) bool { return target == ErrUsage }
+
+// Usagef is a UsageError with the message format and args make.
+func Usagef(format string, args ...any) error { return UsageError(fmt.Sprintf(format, args...)) }
 
 // New returns a flag set for the command line name ("kvpilot hash") that
 // writes its errors to stderr (its help, asked for, goes to the writer
