@@ -27,6 +27,7 @@ import (
 	"syscall"
 
 	"github.com/kvpilot/kvpilot/host/bench/scenario"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
 func main() {
@@ -118,9 +119,9 @@ func demoSessions(o options) ([]session, error) {
 // the demo always has, so a session fits the demo's tiers.
 func cutTrace(tr scenario.Trace, n int) scenario.Trace {
 	out := tr
-	out.Messages = make([]scenario.Message, len(tr.Messages))
+	out.Messages = make([]chat.Message, len(tr.Messages))
 	for i, m := range tr.Messages {
-		m.Content, m.Thinking = cut(m.Content, n), cut(m.Thinking, n)
+		m.Content, m.ThinkingText = cut(m.Content, n), cut(m.ThinkingText, n)
 		out.Messages[i] = m
 	}
 	return out

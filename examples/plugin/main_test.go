@@ -3,6 +3,7 @@ package main
 import (
 	"testing"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
 	"github.com/kvpilot/kvpilot/sdk/policytest"
@@ -10,8 +11,8 @@ import (
 
 func TestRetainsSystemPromptOnce(t *testing.T) {
 	h := policytest.New(t, &retainSystem{}, map[string]any{"priority": 90, "duration": "5m"})
-	obs := policy.Observation{Kind: policy.KindRequestStarted, Session: "s1", Started: &policy.RequestStarted{Messages: []policy.Message{
-		{Role: "system", Span: policy.Span{Start: 3, End: 4000}}, {Role: "user", Span: policy.Span{Start: 4004, End: 4100}},
+	obs := policy.Observation{Kind: policy.KindRequestStarted, Session: "s1", Started: &policy.RequestStarted{Messages: []chat.Message{
+		{Role: "system", Span: chat.Span{Start: 3, End: 4000}}, {Role: "user", Span: chat.Span{Start: 4004, End: 4100}},
 	}}}
 	ds := h.Observe(obs)
 	r, ok := ds[0].(directive.Retain)

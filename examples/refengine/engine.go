@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/kernels/rope"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/engineclient"
 	"github.com/kvpilot/kvpilot/sdk/enginewire"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -68,7 +69,7 @@ type TurnRequest struct {
 	// are written and committed after the prompt, as decode would).
 	Tokens   []uint32
 	Output   []uint32
-	Messages []engineclient.Message
+	Messages []chat.Message
 	// CacheControl or CacheControlJSON (Anthropic or nvext form) pins the
 	// request's prefix at Finish.
 	CacheControl     *enginewire.CacheControl

@@ -174,7 +174,7 @@ func TestLoad128SessionsReplayTracesWithPolicies(t *testing.T) {
 					// scheduler queues such a request and tries again, and so
 					// does this client (counted, within the turn's minute).
 					for wait := 5 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
-						st, err = e.Run(ctx, refengine.TurnRequest{Session: id, Tokens: s.Tokens(), Messages: engineMessages(s.Messages())})
+						st, err = e.Run(ctx, refengine.TurnRequest{Session: id, Tokens: s.Tokens(), Messages: s.Messages()})
 						if !errors.Is(err, errcode.ErrCapacityExhausted) || ctx.Err() != nil {
 							break
 						}

@@ -23,9 +23,9 @@ import (
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/policies"
 	"github.com/kvpilot/kvpilot/policies/truncation"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
 	"github.com/kvpilot/kvpilot/sdk/directive"
-	"github.com/kvpilot/kvpilot/sdk/engineclient"
 	"github.com/kvpilot/kvpilot/sdk/policy"
 	"github.com/kvpilot/kvpilot/sdk/policytest"
 )
@@ -206,18 +206,18 @@ func replayEdited(t *testing.T, socket string) {
 	long := strings.Repeat("the quick brown fox jumps over the lazy dog; ", 8)
 	build := func(topic string, extra bool) *policytest.Session {
 		s := policytest.NewSession("r", false)
-		s.Append(policytest.TraceMessage{Role: "system", Content: "You are a careful assistant. " + long})
-		s.Append(policytest.TraceMessage{Role: "user", Content: "Tell me about " + topic + ". " + long})
-		s.Append(policytest.TraceMessage{Role: "assistant", Content: "Here is what I know. " + long})
-		s.Append(policytest.TraceMessage{Role: "user", Content: "And more, please. " + long})
+		s.Append(chat.Message{Role: "system", Content: "You are a careful assistant. " + long})
+		s.Append(chat.Message{Role: "user", Content: "Tell me about " + topic + ". " + long})
+		s.Append(chat.Message{Role: "assistant", Content: "Here is what I know. " + long})
+		s.Append(chat.Message{Role: "user", Content: "And more, please. " + long})
 		if extra {
-			s.Append(policytest.TraceMessage{Role: "assistant", Content: "Certainly. " + long})
+			s.Append(chat.Message{Role: "assistant", Content: "Certainly. " + long})
 		}
 		return s
 	}
 	run := func(s *policytest.Session) refengine.TurnStats {
 		t.Helper()
-		st, err := e.Run(ctxT(t), refengine.TurnRequest{Session: "r", Tokens: s.Tokens(), Messages: engineMessages(s.Messages())})
+		st, err := e.Run(ctxT(t), refengine.TurnRequest{Session: "r", Tokens: s.Tokens(), Messages: s.Messages()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,14 +238,6 @@ func replayEdited(t *testing.T, socket string) {
 	}
 }
 
-func engineMessages(ms []policy.Message) []engineclient.Message {
-	out := make([]engineclient.Message, len(ms))
-	for i, m := range ms {
-		out[i] = engineclient.Message{Role: m.Role, ToolName: m.ToolName, Content: m.Content, Start: int(m.Span.Start), End: int(m.Span.End)}
-	}
-	return out
-}
-
 // The truncation policy, running as a plugin process, sees the engine's
 // requests with their message spans, stubs an old tool result with a
 // splice, and the host applies it (the stub tokenized by the host's
@@ -264,14 +256,14 @@ func TestTruncationPolicySplicesRealTraffic(t *testing.T) {
 
 	output := strings.Repeat("drwxr-xr-x 2 root root 4096 Nov 21 23:20 some-directory-name\n", 12)
 	s := policytest.NewSession("agent", false)
-	s.Append(policytest.TraceMessage{Role: "system", Content: "You are a coding agent with a bash tool. Keep answers short and precise."})
-	s.Append(policytest.TraceMessage{Role: "user", Content: "List the files of the repository and tell me what is there."})
-	s.Append(policytest.TraceMessage{Role: "assistant", ToolName: "bash", Content: "ls -la"})
-	s.Append(policytest.TraceMessage{Role: "tool", ToolName: "bash", Content: output})
-	s.Append(policytest.TraceMessage{Role: "assistant", Content: "The repository holds twelve directories of source code."})
+	s.Append(chat.Message{Role: "system", Content: "You are a coding agent with a bash tool. Keep answers short and precise."})
+	s.Append(chat.Message{Role: "user", Content: "List the files of the repository and tell me what is there."})
+	s.Append(chat.Message{Role: "assistant", ToolName: "bash", Content: "ls -la"})
+	s.Append(chat.Message{Role: "tool", ToolName: "bash", Content: output})
+	s.Append(chat.Message{Role: "assistant", Content: "The repository holds twelve directories of source code."})
 	run := func() refengine.TurnStats {
 		t.Helper()
-		st, err := e.Run(ctxT(t), refengine.TurnRequest{Session: "agent", Tokens: s.Tokens(), Messages: engineMessages(s.Messages())})
+		st, err := e.Run(ctxT(t), refengine.TurnRequest{Session: "agent", Tokens: s.Tokens(), Messages: s.Messages()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,9 +271,9 @@ func TestTruncationPolicySplicesRealTraffic(t *testing.T) {
 	}
 	run() // the tool result has one assistant turn after it: kept
 	first := s.Tokens()
-	s.Append(policytest.TraceMessage{Role: "user", Content: "Which of them holds the tests?"})
-	s.Append(policytest.TraceMessage{Role: "assistant", Content: "The directory named tests, as usual for this layout."})
-	s.Append(policytest.TraceMessage{Role: "user", Content: "Thanks. Now summarize the layout in one line."})
+	s.Append(chat.Message{Role: "user", Content: "Which of them holds the tests?"})
+	s.Append(chat.Message{Role: "assistant", Content: "The directory named tests, as usual for this layout."})
+	s.Append(chat.Message{Role: "user", Content: "Thanks. Now summarize the layout in one line."})
 	before := s.Messages()
 	prev := s.Tokens()
 	run() // two assistant turns after it now: the policy stubs it
@@ -315,7 +307,7 @@ func TestTruncationPolicySplicesRealTraffic(t *testing.T) {
 	if fills.Orders.Load() == 0 {
 		t.Fatal("the engine got no fill order for the stub")
 	}
-	s.Append(policytest.TraceMessage{Role: "assistant", Content: "Sources, tests and docs, each in its own directory."})
+	s.Append(chat.Message{Role: "assistant", Content: "Sources, tests and docs, each in its own directory."})
 	st := run()
 	if st.Cached < branch || st.Cached <= int(sp.Start)+len(stub) || st.RoundedRows == 0 {
 		t.Fatalf("turn after the policy's splice cached %d of %d (stub at %d), %d rotated rows", st.Cached, st.Prompt, sp.Start, st.RoundedRows)

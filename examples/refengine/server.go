@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 	"github.com/kvpilot/kvpilot/sdk/chunktok"
-	"github.com/kvpilot/kvpilot/sdk/engineclient"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
@@ -129,15 +129,15 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 // run renders the prompt and the answer and runs them as one engine turn.
 func (s *Server) run(ctx context.Context, req *chatwire.Request, kv chatwire.KVParams, answer chatwire.Message) (Stats, error) {
 	toks, spans := chatwire.Render(req.Messages, chunktok.Tokenize)
-	msgs := make([]engineclient.Message, len(req.Messages))
+	msgs := make([]chat.Message, len(req.Messages))
 	for i, m := range req.Messages {
-		msgs[i] = engineclient.Message{Role: m.Role, Content: strings.ToValidUTF8(string(m.Content), "\uFFFD"),
-			ThinkingText: strings.ToValidUTF8(m.ReasoningContent, "\uFFFD"), Start: spans[i].Start, End: spans[i].End}
+		msgs[i] = chat.Message{Role: m.Role, Content: string(m.Content), ThinkingText: m.ReasoningContent,
+			Span: chat.Span{Start: int64(spans[i].Start), End: int64(spans[i].End)}}
 		if len(m.ToolCalls) > 0 {
 			msgs[i].ToolName = m.ToolCalls[0].Function.Name
 		}
 		if sp := spans[i]; sp.ThinkEnd > sp.ThinkStart {
-			msgs[i].Thinking = [][2]int{{sp.ThinkStart, sp.ThinkEnd}}
+			msgs[i].Thinking = []chat.Span{{Start: int64(sp.ThinkStart), End: int64(sp.ThinkEnd)}}
 		}
 	}
 	tr := TurnRequest{Session: kv.Session, Tenant: kv.Tenant, Tokens: toks, Output: chatwire.RenderOne(answer, chunktok.Tokenize), Messages: msgs}

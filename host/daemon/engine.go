@@ -172,18 +172,9 @@ func (d *Daemon) Engine() *engine.Service {
 type policyObserver struct{ d *Daemon }
 
 func (o policyObserver) RequestStarted(r engine.RequestStarted) {
-	msgs := make([]policy.Message, len(r.Messages))
-	for i, m := range r.Messages {
-		pm := policy.Message{Role: m.Role, ToolName: m.ToolName, Content: m.Content, ThinkingText: m.ThinkingText,
-			Span: policy.Span{Start: int64(m.Start), End: int64(m.End)}, Edited: m.Edited}
-		for _, th := range m.Thinking {
-			pm.Thinking = append(pm.Thinking, policy.Span{Start: int64(th[0]), End: int64(th[1])})
-		}
-		msgs[i] = pm
-	}
 	o.d.observe(policy.Observation{Time: time.Now(), Kind: policy.KindRequestStarted, Session: r.Session, Tenant: r.Tenant,
 		Started: &policy.RequestStarted{RequestID: r.RequestID, Turn: int64(r.Turn), PromptTokens: int64(len(r.Tokens)),
-			PageSize: uint32(r.PageSize), BlockHashes: r.BlockHashes, Messages: msgs}})
+			PageSize: uint32(r.PageSize), BlockHashes: r.BlockHashes, Messages: r.Messages}})
 }
 
 func (o policyObserver) RequestFinished(r engine.RequestFinished) {

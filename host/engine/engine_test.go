@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/engine/enginetest"
 	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/engineclient"
 	"github.com/kvpilot/kvpilot/sdk/enginewire"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -210,7 +211,7 @@ func TestBadInputIsStructured(t *testing.T) {
 	if _, err := c.Match(ctx, engineclient.MatchRequest{Session: "s\x00", Tokens: seq(0, 4)}); codeOf(err) != errcode.BadRequest {
 		t.Fatalf("unprintable session: %v", err)
 	}
-	if _, err := c.Match(ctx, engineclient.MatchRequest{Tokens: seq(0, 4), Messages: []engineclient.Message{{Role: "user", Start: 2, End: 9}}}); codeOf(err) != errcode.InvalidSpan {
+	if _, err := c.Match(ctx, engineclient.MatchRequest{Tokens: seq(0, 4), Messages: []chat.Message{{Role: "user", Span: chat.Span{Start: 2, End: 9}}}}); codeOf(err) != errcode.InvalidSpan {
 		t.Fatalf("message span past the prompt: %v", err)
 	}
 	dev := h.Service.Pools().Set.Memory(tier.Device).Stats()

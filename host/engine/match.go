@@ -10,6 +10,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/mover"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
@@ -24,7 +25,7 @@ type MatchArgs struct {
 	Session, Tenant string
 	Tokens          []uint32
 	// Messages carry spans over Tokens, each within them.
-	Messages []Message
+	Messages []chat.Message
 	// LoadBackDeadline, when positive and shorter, caps the load-back
 	// below Config.LoadBackDeadline.
 	LoadBackDeadline time.Duration
@@ -104,22 +105,22 @@ func (s *Service) checkMatch(a MatchArgs) error {
 
 // checkSpans checks that every message's span and thinking spans lie
 // within the request's ntoks tokens.
-func checkSpans(ms []Message, ntoks int) error {
+func checkSpans(ms []chat.Message, ntoks int) error {
 	if len(ms) > 1<<16 {
 		return errcode.New(errcode.TooMany, "%d messages", len(ms))
 	}
-	outside := func(i int, what string, a, b int) error {
-		if a > b || b > ntoks || a < 0 {
-			return errcode.New(errcode.InvalidSpan, "messages[%d].%s [%d, %d) outside the %d tokens", i, what, a, b, ntoks)
+	outside := func(i int, what string, s chat.Span) error {
+		if s.Start > s.End || s.End > int64(ntoks) || s.Start < 0 {
+			return errcode.New(errcode.InvalidSpan, "messages[%d].%s [%d, %d) outside the %d tokens", i, what, s.Start, s.End, ntoks)
 		}
 		return nil
 	}
 	for i, m := range ms {
-		if err := outside(i, "span", m.Start, m.End); err != nil {
+		if err := outside(i, "span", m.Span); err != nil {
 			return err
 		}
 		for _, th := range m.Thinking {
-			if err := outside(i, "thinking", th[0], th[1]); err != nil {
+			if err := outside(i, "thinking", th); err != nil {
 				return err
 			}
 		}
@@ -141,7 +142,7 @@ func Printable(v string) bool {
 // startRequest registers a running request under its id, matching, and
 // returns it with the pools it uses and, for the session diff, the
 // session's previous messages.
-func (s *Service) startRequest(a MatchArgs) (*request, *Pools, []Message, error) {
+func (s *Service) startRequest(a MatchArgs) (*request, *Pools, []chat.Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	reg, err := s.registrationOf(a.RegistrationID)
@@ -162,7 +163,7 @@ func (s *Service) startRequest(a MatchArgs) (*request, *Pools, []Message, error)
 	}
 	s.requests[id] = r
 	s.stats.Matches++
-	var prev []Message // touch replaces a session's messages, never edits them
+	var prev []chat.Message // touch replaces a session's messages, never edits them
 	if s.cfg.AutoSplice && r.session != "" {
 		if ss := s.sessions.get(r.session, false); ss != nil {
 			prev = ss.Messages

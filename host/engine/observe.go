@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/metrics"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/enginewire"
 )
 
@@ -27,7 +28,7 @@ type RequestStarted struct {
 	CachedTokens int
 	// Messages carry spans over Tokens (the session's cached positions),
 	// with Edited set where the host already spliced.
-	Messages []Message
+	Messages []chat.Message
 }
 
 // RequestFinished describes a finished request.

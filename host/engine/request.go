@@ -10,6 +10,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/errmap"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
@@ -41,7 +42,7 @@ type request struct {
 	tenant   string
 	salt     blockid.Salt
 	prompt   []uint32
-	messages []Message
+	messages []chat.Message
 
 	mu      sync.Mutex
 	phase   phase
@@ -76,19 +77,6 @@ type held struct {
 	owned   map[pool.Slot]struct{}
 	// released: the request ended; it may not lock or own anything more.
 	released bool
-}
-
-// Message is a chat message with its token span, as the engine sent it.
-// Start and End index the request's tokens, which are the session's cached
-// sequence when the engine sent the prompt with the host's edits applied.
-type Message struct {
-	Role, ToolName, Content string
-	Start, End              int
-	Thinking                [][2]int
-	ThinkingText            string
-	// Edited: a splice already replaced part of the message's span (the
-	// host's record of the session's edits; see Session.Edited).
-	Edited bool
 }
 
 // errEnded refuses a call on a request that ended.

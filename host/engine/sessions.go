@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/splice"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
 // Session is what the host remembers of a session: its latest cached token
@@ -19,7 +20,7 @@ type Session struct {
 	// CachedTokens of them (full pages) were committed to the cache.
 	Tokens       []uint32
 	CachedTokens int
-	Messages     []Message
+	Messages     []chat.Message
 	Requests     int
 	Updated      time.Time
 	// Edited are the ranges of Tokens a splice replaced (in the current
@@ -159,7 +160,7 @@ func (ss *sessions) dropTenant(s *sessionState) {
 
 // touch records a request of the session (Match) and returns its turn
 // (the request count before it) and the messages of its previous request.
-func (ss *sessions) touch(id, tenant string, msgs []Message) (turn int, prev []Message) {
+func (ss *sessions) touch(id, tenant string, msgs []chat.Message) (turn int, prev []chat.Message) {
 	if id == "" {
 		return 0, nil
 	}
@@ -236,12 +237,12 @@ func (ss *sessions) splice(id, tenant string, toks []uint32, cached int, salt bl
 
 // markEdited sets Edited on the messages whose span overlaps an edit of
 // the session (an empty edit, a deletion, counts as its position).
-func markEdited(msgs []Message, edited []Span) {
+func markEdited(msgs []chat.Message, edited []Span) {
 	for i := range msgs {
 		m := &msgs[i]
 		for _, e := range edited {
-			end := max(e.End, e.Start+1)
-			if e.Start < m.End && m.Start < end {
+			end := int64(max(e.End, e.Start+1))
+			if int64(e.Start) < m.Span.End && m.Span.Start < end {
 				m.Edited = true
 				break
 			}

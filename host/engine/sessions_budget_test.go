@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
 // The session table forgets the least recently used sessions once they
@@ -15,7 +17,7 @@ func TestSessionsBoundedByBytes(t *testing.T) {
 	toks := make([]uint32, 2048) // 8 KiB of tokens a session
 	for i := range 40 {
 		ss.commit(fmt.Sprint("s", i), "", toks, 0, nil)
-		ss.touch(fmt.Sprint("s", i), "", []Message{{Role: "user", Content: strings.Repeat("x", 1024)}})
+		ss.touch(fmt.Sprint("s", i), "", []chat.Message{{Role: "user", Content: strings.Repeat("x", 1024)}})
 		if ss.bytes > ss.maxBytes {
 			t.Fatalf("after %d sessions they hold %d bytes, over the %d budget", i+1, ss.bytes, ss.maxBytes)
 		}

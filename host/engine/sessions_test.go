@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/splice"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
 func toks(from, n int) []uint32 {
@@ -97,7 +98,8 @@ func TestEditedSpansFollowSplices(t *testing.T) {
 	if got, want := ss.get("s", false).Edited, []Span{{4, 7}, {10, 12}, {22, 22}}; !slices.Equal(got, want) {
 		t.Fatalf("edited after a third splice %v, want %v", got, want)
 	}
-	msgs := []Message{{Start: 0, End: 4}, {Start: 5, End: 9}, {Start: 12, End: 22}, {Start: 22, End: 26}, {Start: 26, End: 30}}
+	msgs := []chat.Message{{Span: chat.Span{Start: 0, End: 4}}, {Span: chat.Span{Start: 5, End: 9}}, {Span: chat.Span{Start: 12, End: 22}},
+		{Span: chat.Span{Start: 22, End: 26}}, {Span: chat.Span{Start: 26, End: 30}}}
 	markEdited(msgs, ss.get("s", false).Edited)
 	var flags []bool
 	for _, m := range msgs {

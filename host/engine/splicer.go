@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/kvpilot/kvpilot/host/splice"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
 // The service is the splicer's source of sessions (splice.Sessions) and its
@@ -91,7 +92,7 @@ func (a spliceSessions) Through(tenant string, seq uint64) []splice.Session {
 // to match, so the Match that follows hits past the edit. prev are the
 // messages of the session's previous request (their spans index its cached
 // sequence). Failures only cost cache hits: they are logged.
-func (s *Service) autoSplice(ctx context.Context, r *request, prev []Message) {
+func (s *Service) autoSplice(ctx context.Context, r *request, prev []chat.Message) {
 	sp := s.Splicer()
 	if sp == nil || r.session == "" {
 		return
@@ -114,11 +115,11 @@ func (s *Service) autoSplice(ctx context.Context, r *request, prev []Message) {
 
 // spansOf returns the messages' non-empty spans (session diff aligns
 // messages by their tokens; an empty one has none to align).
-func spansOf(ms []Message) []splice.Span {
+func spansOf(ms []chat.Message) []splice.Span {
 	out := make([]splice.Span, 0, len(ms))
 	for _, m := range ms {
-		if m.End > m.Start {
-			out = append(out, splice.Span{Start: m.Start, End: m.End})
+		if m.Span.End > m.Span.Start {
+			out = append(out, splice.Span{Start: int(m.Span.Start), End: int(m.Span.End)})
 		}
 	}
 	return out

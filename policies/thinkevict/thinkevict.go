@@ -28,6 +28,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
 )
@@ -122,14 +123,14 @@ func (p *Policy) request(obs policy.Observation) []policy.Directive {
 	p.lastSeen[key] = obs.Time
 	ms := obs.Started.Messages
 
-	spans := make([][]policy.Span, len(ms))
+	spans := make([][]chat.Span, len(ms))
 	for i, m := range ms {
 		if m.Role != "assistant" {
 			continue
 		}
 		spans[i] = m.Thinking
 		if len(spans[i]) == 0 && wholeThink(m.Content) && m.Span.Len() > 0 {
-			spans[i] = []policy.Span{m.Span}
+			spans[i] = []chat.Span{m.Span}
 		}
 	}
 	// Walk back over assistant turns (runs of assistant messages) that
@@ -137,7 +138,7 @@ func (p *Policy) request(obs policy.Observation) []policy.Directive {
 	turns := 0
 	type edit struct {
 		msg  int
-		span policy.Span
+		span chat.Span
 	}
 	var edits []edit
 	done := p.done[key]

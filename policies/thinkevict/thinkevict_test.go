@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
 	"github.com/kvpilot/kvpilot/sdk/policytest"
@@ -40,13 +41,13 @@ func TestTraceGolden(t *testing.T) {
 }
 
 func TestKeepAndTransient(t *testing.T) {
-	msgs := []policy.Message{
-		{Role: "user", Span: policy.Span{Start: 2, End: 10}},
-		{Role: "assistant", Span: policy.Span{Start: 12, End: 40}, Thinking: []policy.Span{{Start: 12, End: 30}}},
-		{Role: "user", Span: policy.Span{Start: 42, End: 50}},
-		{Role: "assistant", Span: policy.Span{Start: 52, End: 80}, Content: "<think>all reasoning</think>"},
-		{Role: "user", Span: policy.Span{Start: 82, End: 90}},
-		{Role: "assistant", Span: policy.Span{Start: 92, End: 120}, Thinking: []policy.Span{{Start: 92, End: 100}}},
+	msgs := []chat.Message{
+		{Role: "user", Span: chat.Span{Start: 2, End: 10}},
+		{Role: "assistant", Span: chat.Span{Start: 12, End: 40}, Thinking: []chat.Span{{Start: 12, End: 30}}},
+		{Role: "user", Span: chat.Span{Start: 42, End: 50}},
+		{Role: "assistant", Span: chat.Span{Start: 52, End: 80}, Content: "<think>all reasoning</think>"},
+		{Role: "user", Span: chat.Span{Start: 82, End: 90}},
+		{Role: "assistant", Span: chat.Span{Start: 92, End: 120}, Thinking: []chat.Span{{Start: 92, End: 100}}},
 	}
 	obs := policy.Observation{Kind: policy.KindRequestStarted, Session: "s", Started: &policy.RequestStarted{Messages: msgs}}
 	h := policytest.New(t, New(), map[string]any{"keep": 1, "placeholder": "[thought]"})

@@ -43,6 +43,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
 )
@@ -183,7 +184,7 @@ func (t *Policy) Observe(_ context.Context, obs policy.Observation) ([]policy.Di
 
 type candidate struct {
 	msg  int
-	span policy.Span
+	span chat.Span
 	repl string
 }
 
@@ -205,7 +206,7 @@ func (t *Policy) request(obs policy.Observation) []policy.Directive {
 		}
 	}
 
-	age := turnAges(ms)
+	age := chat.TurnAges(ms)
 	keep := int64(0)
 	if t.p.Keep != nil {
 		keep = t.p.Keep.Value
@@ -271,7 +272,7 @@ func (t *Policy) request(obs policy.Observation) []policy.Directive {
 	return out
 }
 
-func isCall(m policy.Message) bool { return m.Role == "assistant" && m.ToolName != "" }
+func isCall(m chat.Message) bool { return m.Role == "assistant" && m.ToolName != "" }
 
 func (t *Policy) toolAllowed(name string) bool {
 	n := strings.ToLower(name)
@@ -279,21 +280,6 @@ func (t *Policy) toolAllowed(name string) bool {
 		return false
 	}
 	return len(t.tools) == 0 || t.tools[n]
-}
-
-// turnAges returns, for every message, how many assistant turns follow it.
-// Consecutive assistant messages are one turn: harnesses split one response
-// into text and tool-call messages.
-func turnAges(ms []policy.Message) []int {
-	age := make([]int, len(ms))
-	n := 0
-	for i := len(ms) - 1; i >= 0; i-- {
-		age[i] = n
-		if ms[i].Role == "assistant" && (i == 0 || ms[i-1].Role != "assistant") {
-			n++
-		}
-	}
-	return age
 }
 
 // replacement returns the placeholder, or the head/tail stub of content;

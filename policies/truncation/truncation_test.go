@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
 	"github.com/kvpilot/kvpilot/sdk/policytest"
@@ -50,17 +51,17 @@ func TestTraceGolden(t *testing.T) {
 	}
 }
 
-func started(ms ...policy.Message) policy.Observation {
+func started(ms ...chat.Message) policy.Observation {
 	return policy.Observation{Kind: policy.KindRequestStarted, Session: "s", Started: &policy.RequestStarted{Messages: ms, PromptTokens: 1000}}
 }
 
 func TestRules(t *testing.T) {
 	long := strings.Repeat("x", 1000)
-	msgs := func() []policy.Message {
-		var ms []policy.Message
+	msgs := func() []chat.Message {
+		var ms []chat.Message
 		pos := int64(0)
 		add := func(role, tool, content string) {
-			ms = append(ms, policy.Message{Role: role, ToolName: tool, Content: content, Span: policy.Span{Start: pos + 2, End: pos + 2 + int64(len(content)/4)}})
+			ms = append(ms, chat.Message{Role: role, ToolName: tool, Content: content, Span: chat.Span{Start: pos + 2, End: pos + 2 + int64(len(content)/4)}})
 			pos += 4 + int64(len(content)/4)
 		}
 		add("user", "", "fix it")

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/enginewire"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 	"github.com/kvpilot/kvpilot/sdk/proto/convert"
@@ -16,16 +17,6 @@ import (
 // host) instead of failing at once; ctx bounds the wait.
 var waitReady = grpc.WaitForReady(true)
 
-// Message is a chat message of the prompt with its token span [Start, End).
-type Message struct {
-	Role, ToolName, Content string
-	Start, End              int
-	// Thinking spans inside the message, and the thinking text when the
-	// request carried it as a separate field.
-	Thinking     [][2]int
-	ThinkingText string
-}
-
 // MatchRequest starts a request.
 type MatchRequest struct {
 	// RequestID is optional; the host makes one when empty.
@@ -33,7 +24,7 @@ type MatchRequest struct {
 	Session   string
 	Tenant    string
 	Tokens    []uint32
-	Messages  []Message
+	Messages  []chat.Message
 	// LoadBackDeadline, when set, shortens the host's load-back deadline.
 	LoadBackDeadline time.Duration
 }
@@ -60,15 +51,7 @@ type MatchResult struct {
 // tiers, and locks it for the request.
 func (c *Client) Match(ctx context.Context, r MatchRequest) (MatchResult, error) {
 	req := &pb.MatchRequest{RequestId: r.RequestID, Session: r.Session, Tenant: r.Tenant, Tokens: r.Tokens,
-		LoadBackDeadlineMs: uint32(r.LoadBackDeadline.Milliseconds())}
-	for _, m := range r.Messages {
-		pm := &pb.ChatMessage{Role: m.Role, ToolName: m.ToolName, Content: m.Content, ThinkingText: m.ThinkingText,
-			Span: &pb.TokenSpan{Start: uint32(m.Start), End: uint32(m.End)}}
-		for _, t := range m.Thinking {
-			pm.Thinking = append(pm.Thinking, &pb.TokenSpan{Start: uint32(t[0]), End: uint32(t[1])})
-		}
-		req.Messages = append(req.Messages, pm)
-	}
+		LoadBackDeadlineMs: uint32(r.LoadBackDeadline.Milliseconds()), Messages: convert.ChatMessagesToProto(r.Messages)}
 	var resp *pb.MatchResponse
 	var gen int
 	err := c.call(ctx, true, func(reg string) (err error) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
 )
 
@@ -18,9 +19,9 @@ func fromProto(p *pb.Observation) (Observation, error) {
 	case *pb.Observation_RequestStarted:
 		s := b.RequestStarted
 		o.Kind = KindRequestStarted
-		ms := make([]Message, len(s.GetMessages()))
+		ms := make([]chat.Message, len(s.GetMessages()))
 		for i, m := range s.GetMessages() {
-			ms[i] = Message{
+			ms[i] = chat.Message{
 				Role: m.GetRole(), ToolName: m.GetToolName(), Content: m.GetContent(), Span: spanFromProto(m.GetSpan()),
 				Thinking: spansFromProto(m.GetThinking()), ThinkingText: m.GetThinkingText(), Edited: m.GetEdited(),
 			}
@@ -58,13 +59,13 @@ func fromProto(p *pb.Observation) (Observation, error) {
 	return o, nil
 }
 
-func spanFromProto(s *pb.Span) Span { return Span{Start: s.GetStart(), End: s.GetEnd()} }
+func spanFromProto(s *pb.Span) chat.Span { return chat.Span{Start: s.GetStart(), End: s.GetEnd()} }
 
-func spansFromProto(ss []*pb.Span) []Span {
+func spansFromProto(ss []*pb.Span) []chat.Span {
 	if len(ss) == 0 {
 		return nil
 	}
-	out := make([]Span, len(ss))
+	out := make([]chat.Span, len(ss))
 	for i, s := range ss {
 		out[i] = spanFromProto(s)
 	}

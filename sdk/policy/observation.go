@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"time"
+
+	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
 // Kind is an observation kind; a policy subscribes to kinds in Info.
@@ -56,41 +58,6 @@ type Observation struct {
 	Pressure *TierPressure
 }
 
-// Span is the token range [Start, End) of the session's cached sequence.
-type Span struct {
-	Start int64
-	End   int64
-}
-
-// Len returns End - Start.
-func (s Span) Len() int64 { return s.End - s.Start }
-
-// Message is one chat message of a request, as the engine rendered it.
-//
-// Span and Thinking index the session's cached token sequence as it stands
-// when the observation is made: the host has already accounted for edits it
-// applied, so a policy can put the positions straight into a Splice.
-type Message struct {
-	Role     string // system, user, assistant, tool
-	ToolName string // for a tool result, the tool; for an assistant tool call, the called tool
-	// Content is the message text as the request carried it.
-	Content string
-	// Span covers the message's content, without the chat template's role
-	// markers, so an edit of the whole span keeps the template intact.
-	Span Span
-	// Thinking are the reasoning spans inside Span: a `<think>…</think>`
-	// block with its tags, or the rendered thinking field.
-	Thinking []Span
-	// ThinkingText is the reasoning text when the request carried it as a
-	// separate field.
-	ThinkingText string
-	// Edited is set when the host has already replaced part of this
-	// message's cached span (a policy's earlier splice). Policies that edit
-	// whole messages skip edited ones, which keeps them correct across a
-	// plugin restart that lost their own memory.
-	Edited bool
-}
-
 // RequestStarted reports a request entering the engine.
 type RequestStarted struct {
 	RequestID    string
@@ -100,7 +67,11 @@ type RequestStarted struct {
 	// BlockHashes are the sequence hashes of the prompt's full pages, root
 	// first.
 	BlockHashes []uint64
-	Messages    []Message
+	// Messages are the prompt's chat messages; their spans index the
+	// session's cached token sequence as it stands when the observation is
+	// made (the host has already accounted for edits it applied), so a
+	// policy can put the positions straight into a Splice.
+	Messages []chat.Message
 }
 
 // Usage is a finished request's token accounting.

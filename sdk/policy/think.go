@@ -12,7 +12,7 @@ const (
 // FindThinkSpans returns the byte ranges [start, end) of the
 // <think>…</think> blocks in s, tags included. An unclosed block runs to
 // the end of s: it is reasoning still in flight. Hosts use it to fill
-// Message.Thinking after mapping bytes to tokens.
+// chat.Message.Thinking after mapping bytes to tokens.
 func FindThinkSpans(s string) [][2]int {
 	var out [][2]int
 	for off := 0; off < len(s); {

@@ -44,7 +44,7 @@ func FuzzLoadTraces(f *testing.F) {
 		tr.Messages = tr.Messages[:min(len(tr.Messages), 6)]
 		for i := range tr.Messages {
 			m := &tr.Messages[i]
-			m.Content, m.Thinking = m.Content[:min(len(m.Content), 200)], m.Thinking[:min(len(m.Thinking), 200)]
+			m.Content, m.ThinkingText = m.Content[:min(len(m.Content), 200)], m.ThinkingText[:min(len(m.ThinkingText), 200)]
 		}
 		b, err := json.Marshal(tr)
 		if err == nil {

@@ -163,8 +163,8 @@ func Replay(h Observer, tr Trace, o ReplayOptions) (*Result, error) {
 		for _, m := range msgs[i:j] {
 			sess.Append(m)
 			plain.Append(m)
-			if o.RenderThinking && m.Thinking != "" {
-				reasoning += int64(len(Tokenize("<think>" + m.Thinking + "</think>")))
+			if o.RenderThinking && m.ThinkingText != "" {
+				reasoning += int64(len(Tokenize("<think>" + m.ThinkingText + "</think>")))
 			}
 		}
 		now = now.Add(time.Second)

@@ -3,7 +3,7 @@ package policytest
 import (
 	"fmt"
 
-	"github.com/kvpilot/kvpilot/sdk/policy"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
 // segKind labels a run of tokens in a simulated session.
@@ -26,7 +26,7 @@ type segment struct {
 }
 
 type simMessage struct {
-	TraceMessage
+	chat.Message
 	edited bool
 }
 
@@ -47,13 +47,14 @@ func NewSession(id string, renderThinking bool) *Session {
 	return &Session{ID: id, thinking: renderThinking}
 }
 
-// Append renders m at the end of the session.
-func (s *Session) Append(m TraceMessage) {
+// Append renders m at the end of the session (its spans are the
+// session's to set).
+func (s *Session) Append(m chat.Message) {
 	i := len(s.msgs)
-	s.msgs = append(s.msgs, simMessage{TraceMessage: m})
+	s.msgs = append(s.msgs, simMessage{Message: m})
 	s.segs = append(s.segs, segment{i, segHeader, Tokenize("<|im_start|>" + m.Role + "\n")})
-	if s.thinking && m.Thinking != "" {
-		s.segs = append(s.segs, segment{i, segThinking, Tokenize("<think>" + m.Thinking + "</think>")})
+	if s.thinking && m.ThinkingText != "" {
+		s.segs = append(s.segs, segment{i, segThinking, Tokenize("<think>" + m.ThinkingText + "</think>")})
 	}
 	body := m.Content
 	if m.ToolName != "" && m.Role == "assistant" {
@@ -86,11 +87,11 @@ func (s *Session) Tokens() []uint32 {
 
 // Messages returns the messages as a host reports them: spans over the
 // current cached sequence, content as the request carried it.
-func (s *Session) Messages() []policy.Message {
-	out := make([]policy.Message, len(s.msgs))
+func (s *Session) Messages() []chat.Message {
+	out := make([]chat.Message, len(s.msgs))
 	for i, m := range s.msgs {
-		out[i] = policy.Message{Role: m.Role, ToolName: m.ToolName, Content: m.Content, ThinkingText: m.Thinking, Edited: m.edited,
-			Span: policy.Span{Start: -1}}
+		out[i] = chat.Message{Role: m.Role, ToolName: m.ToolName, Content: m.Content, ThinkingText: m.ThinkingText, Edited: m.edited,
+			Span: chat.Span{Start: -1}}
 	}
 	var pos int64
 	for _, g := range s.segs {
@@ -102,7 +103,7 @@ func (s *Session) Messages() []policy.Message {
 			}
 			m.Span.End = end
 			if g.kind == segThinking {
-				m.Thinking = append(m.Thinking, policy.Span{Start: pos, End: end})
+				m.Thinking = append(m.Thinking, chat.Span{Start: pos, End: end})
 			}
 		}
 		pos = end

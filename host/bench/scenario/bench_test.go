@@ -12,23 +12,24 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvpilot/kvpilot/host/syncbuf"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
 // synthTrace is a small agent session: user task, then turns of an
 // assistant tool call and a tool result of resultChars characters, with
 // thinking on every assistant message when thinking is set.
 func synthTrace(id string, turns, resultChars int, thinking bool) Trace {
-	tr := Trace{SessionID: id, Source: "test", Messages: []Message{{Role: "user", Content: "Fix the failing test in " + id + "."}}}
+	tr := Trace{SessionID: id, Source: "test", Messages: []chat.Message{{Role: "user", Content: "Fix the failing test in " + id + "."}}}
 	for t := 0; t < turns; t++ {
-		a := Message{Role: "assistant", ToolName: "bash", Content: fmt.Sprintf("pytest -x tests/test_%s_%d.py", id, t)}
+		a := chat.Message{Role: "assistant", ToolName: "bash", Content: fmt.Sprintf("pytest -x tests/test_%s_%d.py", id, t)}
 		if thinking {
-			a.Thinking = fmt.Sprintf("Step %d of %s: the failure points at the parser; check the fixture first, then the edge case.", t, id)
+			a.ThinkingText = fmt.Sprintf("Step %d of %s: the failure points at the parser; check the fixture first, then the edge case.", t, id)
 		}
 		line := fmt.Sprintf("%s line %d of the tool output; ", id, t)
 		body := strings.Repeat(line, resultChars/len(line)+1)
-		tr.Messages = append(tr.Messages, a, Message{Role: "tool", ToolName: "bash", Content: body[:resultChars]})
+		tr.Messages = append(tr.Messages, a, chat.Message{Role: "tool", ToolName: "bash", Content: body[:resultChars]})
 	}
-	tr.Messages = append(tr.Messages, Message{Role: "assistant", Content: "Done: the test passes."})
+	tr.Messages = append(tr.Messages, chat.Message{Role: "assistant", Content: "Done: the test passes."})
 	return tr
 }
 

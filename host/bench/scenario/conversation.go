@@ -8,16 +8,12 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/kvpilot/kvpilot/sdk/engineclient"
-	"github.com/kvpilot/kvpilot/sdk/policy"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/policytest"
 )
 
 // Trace is a recorded agent session (the examples/traces JSON Lines format).
 type Trace = policytest.Trace
-
-// Message is one message of a Trace.
-type Message = policytest.TraceMessage
 
 // Tokenize is the benchmarks' tokenizer: policytest's deterministic
 // 4-bytes-a-token stand-in. Its only property that matters here is that it
@@ -126,29 +122,10 @@ type RenderOptions struct {
 type Request struct {
 	Prompt   []uint32
 	Output   []uint32
-	Messages []policy.Message
+	Messages []chat.Message
 	// Thinking are the spans of the output's thinking, in positions of
 	// Prompt+Output (RenderOptions.Thinking).
-	Thinking []policy.Span
-}
-
-// EngineMessages converts the request's messages for the engine protocol.
-func (r Request) EngineMessages() []engineclient.Message { return EngineMessages(r.Messages) }
-
-// EngineMessages converts policy messages (spans over a prompt) to the
-// engine protocol's form.
-func EngineMessages(ms []policy.Message) []engineclient.Message {
-	out := make([]engineclient.Message, len(ms))
-	for i, m := range ms {
-		// The protocol carries text as proto strings, which must be UTF-8;
-		// traces hold some invalid bytes (redactions, cut output).
-		out[i] = engineclient.Message{Role: m.Role, ToolName: m.ToolName, Content: strings.ToValidUTF8(m.Content, "\uFFFD"),
-			Start: int(m.Span.Start), End: int(m.Span.End), ThinkingText: strings.ToValidUTF8(m.ThinkingText, "\uFFFD")}
-		for _, t := range m.Thinking {
-			out[i].Thinking = append(out[i].Thinking, [2]int{int(t.Start), int(t.End)})
-		}
-	}
-	return out
+	Thinking []chat.Span
 }
 
 // Render turns a trace into its requests, the way policytest.Replay cuts
@@ -156,10 +133,10 @@ func EngineMessages(ms []policy.Message) []engineclient.Message {
 func Render(tr Trace, o RenderOptions) []Request {
 	sess := policytest.NewSession(tr.SessionID, o.Thinking)
 	if o.System != "" {
-		sess.Append(Message{Role: "system", Content: o.System})
+		sess.Append(chat.Message{Role: "system", Content: o.System})
 	}
 	if o.Tag != "" {
-		sess.Append(Message{Role: "user", Content: o.Tag})
+		sess.Append(chat.Message{Role: "user", Content: o.Tag})
 	}
 	msgs := tr.Messages
 	var out []Request
@@ -194,9 +171,9 @@ func Render(tr Trace, o RenderOptions) []Request {
 
 // stripSpans removes spans from the session, the last first so the
 // earlier positions still hold.
-func stripSpans(sess *policytest.Session, spans []policy.Span) {
+func stripSpans(sess *policytest.Session, spans []chat.Span) {
 	spans = slices.Clone(spans)
-	slices.SortFunc(spans, func(a, b policy.Span) int { return cmp.Compare(b.Start, a.Start) })
+	slices.SortFunc(spans, func(a, b chat.Span) int { return cmp.Compare(b.Start, a.Start) })
 	for _, s := range spans {
 		if err := sess.Splice(s.Start, s.End, nil); err != nil {
 			panic(fmt.Sprintf("strip thinking %d..%d: %v", s.Start, s.End, err)) // the spans come from the session itself
@@ -204,9 +181,9 @@ func stripSpans(sess *policytest.Session, spans []policy.Span) {
 	}
 }
 
-func cut(m Message, n int) Message {
+func cut(m chat.Message, n int) chat.Message {
 	m.Content = cutString(m.Content, n)
-	m.Thinking = cutString(m.Thinking, n)
+	m.ThinkingText = cutString(m.ThinkingText, n)
 	return m
 }
 

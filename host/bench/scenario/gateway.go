@@ -250,7 +250,7 @@ func ChatTurns(tr Trace, system string, maxRequests int) []Turn {
 				answer = len(hist) - 1
 			}
 			a := &hist[answer]
-			a.ReasoningContent = joined(a.ReasoningContent, m.Thinking)
+			a.ReasoningContent = joined(a.ReasoningContent, m.ThinkingText)
 			if m.ToolName == "" {
 				a.Content = chatwire.Content(joined(string(a.Content), m.Content))
 				continue
@@ -283,7 +283,7 @@ func ChatTurns(tr Trace, system string, maxRequests int) []Turn {
 			if role != "user" && role != "system" {
 				role = "user"
 			}
-			hist = append(hist, chatwire.Message{Role: role, Content: chatwire.Content(m.Content), ReasoningContent: m.Thinking})
+			hist = append(hist, chatwire.Message{Role: role, Content: chatwire.Content(m.Content), ReasoningContent: m.ThinkingText})
 		}
 	}
 	return out

@@ -219,7 +219,7 @@ func pinFloodArm(ctx context.Context, p PinFloodParams, pinned bool, vip []Reque
 	for i := 0; i < p.WarmupTurns; i++ {
 		prog.say("pin-flood %s: VIP warm-up turn %d/%d", arm, i+1, p.WarmupTurns)
 		r := vip[i]
-		tr := refengine.TurnRequest{Session: "vip", Tenant: tenant, Tokens: r.Prompt, Output: r.Output, Messages: r.EngineMessages()}
+		tr := refengine.TurnRequest{Session: "vip", Tenant: tenant, Tokens: r.Prompt, Output: r.Output, Messages: r.Messages}
 		if pinned {
 			tr.CacheControl = &enginewire.CacheControl{Type: "ephemeral", TTL: ttl}
 		}

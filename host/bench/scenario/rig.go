@@ -297,7 +297,7 @@ func (r *Rig) WaitSettled(ctx context.Context, within time.Duration) error {
 
 // turn runs req on the engine as session's next request for tenant.
 func (r *Rig) turn(ctx context.Context, session, tenant string, req Request) (refengine.TurnStats, error) {
-	return runTurn(ctx, r.Engine, nil, refengine.TurnRequest{Session: session, Tenant: tenant, Tokens: req.Prompt, Output: req.Output, Messages: req.EngineMessages()})
+	return runTurn(ctx, r.Engine, nil, refengine.TurnRequest{Session: session, Tenant: tenant, Tokens: req.Prompt, Output: req.Output, Messages: req.Messages})
 }
 
 // hashesOf returns the sequence hashes of tokens' full pages as the host

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kvpilot/kvpilot/host/engine"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
 // SpliceReplayParams shape the splice-replay scenario, a published
@@ -90,16 +91,16 @@ func leylineSession(p SpliceReplayParams) (leylineConversation, error) {
 	if len(body) < p.AnswerChars*p.Turns {
 		return leylineConversation{}, fmt.Errorf("trace %s has %d characters of answers, need %d", p.Answers.SessionID, len(body), p.AnswerChars*p.Turns)
 	}
-	user := func(t int, edited bool) Message {
+	user := func(t int, edited bool) chat.Message {
 		th := leylineThemes[t%len(leylineThemes)]
 		w := th.word
 		if edited && t == p.EditTurn {
 			w = th.synonym
 		}
-		return Message{Role: "user", Content: fmt.Sprintf(th.template, w)}
+		return chat.Message{Role: "user", Content: fmt.Sprintf(th.template, w)}
 	}
-	answer := func(t int) Message {
-		return Message{Role: "assistant", Content: body[t*p.AnswerChars : (t+1)*p.AnswerChars]}
+	answer := func(t int) chat.Message {
+		return chat.Message{Role: "assistant", Content: body[t*p.AnswerChars : (t+1)*p.AnswerChars]}
 	}
 	conv := func(turns int, edited bool) Trace {
 		tr := Trace{SessionID: "leyline"}

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kvpilot/kvpilot/policies/truncation"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
 	"github.com/kvpilot/kvpilot/sdk/policytest"
@@ -140,7 +141,7 @@ func truncationArm(ctx context.Context, p TruncationParams, arm string, prog Pro
 		}
 		session := fmt.Sprintf("trunc-%d", si)
 		sess := policytest.NewSession(session, false)
-		sess.Append(Message{Role: "system", Content: system})
+		sess.Append(chat.Message{Role: "system", Content: system})
 		msgs := tr.Messages
 		turn := 0
 		var prevLen int64 // the session's sequence after the last output

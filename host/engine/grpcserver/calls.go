@@ -18,7 +18,7 @@ import (
 // Match implements kvpilot.v1.Engine.
 func (s *Server) Match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchResponse, error) {
 	m, err := s.eng.Match(ctx, engine.MatchArgs{RegistrationID: req.GetRegistrationId(), RequestID: req.GetRequestId(),
-		Session: req.GetSession(), Tenant: req.GetTenant(), Tokens: req.GetTokens(), Messages: messagesFromProto(req.GetMessages()),
+		Session: req.GetSession(), Tenant: req.GetTenant(), Tokens: req.GetTokens(), Messages: convert.ChatMessagesFromProto(req.GetMessages()),
 		LoadBackDeadline: msDuration(req.GetLoadBackDeadlineMs())})
 	if err != nil {
 		return nil, status(err)
@@ -114,18 +114,4 @@ func cacheControlOf(req *pb.FinishRequest) (enginewire.CacheControl, error) {
 		}
 	}
 	return cc, nil
-}
-
-// messagesFromProto reads a Match's messages; the engine service checks
-// their spans.
-func messagesFromProto(ms []*pb.ChatMessage) []engine.Message {
-	out := make([]engine.Message, len(ms))
-	for i, m := range ms {
-		out[i] = engine.Message{Role: m.GetRole(), ToolName: m.GetToolName(), Content: m.GetContent(),
-			Start: int(m.GetSpan().GetStart()), End: int(m.GetSpan().GetEnd()), ThinkingText: m.GetThinkingText()}
-		for _, th := range m.GetThinking() {
-			out[i].Thinking = append(out[i].Thinking, [2]int{int(th.GetStart()), int(th.GetEnd())})
-		}
-	}
-	return out
 }

@@ -1,6 +1,7 @@
 package pluginwire
 
 import (
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/policy"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
 )
@@ -54,9 +55,9 @@ func ToProto(o policy.Observation) (*pb.Observation, error) {
 	return p, nil
 }
 
-func spanToProto(s policy.Span) *pb.Span { return &pb.Span{Start: s.Start, End: s.End} }
+func spanToProto(s chat.Span) *pb.Span { return &pb.Span{Start: s.Start, End: s.End} }
 
-func spansToProto(ss []policy.Span) []*pb.Span {
+func spansToProto(ss []chat.Span) []*pb.Span {
 	if len(ss) == 0 {
 		return nil
 	}

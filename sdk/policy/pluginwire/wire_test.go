@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/plugin/v1"
@@ -29,7 +30,7 @@ func TestProtoRoundTrip(t *testing.T) {
 	sent := []policy.Observation{
 		{Seq: 1, Time: at, Kind: policy.KindRequestStarted, Session: "s", Tenant: "t", Started: &policy.RequestStarted{
 			RequestID: "r", Turn: 3, PromptTokens: 900, PageSize: 16, BlockHashes: []uint64{1, 1 << 63},
-			Messages: []policy.Message{{Role: "assistant", ToolName: "bash", Content: "c", Span: policy.Span{Start: 2, End: 9}, Thinking: []policy.Span{{Start: 2, End: 5}}, ThinkingText: "hm", Edited: true}}}},
+			Messages: []chat.Message{{Role: "assistant", ToolName: "bash", Content: "c", Span: chat.Span{Start: 2, End: 9}, Thinking: []chat.Span{{Start: 2, End: 5}}, ThinkingText: "hm", Edited: true}}}},
 		{Seq: 2, Time: at, Kind: policy.KindRequestFinished, Session: "s", Finished: &policy.RequestFinished{RequestID: "r",
 			Usage: policy.Usage{InputTokens: 1, CachedTokens: 2, OutputTokens: 3, ReasoningTokens: 4}, CacheControl: policy.CacheControl{Type: "ephemeral", TTL: time.Hour}, BlockHashes: []uint64{5}, ReasoningBlocks: []uint64{6}}},
 		{Seq: 3, Time: at, Kind: policy.KindKVEvent, KV: &policy.KVEvent{Type: policy.KVRemoved, Tier: "host", Parent: 9, HasParent: true, BlockHashes: []uint64{7}}},
