@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 )
 
@@ -17,7 +18,7 @@ type recorder struct {
 	h  http.Handler
 	mu sync.Mutex
 	// sent is the harness's request in flight (requests are sequential).
-	sent []chatwire.Message
+	sent []chat.Message
 	st   upstreamStats
 }
 
@@ -32,7 +33,7 @@ type upstreamStats struct {
 
 func newRecorder(h http.Handler) *recorder { return &recorder{h: h} }
 
-func (r *recorder) expect(msgs []chatwire.Message) {
+func (r *recorder) expect(msgs []chat.Message) {
 	r.mu.Lock()
 	r.sent = msgs
 	r.mu.Unlock()
@@ -54,7 +55,7 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.h.ServeHTTP(w, req)
 }
 
-func (r *recorder) compare(got []chatwire.Message) {
+func (r *recorder) compare(got []chat.Message) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.st.Requests++
@@ -70,7 +71,7 @@ func (r *recorder) compare(got []chatwire.Message) {
 			r.st.StubbedResults++
 			edited = true
 		}
-		if m.ReasoningContent != s.ReasoningContent {
+		if m.ThinkingText != s.ThinkingText {
 			r.st.Cleared++
 			edited = true
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvpilot/kvpilot/examples/refengine"
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/daemon"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 	"github.com/kvpilot/kvpilot/sdk/chunktok"
 	"github.com/prometheus/client_golang/prometheus"
@@ -140,7 +141,7 @@ func TestGatewayEditsReachTheEngineAndTheCache(t *testing.T) {
 
 func gatewayEdits(t *testing.T, sticky bool) {
 	f := startFrontDoor(t, func(c *config.Config) { c.Gateway.StickyClears = sticky })
-	msgs := []chatwire.Message{
+	msgs := []chat.Message{
 		{Role: "system", Content: "You are a coding agent with a bash tool. Keep answers short."},
 		{Role: "user", Content: "Look around the repository, one command at a time."},
 	}
@@ -171,7 +172,7 @@ func gatewayEdits(t *testing.T, sticky bool) {
 		for _, m := range up.Messages {
 			if m.Role == "tool" {
 				results++
-				if string(m.Content) == "[tool result cleared by context management]" {
+				if m.Content == "[tool result cleared by context management]" {
 					placeholders++
 				}
 			}
@@ -208,7 +209,7 @@ func gatewayEdits(t *testing.T, sticky bool) {
 		if len(ans.ToolCalls) == 0 {
 			t.Fatalf("turn %d: no tool call in %+v", turn, ans)
 		}
-		msgs = append(msgs, *ans, chatwire.Message{Role: "tool", ToolCallID: ans.ToolCalls[0].ID, Content: chatwire.Content(toolOutput(turn))})
+		msgs = append(msgs, *ans, chat.Message{Role: "tool", ToolCallID: ans.ToolCalls[0].ID, Content: toolOutput(turn)})
 	}
 	if edits < 2 {
 		t.Fatalf("%d turns made new edits, want at least 2", edits)
@@ -255,11 +256,11 @@ func TestEngineHTTPServer(t *testing.T) {
 	if len(models.Data) != 1 || models.Data[0].ID != "ref-gqa" {
 		t.Fatalf("models %+v", models)
 	}
-	msgs := []chatwire.Message{{Role: "system", Content: chatwire.Content(strings.Repeat("You are terse. ", 20))}, {Role: "user", Content: "hi"}}
+	msgs := []chat.Message{{Role: "system", Content: strings.Repeat("You are terse. ", 20)}, {Role: "user", Content: "hi"}}
 	kv := json.RawMessage(`{"kvpilot":{"session":"s1","tenant":"t"}}`)
 	var first, second completion
 	f.post(t, "/v1/chat/completions", nil, map[string]any{"model": "ref-gqa", "messages": msgs, "kv_transfer_params": kv}, &first)
-	msgs = append(msgs, *first.Choices[0].Message, chatwire.Message{Role: "user", Content: "more"})
+	msgs = append(msgs, *first.Choices[0].Message, chat.Message{Role: "user", Content: "more"})
 	f.post(t, "/v1/chat/completions", nil, map[string]any{"model": "ref-gqa", "messages": msgs, "kv_transfer_params": kv}, &second)
 	var st refengine.Stats
 	if err := json.Unmarshal(second.KVPilot, &st); err != nil {

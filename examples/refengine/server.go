@@ -113,11 +113,11 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	if s.o.TimeScale > 0 {
 		time.Sleep(time.Duration(st.TTFTms * s.o.TimeScale * float64(time.Millisecond)))
 	}
-	out := chunktok.Tokenize(string(answer.Content) + argsText(answer))
+	out := chunktok.Tokenize(answer.Content + argsText(answer))
 	usage := chatwire.Usage{PromptTokens: st.PromptTokens, CompletionTokens: len(out), TotalTokens: st.PromptTokens + len(out),
 		PromptTokensDetails: &chatwire.PromptTokensDetails{CachedTokens: st.CachedTokens}}
 	ext, _ := json.Marshal(st)
-	id := fmt.Sprintf("chatcmpl-ref-%x", fnvOf(string(answer.Content)+fmt.Sprint(time.Now().UnixNano())))
+	id := fmt.Sprintf("chatcmpl-ref-%x", fnvOf(answer.Content+fmt.Sprint(time.Now().UnixNano())))
 	if req.Stream {
 		s.stream(w, &req, id, answer, finish, usage, ext)
 		return
@@ -127,17 +127,11 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 }
 
 // run renders the prompt and the answer and runs them as one engine turn.
-func (s *Server) run(ctx context.Context, req *chatwire.Request, kv chatwire.KVParams, answer chatwire.Message) (Stats, error) {
-	toks, spans := chatwire.Render(req.Messages, chunktok.Tokenize)
-	msgs := make([]chat.Message, len(req.Messages))
-	for i, m := range req.Messages {
-		msgs[i] = chat.Message{Role: m.Role, Content: string(m.Content), ThinkingText: m.ReasoningContent,
-			Span: chat.Span{Start: int64(spans[i].Start), End: int64(spans[i].End)}}
+func (s *Server) run(ctx context.Context, req *chatwire.Request, kv chatwire.KVParams, answer chat.Message) (Stats, error) {
+	toks, msgs := chatwire.Render(req.Messages, chunktok.Tokenize)
+	for i, m := range msgs {
 		if len(m.ToolCalls) > 0 {
-			msgs[i].ToolName = m.ToolCalls[0].Function.Name
-		}
-		if sp := spans[i]; sp.ThinkEnd > sp.ThinkStart {
-			msgs[i].Thinking = []chat.Span{{Start: int64(sp.ThinkStart), End: int64(sp.ThinkEnd)}}
+			msgs[i].ToolName = m.ToolCalls[0].Function.Name // the engine protocol names one call
 		}
 	}
 	tr := TurnRequest{Session: kv.Session, Tenant: kv.Tenant, Tokens: toks, Output: chatwire.RenderOne(answer, chunktok.Tokenize), Messages: msgs}
@@ -155,18 +149,18 @@ func (s *Server) run(ctx context.Context, req *chatwire.Request, kv chatwire.KVP
 // answer is the deterministic reply: a tool call when the request requires
 // one (tool_choice "required" or a named function), else a short text that
 // depends on the last message, cut to the request's max tokens.
-func (s *Server) answer(req *chatwire.Request) (chatwire.Message, string) {
+func (s *Server) answer(req *chatwire.Request) (chat.Message, string) {
 	last := req.Messages[len(req.Messages)-1]
 	if name := requiredTool(req); name != "" {
-		args, _ := json.Marshal(map[string]string{"about": clipText(string(last.Content), 40)})
-		return chatwire.Message{Role: "assistant", ToolCalls: []chatwire.ToolCall{{ID: fmt.Sprintf("call_%08x", fnvOf(string(last.Content))),
-			Type: "function", Function: chatwire.FunctionCall{Name: name, Arguments: string(args)}}}}, "tool_calls"
+		args, _ := json.Marshal(map[string]string{"about": clipText(last.Content, 40)})
+		return chat.Message{Role: "assistant", ToolCalls: []chat.ToolCall{{ID: fmt.Sprintf("call_%08x", fnvOf(last.Content)),
+			Type: "function", Function: chat.FunctionCall{Name: name, Arguments: string(args)}}}}, "tool_calls"
 	}
 	text := fmt.Sprintf("Reference answer %08x to a %s message of %d characters.", fnvOf(chatwire.Text(last)), last.Role, len(last.Content))
 	if n := req.Limit(); n > 0 && 4*n < len(text) {
-		return chatwire.Message{Role: "assistant", Content: chatwire.Content(text[:4*n])}, "length"
+		return chat.Message{Role: "assistant", Content: text[:4*n]}, "length"
 	}
-	return chatwire.Message{Role: "assistant", Content: chatwire.Content(text)}, "stop"
+	return chat.Message{Role: "assistant", Content: text}, "stop"
 }
 
 func requiredTool(req *chatwire.Request) string {
@@ -192,7 +186,7 @@ func requiredTool(req *chatwire.Request) string {
 	return ""
 }
 
-func argsText(m chatwire.Message) string {
+func argsText(m chat.Message) string {
 	var b strings.Builder
 	for _, c := range m.ToolCalls {
 		b.WriteString(c.Function.Arguments)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 )
 
@@ -15,7 +16,7 @@ const streamPiece = 16
 // stream writes the answer as OpenAI server-sent events: a role chunk,
 // content (or tool-call) chunks, a finish chunk, a usage chunk when the
 // request asked for stream_options.include_usage, then [DONE].
-func (s *Server) stream(w http.ResponseWriter, req *chatwire.Request, id string, answer chatwire.Message, finish string,
+func (s *Server) stream(w http.ResponseWriter, req *chatwire.Request, id string, answer chat.Message, finish string,
 	usage chatwire.Usage, ext json.RawMessage) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -35,7 +36,7 @@ func (s *Server) stream(w http.ResponseWriter, req *chatwire.Request, id string,
 		}
 	}
 	send(chatwire.Choice{Delta: &chatwire.Delta{Role: "assistant"}}, nil, nil)
-	text := string(answer.Content)
+	text := answer.Content
 	for i := 0; i < len(text); i += streamPiece {
 		piece := text[i:min(i+streamPiece, len(text))]
 		send(chatwire.Choice{Delta: &chatwire.Delta{Content: &piece}}, nil, nil)
@@ -43,7 +44,7 @@ func (s *Server) stream(w http.ResponseWriter, req *chatwire.Request, id string,
 	for i, c := range answer.ToolCalls {
 		idx := i
 		c.Index = &idx
-		send(chatwire.Choice{Delta: &chatwire.Delta{ToolCalls: []chatwire.ToolCall{c}}}, nil, nil)
+		send(chatwire.Choice{Delta: &chatwire.Delta{ToolCalls: []chat.ToolCall{c}}}, nil, nil)
 	}
 	send(chatwire.Choice{Delta: &chatwire.Delta{}, FinishReason: &finish}, nil, nil)
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {

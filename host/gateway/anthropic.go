@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 	"github.com/kvpilot/kvpilot/sdk/enginewire"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -67,7 +68,7 @@ type anthropicChoice struct {
 // ParseAnthropic reads a Messages request and translates it to the
 // upstream's chat form: the messages, their cache_control breakpoints and
 // the forwarded request fields.
-func ParseAnthropic(body []byte) (anthropicRequest, []chatwire.Message, []breakpoint, map[string]json.RawMessage, error) {
+func ParseAnthropic(body []byte) (anthropicRequest, []chat.Message, []breakpoint, map[string]json.RawMessage, error) {
 	var req anthropicRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&req); err != nil {
@@ -99,7 +100,7 @@ func ParseAnthropic(body []byte) (anthropicRequest, []chatwire.Message, []breakp
 
 // translator builds the chat messages of an Anthropic request.
 type translator struct {
-	out    []chatwire.Message
+	out    []chat.Message
 	breaks []breakpoint
 	// calls are the tool_use ids of the previous message (an assistant
 	// turn) not yet answered, and callsAt its index: Anthropic's API
@@ -131,7 +132,7 @@ func (t *translator) system(raw json.RawMessage) error {
 		}
 		sb.WriteString(b.Text)
 	}
-	t.out = append(t.out, chatwire.Message{Role: "system", Content: chatwire.Content(sb.String())})
+	t.out = append(t.out, chat.Message{Role: "system", Content: sb.String()})
 	return t.breakpoints(blocks, "system")
 }
 
@@ -198,13 +199,13 @@ func (t *translator) user(blocks []block, where string, calls []string) error {
 			if b.IsError {
 				c = "[error] " + c
 			}
-			t.out = append(t.out, chatwire.Message{Role: "tool", ToolCallID: b.ToolUseID, Content: chatwire.Content(c)})
+			t.out = append(t.out, chat.Message{Role: "tool", ToolCallID: b.ToolUseID, Content: c})
 		default:
 			return errcode.New(errcode.NotSupportedYet, "%s.content[%d]: block type %s: the front door forwards text, tool_use, tool_result and thinking", where, j, quote(b.Type))
 		}
 	}
 	if hasText || len(blocks) == 0 {
-		t.out = append(t.out, chatwire.Message{Role: "user", Content: chatwire.Content(text.String())})
+		t.out = append(t.out, chat.Message{Role: "user", Content: text.String()})
 	}
 	for _, id := range calls {
 		if open[id] {
@@ -216,14 +217,14 @@ func (t *translator) user(blocks []block, where string, calls []string) error {
 }
 
 func (t *translator) assistant(blocks []block, where string) error {
-	m := chatwire.Message{Role: "assistant"}
+	m := chat.Message{Role: "assistant"}
 	var text strings.Builder
 	for j, b := range blocks {
 		switch b.Type {
 		case "text":
 			text.WriteString(b.Text)
 		case "thinking":
-			m.ReasoningContent += b.Thinking
+			m.ThinkingText += b.Thinking
 		case "redacted_thinking":
 			// Opaque to any engine but Anthropic's: dropped.
 		case "tool_use":
@@ -235,12 +236,12 @@ func (t *translator) assistant(blocks []block, where string) error {
 				}
 				args = buf.String()
 			}
-			m.ToolCalls = append(m.ToolCalls, chatwire.ToolCall{ID: b.ID, Type: "function", Function: chatwire.FunctionCall{Name: b.Name, Arguments: args}})
+			m.ToolCalls = append(m.ToolCalls, chat.ToolCall{ID: b.ID, Type: "function", Function: chat.FunctionCall{Name: b.Name, Arguments: args}})
 		default:
 			return errcode.New(errcode.NotSupportedYet, "%s.content[%d]: block type %s in an assistant turn", where, j, quote(b.Type))
 		}
 	}
-	m.Content = chatwire.Content(text.String())
+	m.Content = text.String()
 	t.out = append(t.out, m)
 	return nil
 }

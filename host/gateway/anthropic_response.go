@@ -68,11 +68,11 @@ func (s *Server) relayAnthropic(w http.ResponseWriter, resp *http.Response, t *t
 	}
 	m := c.Choices[0].Message
 	content := []any{}
-	if m.ReasoningContent != "" {
-		content = append(content, map[string]any{"type": "thinking", "thinking": m.ReasoningContent, "signature": thinkingSignature})
+	if m.ThinkingText != "" {
+		content = append(content, map[string]any{"type": "thinking", "thinking": m.ThinkingText, "signature": thinkingSignature})
 	}
-	if m.Content != "" || (m.ReasoningContent == "" && len(m.ToolCalls) == 0) {
-		content = append(content, map[string]any{"type": "text", "text": string(m.Content)})
+	if m.Content != "" || (m.ThinkingText == "" && len(m.ToolCalls) == 0) {
+		content = append(content, map[string]any{"type": "text", "text": m.Content})
 	}
 	for _, tc := range m.ToolCalls {
 		content = append(content, map[string]any{"type": "tool_use", "id": toolUseID(tc.ID), "name": tc.Function.Name, "input": inputJSON(tc.Function.Arguments)})

@@ -4,7 +4,7 @@ import (
 	"hash/fnv"
 	"strings"
 
-	"github.com/kvpilot/kvpilot/sdk/chatwire"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
 // Edit types, as Anthropic names them (the installed anthropic SDK's
@@ -100,7 +100,7 @@ type Sticky map[itemKey]string
 
 // Outcome is the result of applying rules to a request.
 type Outcome struct {
-	Messages []chatwire.Message
+	Messages []chat.Message
 	// Applied is the request's applied_edits: every edit that cleared
 	// something, with all it cleared.
 	Applied []Applied
@@ -125,7 +125,7 @@ type Outcome struct {
 // turns. With r.StickyClears the session's previous clears are applied
 // first and the rules add to them (see Rules.StickyClears). msgs is not
 // modified.
-func Apply(msgs []chatwire.Message, r Rules, prev Sticky) Outcome {
+func Apply(msgs []chat.Message, r Rules, prev Sticky) Outcome {
 	e := newEditor(msgs)
 	if r.StickyClears {
 		e.applySticky(prev, r.Tools)
@@ -140,7 +140,7 @@ func Apply(msgs []chatwire.Message, r Rules, prev Sticky) Outcome {
 }
 
 type editor struct {
-	in, out []chatwire.Message
+	in, out []chat.Message
 	// next is this request's clears, and saved the tokens each freed.
 	next  Sticky
 	saved map[itemKey]int
@@ -148,12 +148,12 @@ type editor struct {
 	callName map[string]string
 }
 
-func newEditor(msgs []chatwire.Message) *editor {
-	out := make([]chatwire.Message, len(msgs))
+func newEditor(msgs []chat.Message) *editor {
+	out := make([]chat.Message, len(msgs))
 	names := map[string]string{}
 	for i, m := range msgs {
 		out[i] = m
-		out[i].ToolCalls = append([]chatwire.ToolCall(nil), m.ToolCalls...)
+		out[i].ToolCalls = append([]chat.ToolCall(nil), m.ToolCalls...)
 		for _, c := range m.ToolCalls {
 			names[c.ID] = c.Function.Name
 		}
@@ -172,7 +172,7 @@ func (e *editor) applySticky(prev Sticky, tools *ToolRule) {
 	newest := e.newestResults(keep)
 	for i, m := range e.in {
 		if m.Role == "tool" && !newest[i] {
-			if repl, ok := prev[keyOf('r', m.ToolCallID, string(m.Content))]; ok {
+			if repl, ok := prev[keyOf('r', m.ToolCallID, m.Content)]; ok {
 				e.clearResult(i, repl)
 			}
 		}
@@ -181,8 +181,8 @@ func (e *editor) applySticky(prev Sticky, tools *ToolRule) {
 				e.clearInput(i, j, repl)
 			}
 		}
-		if m.ReasoningContent != "" {
-			if repl, ok := prev[keyOf('t', "", m.ReasoningContent)]; ok {
+		if m.ThinkingText != "" {
+			if repl, ok := prev[keyOf('t', "", m.ThinkingText)]; ok {
 				e.clearThink(i, repl)
 			}
 		}
@@ -212,8 +212,8 @@ func (e *editor) clear(k itemKey, repl string, freed int) bool {
 
 func (e *editor) clearResult(i int, repl string) {
 	m := e.in[i]
-	if e.clear(keyOf('r', m.ToolCallID, string(m.Content)), repl, tokens(string(m.Content))-tokens(repl)) {
-		e.out[i].Content = chatwire.Content(repl)
+	if e.clear(keyOf('r', m.ToolCallID, m.Content), repl, tokens(m.Content)-tokens(repl)) {
+		e.out[i].Content = repl
 	}
 }
 
@@ -226,8 +226,8 @@ func (e *editor) clearInput(i, j int, repl string) {
 
 func (e *editor) clearThink(i int, repl string) {
 	m := e.in[i]
-	if e.clear(keyOf('t', "", m.ReasoningContent), repl, tokens("<think>"+m.ReasoningContent+"</think>")-thinkTokens(repl)) {
-		e.out[i].ReasoningContent = repl
+	if e.clear(keyOf('t', "", m.ThinkingText), repl, tokens("<think>"+m.ThinkingText+"</think>")-thinkTokens(repl)) {
+		e.out[i].ThinkingText = repl
 	}
 }
 
@@ -274,14 +274,14 @@ func (e *editor) applied(prev Sticky) []Applied {
 func tokens(s string) int { return (len(s) + 3) / 4 }
 
 // inputTokens counts the edited request as the reference template renders it.
-func inputTokens(msgs []chatwire.Message) int64 {
+func inputTokens(msgs []chat.Message) int64 {
 	var n int64
 	for _, m := range msgs {
 		n += int64(tokens("<|im_start|>"+m.Role+"\n") + tokens("<|im_end|>\n"))
-		if m.ReasoningContent != "" {
-			n += int64(tokens("<think>" + m.ReasoningContent + "</think>"))
+		if m.ThinkingText != "" {
+			n += int64(tokens("<think>" + m.ThinkingText + "</think>"))
 		}
-		body := string(m.Content)
+		body := m.Content
 		if body == "" && len(m.ToolCalls) == 0 {
 			body = " "
 		}

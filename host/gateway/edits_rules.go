@@ -3,7 +3,7 @@ package gateway
 import (
 	"strings"
 
-	"github.com/kvpilot/kvpilot/sdk/chatwire"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
 // clearTools decides the rule's clears of tool results: every eligible
@@ -19,7 +19,7 @@ func (e *editor) clearTools(r *ToolRule, sticky bool) {
 	if !triggered(r, measured) {
 		return
 	}
-	age := turnAges(e.out)
+	age := chat.TurnAges(e.out)
 	type cand struct {
 		msg   int
 		repl  string
@@ -36,20 +36,20 @@ func (e *editor) clearTools(r *ToolRule, sticky bool) {
 		nth++
 		name := strings.ToLower(e.callName[m.ToolCallID])
 		if name == "" {
-			name = strings.ToLower(m.Name)
+			name = strings.ToLower(m.ToolName)
 		}
 		switch {
 		case nth <= r.Keep, r.OlderThan >= 0 && age[i] <= r.OlderThan, r.Exclude[name], r.Only != nil && !r.Only[name]:
 			continue
 		}
-		if _, done := e.next[keyOf('r', m.ToolCallID, string(m.Content))]; done {
+		if _, done := e.next[keyOf('r', m.ToolCallID, m.Content)]; done {
 			continue
 		}
-		repl := r.Replace(string(m.Content))
+		repl := r.Replace(m.Content)
 		if repl == "" {
 			continue
 		}
-		s := tokens(string(m.Content)) - tokens(repl)
+		s := tokens(m.Content) - tokens(repl)
 		cands = append(cands, cand{i, repl, s})
 		saved += int64(s)
 	}
@@ -66,7 +66,7 @@ func (e *editor) clearTools(r *ToolRule, sticky bool) {
 }
 
 // triggered reports whether msgs reach the rule's trigger.
-func triggered(r *ToolRule, msgs []chatwire.Message) bool {
+func triggered(r *ToolRule, msgs []chat.Message) bool {
 	switch r.TriggerType {
 	case "":
 		return true
@@ -106,27 +106,13 @@ func (e *editor) clearThinking(r *ThinkRule) {
 	if r.Keep < 0 {
 		return
 	}
-	age := turnAges(e.out)
+	age := chat.TurnAges(e.out)
 	for i, m := range e.in {
 		// age counts the assistant turns after a message; an assistant
 		// message of the newest turn has age 0.
-		if m.Role != "assistant" || m.ReasoningContent == "" || age[i] < r.Keep {
+		if m.Role != "assistant" || m.ThinkingText == "" || age[i] < r.Keep {
 			continue
 		}
 		e.clearThink(i, r.Placeholder)
 	}
-}
-
-// turnAges returns, for every message, how many assistant turns start
-// after it (the truncation policy's count).
-func turnAges(ms []chatwire.Message) []int {
-	age := make([]int, len(ms))
-	n := 0
-	for i := len(ms) - 1; i >= 0; i-- {
-		age[i] = n
-		if ms[i].Role == "assistant" && (i == 0 || ms[i-1].Role != "assistant") {
-			n++
-		}
-	}
-	return age
 }

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvpilot/kvpilot/sdk/chatwire"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
 // conversation builds a history of n tool uses, each with a long result.
-func conversation(n int) []chatwire.Message {
-	msgs := []chatwire.Message{{Role: "system", Content: "sys"}, {Role: "user", Content: "go"}}
+func conversation(n int) []chat.Message {
+	msgs := []chat.Message{{Role: "system", Content: "sys"}, {Role: "user", Content: "go"}}
 	for i := 0; i < n; i++ {
 		id := "call_" + string(rune('a'+i))
 		name := "bash"
@@ -19,17 +19,17 @@ func conversation(n int) []chatwire.Message {
 			name = "memory"
 		}
 		msgs = append(msgs,
-			chatwire.Message{Role: "assistant", ReasoningContent: strings.Repeat("think ", 10+i),
-				ToolCalls: []chatwire.ToolCall{{ID: id, Type: "function", Function: chatwire.FunctionCall{Name: name, Arguments: `{"cmd":"ls ` + id + `"}`}}}},
-			chatwire.Message{Role: "tool", ToolCallID: id, Content: chatwire.Content(strings.Repeat("output "+id+" ", 40))})
+			chat.Message{Role: "assistant", ThinkingText: strings.Repeat("think ", 10+i),
+				ToolCalls: []chat.ToolCall{{ID: id, Type: "function", Function: chat.FunctionCall{Name: name, Arguments: `{"cmd":"ls ` + id + `"}`}}}},
+			chat.Message{Role: "tool", ToolCallID: id, Content: strings.Repeat("output "+id+" ", 40)})
 	}
 	return msgs
 }
 
-func placeholders(ms []chatwire.Message) []int {
+func placeholders(ms []chat.Message) []int {
 	var out []int
 	for i, m := range ms {
-		if m.Role == "tool" && string(m.Content) == Placeholder {
+		if m.Role == "tool" && m.Content == Placeholder {
 			out = append(out, i)
 		}
 	}
@@ -76,7 +76,7 @@ func TestClearToolUsesRules(t *testing.T) {
 			if a.Type != EditClearToolUses || *a.ClearedToolUses != len(tc.want) || (a.ClearedInputTokens > 0) != tc.saved {
 				t.Fatalf("applied %+v (cleared %d)", a, *a.ClearedToolUses)
 			}
-			if string(msgs[3].Content) == Placeholder {
+			if msgs[3].Content == Placeholder {
 				t.Fatal("Apply modified its input")
 			}
 		})
@@ -107,7 +107,7 @@ func TestStickyClearsStayAndForget(t *testing.T) {
 	if !reflect.DeepEqual(first.Messages, again.Messages) {
 		t.Fatal("the same request edited twice differs")
 	}
-	next := append(append([]chatwire.Message(nil), msgs...), conversation(5)[10:]...)
+	next := append(append([]chat.Message(nil), msgs...), conversation(5)[10:]...)
 	later := Apply(next, sticky(1<<20, 1), first.Next)
 	if got, want := placeholders(later.Messages), placeholders(first.Messages); !reflect.DeepEqual(got, want) {
 		t.Fatalf("later turn cleared %v, the first %v: clears must be sticky", got, want)
@@ -115,8 +115,8 @@ func TestStickyClearsStayAndForget(t *testing.T) {
 	if len(later.Fresh) != 0 || *later.Applied[0].ClearedToolUses != len(placeholders(first.Messages)) {
 		t.Fatalf("later turn: fresh %+v, applied %+v", later.Fresh, later.Applied[0])
 	}
-	fork := append([]chatwire.Message(nil), msgs[:4]...)
-	fork = append(fork, chatwire.Message{Role: "user", Content: "something else"})
+	fork := append([]chat.Message(nil), msgs[:4]...)
+	fork = append(fork, chat.Message{Role: "user", Content: "something else"})
 	f := Apply(fork, Rules{StickyClears: true}, first.Next)
 	if len(f.Next) != 1 || !reflect.DeepEqual(placeholders(f.Messages), []int{3}) {
 		t.Fatalf("fork kept %d clears, placeholders %v", len(f.Next), placeholders(f.Messages))
@@ -133,7 +133,7 @@ func TestStickyClearsStayAndForget(t *testing.T) {
 // written out independently of the editor: when the unedited input
 // reaches the trigger, every tool result but the newest keep is cleared
 // (none here is excluded or too short to replace).
-func documentedClears(msgs []chatwire.Message, trigger int64, keep int) []int {
+func documentedClears(msgs []chat.Message, trigger int64, keep int) []int {
 	if inputTokens(msgs) < trigger {
 		return nil
 	}
@@ -161,7 +161,7 @@ func TestEveryTurnFollowsTheDocumentedRule(t *testing.T) {
 	trigger := inputTokens(full[:12]) // reached at the fifth result, not before
 	rules := Rules{Tools: toolRule(trigger, keep)}
 	prev := Sticky{}
-	var prevOut []chatwire.Message
+	var prevOut []chat.Message
 	for n := 3; n <= len(full); n += 2 { // each turn adds a tool call and its result
 		out := Apply(full[:n], rules, prev)
 		want := documentedClears(full[:n], trigger, keep)
@@ -184,7 +184,7 @@ func TestEveryTurnFollowsTheDocumentedRule(t *testing.T) {
 		if prevOut != nil {
 			firstNew := len(prevOut)
 			for _, i := range want {
-				if string(prevOut[i].Content) != Placeholder {
+				if prevOut[i].Content != Placeholder {
 					firstNew = min(firstNew, i)
 				}
 			}
@@ -224,7 +224,7 @@ func TestClearThinkingKeepsTheNewestTurns(t *testing.T) {
 		out := Apply(msgs, Rules{Think: &ThinkRule{Keep: keep}}, Sticky{})
 		n := 0
 		for _, m := range out.Messages {
-			if m.Role == "assistant" && m.ReasoningContent == "" {
+			if m.Role == "assistant" && m.ThinkingText == "" {
 				n++
 			}
 		}
@@ -248,7 +248,7 @@ func TestPolicyRulesFollowTheTruncationPolicy(t *testing.T) {
 	out := Apply(conversation(4), Rules{Tools: r}, Sticky{})
 	var stubbed []int
 	for i, m := range out.Messages {
-		if m.Role == "tool" && strings.Contains(string(m.Content), "chars truncated") {
+		if m.Role == "tool" && strings.Contains(m.Content, "chars truncated") {
 			stubbed = append(stubbed, i)
 		}
 	}

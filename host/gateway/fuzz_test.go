@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvpilot/kvpilot/sdk/chatwire"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
@@ -93,7 +93,7 @@ func FuzzSSEReader(f *testing.F) {
 
 // exercise edits what a parser accepted with every rule and checks the
 // forwarded body is JSON.
-func exercise(t *testing.T, raw map[string]json.RawMessage, msgs []chatwire.Message, own *Rules) {
+func exercise(t *testing.T, raw map[string]json.RawMessage, msgs []chat.Message, own *Rules) {
 	t.Helper()
 	r := Rules{Tools: toolRule(0, 0), Think: &ThinkRule{Keep: 0}}
 	if own != nil {

@@ -52,6 +52,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvpilot/kvpilot/host/metrics"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -169,7 +170,7 @@ type turn struct {
 }
 
 // prepare binds the tenant, resolves the session and applies the edits.
-func (s *Server) prepare(r *http.Request, msgs []chatwire.Message, own *Rules, breaks []breakpoint) (*turn, *apiError) {
+func (s *Server) prepare(r *http.Request, msgs []chat.Message, own *Rules, breaks []breakpoint) (*turn, *apiError) {
 	tenant, err := s.bind.tenant(r)
 	if err != nil {
 		return nil, &apiError{status: http.StatusForbidden, err: err}

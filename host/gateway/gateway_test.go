@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 )
 
@@ -59,7 +60,7 @@ func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	stop := "stop"
 	text := "hello"
 	if !req.Stream {
-		writeJSON(w, 200, chatwire.Response{ID: "x", Object: "chat.completion", Choices: []chatwire.Choice{{Message: &chatwire.Message{Role: "assistant", Content: "hello"}, FinishReason: &stop}},
+		writeJSON(w, 200, chatwire.Response{ID: "x", Object: "chat.completion", Choices: []chatwire.Choice{{Message: &chat.Message{Role: "assistant", Content: "hello"}, FinishReason: &stop}},
 			Usage: &chatwire.Usage{PromptTokens: 10, CompletionTokens: 2, PromptTokensDetails: &chatwire.PromptTokensDetails{CachedTokens: 4}}})
 		return
 	}
@@ -232,7 +233,7 @@ func TestSessionsByOpeningAndForks(t *testing.T) {
 	if again := s.resolve("t", "", conversation(4)); again.id != sa.id {
 		t.Fatalf("an extension moved to %s from %s", again.id, sa.id)
 	}
-	b := append(append([]chatwire.Message(nil), a[:3]...), chatwire.Message{Role: "tool", ToolCallID: "call_a", Content: "other"})
+	b := append(append([]chat.Message(nil), a[:3]...), chat.Message{Role: "tool", ToolCallID: "call_a", Content: "other"})
 	sb := s.resolve("t", "", b)
 	if sb.id == sa.id || !strings.HasPrefix(sb.id, sa.id+".") {
 		t.Fatalf("a fork got %s (parent %s)", sb.id, sa.id)

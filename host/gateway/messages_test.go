@@ -9,7 +9,7 @@ import (
 )
 
 // Every error the front door answers reads once: one registry code, no
-// registry message twice, no Go type name ("[]chatwire.Message"), in both
+// registry message twice, no Go type name ("[]chat.Message"), in both
 // APIs' shapes. The walk covers each kind of failure: bodies that are not
 // JSON or hold the wrong JSON types, missing and invalid fields, unknown
 // roles and blocks, cache_control and context_management mistakes,

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
@@ -14,7 +15,7 @@ import (
 // request; every other field is forwarded as it came. context_management
 // is kvpilot's extension: Anthropic's edits, in an OpenAI request.
 type openAIRequest struct {
-	Messages          []chatwire.Message `json:"messages"`
+	Messages          []chat.Message     `json:"messages"`
 	Stream            bool               `json:"stream"`
 	ContextManagement *contextManagement `json:"context_management"`
 }
@@ -49,7 +50,7 @@ func ParseOpenAI(body []byte) (openAIRequest, map[string]json.RawMessage, error)
 // an engine would template into a prompt the model never saw in
 // training): every tool message answers a call of the assistant message
 // before its run of tool messages, and every call is answered there.
-func checkToolPairs(msgs []chatwire.Message) error {
+func checkToolPairs(msgs []chat.Message) error {
 	var open map[string]bool // the calls of the assistant message being answered
 	at := -1                 // that message's index
 	unanswered := func() error {

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvpilot/kvpilot/host/metrics"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 )
@@ -35,7 +36,7 @@ func byteTokens(s string) []uint32 {
 
 // render is the prompt a chat request's messages make, generation prompt
 // included.
-func render(msgs []chatwire.Message) []uint32 {
+func render(msgs []chat.Message) []uint32 {
 	toks, _ := chatwire.Render(msgs, byteTokens)
 	return append(toks, byteTokens("<assistant>")...)
 }
@@ -60,7 +61,7 @@ func (c *connectorUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var req struct {
-			Messages []chatwire.Message `json:"messages"`
+			Messages []chat.Message `json:"messages"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		writeJSON(w, 200, map[string]any{"count": 0, "max_model_len": 0, "tokens": render(req.Messages)})
@@ -119,7 +120,7 @@ func counted(t *testing.T, c prometheus.Counter) float64 {
 }
 
 // clearBody is a chat request over msgs that clears every tool result.
-func clearBody(t *testing.T, msgs []chatwire.Message) string {
+func clearBody(t *testing.T, msgs []chat.Message) string {
 	t.Helper()
 	b, err := json.Marshal(map[string]any{"model": "m", "messages": msgs, "context_management": map[string]any{
 		"edits": []any{map[string]any{"type": EditClearToolUses, "trigger": map[string]any{"type": "input_tokens", "value": 1},
@@ -132,10 +133,10 @@ func clearBody(t *testing.T, msgs []chatwire.Message) string {
 
 func TestConnectorEditIsPrefilledThenSpliced(t *testing.T) {
 	history := conversation(1)
-	history = append(history, chatwire.Message{Role: "user", Content: "now explain what the output says, at length, line by line"})
+	history = append(history, chat.Message{Role: "user", Content: "now explain what the output says, at length, line by line"})
 	old := render(history)
-	next := append(slices.Clone(history), chatwire.Message{Role: "assistant", Content: "it lists files"},
-		chatwire.Message{Role: "user", Content: "thanks"})
+	next := append(slices.Clone(history), chat.Message{Role: "assistant", Content: "it lists files"},
+		chat.Message{Role: "user", Content: "thanks"})
 
 	up := &connectorUpstream{fakeUpstream: fakeUpstream{mode: "ok"}}
 	dirs, m, gw := startConnectorGateway(t, up, old)
@@ -176,10 +177,10 @@ func TestConnectorEditIsPrefilledThenSpliced(t *testing.T) {
 // A failed step leaves the request as it would be without the front
 // door's splice: forwarded, and nothing spliced.
 func TestConnectorEditFailureStillForwards(t *testing.T) {
-	history := append(conversation(1), chatwire.Message{Role: "user", Content: "now explain what the output says, at length"})
+	history := append(conversation(1), chat.Message{Role: "user", Content: "now explain what the output says, at length"})
 	up := &connectorUpstream{fakeUpstream: fakeUpstream{mode: "ok"}, failTok: true}
 	dirs, m, gw := startConnectorGateway(t, up, render(history))
-	next := append(slices.Clone(history), chatwire.Message{Role: "user", Content: "thanks"})
+	next := append(slices.Clone(history), chat.Message{Role: "user", Content: "thanks"})
 	if code, b := post(t, gw+"/v1/chat/completions", clearBody(t, next), SessionHeader, "s1"); code != 200 {
 		t.Fatalf("%d %s", code, b)
 	}

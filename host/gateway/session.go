@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 )
 
@@ -104,7 +105,7 @@ const maxForkDepth = 8
 
 // resolve picks the session of a request: the named one, or the hashed
 // opening and, on divergence, its child sessions.
-func (s *store) resolve(tenant, named string, msgs []chatwire.Message) session {
+func (s *store) resolve(tenant, named string, msgs []chat.Message) session {
 	hist := historyOf(msgs)
 	if named != "" {
 		ss := s.snapshot(tenant, named)
@@ -143,7 +144,7 @@ const rewindMark = 0xabc000
 
 // openingID is the session name of an unnamed conversation: a hash of the
 // tenant, the system message(s) and the first user message.
-func openingID(tenant string, msgs []chatwire.Message) string {
+func openingID(tenant string, msgs []chat.Message) string {
 	h := sha256.New()
 	h.Write([]byte(tenant))
 	h.Write([]byte{0})
@@ -171,7 +172,7 @@ func childID(parent string, at uint64) string {
 }
 
 // historyOf hashes each message as the client sent it.
-func historyOf(msgs []chatwire.Message) []uint64 {
+func historyOf(msgs []chat.Message) []uint64 {
 	out := make([]uint64, len(msgs))
 	for i, m := range msgs {
 		h := fnv.New64a()

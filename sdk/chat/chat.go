@@ -1,9 +1,13 @@
 // Package chat holds kvpilot's one chat message type. A message of a
-// conversation is the same Go value wherever kvpilot handles it: a prompt's
-// messages on the engine protocol (sdk/engineclient, host/engine), a
-// policy's observations (sdk/policy), and recorded agent traces
-// (sdk/policytest). Its wire forms are converted at the edges only: the
-// engine and plugin protocols' proto messages, and the traces' JSON Lines.
+// conversation is the same Go value wherever kvpilot handles it: the front
+// door's requests (host/gateway) and the reference engine's server, whose
+// HTTP wire is the chat completions form (sdk/chatwire); a prompt's
+// messages on the engine protocol (sdk/engineclient, host/engine); a
+// policy's observations (sdk/policy); and recorded agent traces
+// (sdk/policytest). Its wire forms are converted at the edges only: its
+// JSON is the chat completions message (json.go), the engine and plugin
+// protocols' proto messages are converted where they are sent and read,
+// and the traces' JSON Lines where they are loaded.
 package chat
 
 // Message is one chat message.
@@ -14,13 +18,20 @@ package chat
 // straight into a Splice. A message that is not part of a rendered prompt
 // (a trace's) has none.
 type Message struct {
-	Role     string // system, user, assistant, tool
-	ToolName string // for a tool result, the tool; for an assistant tool call, the called tool
+	Role string // system, user, assistant, tool (a chat API's developer too)
+	// ToolName: for a tool result, the tool; for an assistant tool call on
+	// the engine protocol or in a trace, the called tool. A chat API's
+	// message carries it as its name.
+	ToolName string
 	// Content is the message text.
 	Content string
 	// ThinkingText is the reasoning text when the message carries it as a
-	// field of its own (a trace's thinking, a request's reasoning field).
+	// field of its own (a trace's thinking, a chat API's reasoning_content).
 	ThinkingText string
+	// ToolCalls are an assistant's calls of function tools, as a chat API
+	// sends them; ToolCallID is the call a tool result answers.
+	ToolCalls  []ToolCall
+	ToolCallID string
 	// Span covers the message's content, without the chat template's role
 	// markers, so an edit of the whole span keeps the template intact.
 	Span Span
@@ -32,6 +43,22 @@ type Message struct {
 	// whole messages skip edited ones, which keeps them correct across a
 	// plugin restart that lost their own memory.
 	Edited bool
+}
+
+// ToolCall is an assistant's call of a function tool, in the chat
+// completions form (its JSON is that form's).
+type ToolCall struct {
+	// Index is set in streamed deltas only.
+	Index    *int         `json:"index,omitempty"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall names the function and carries its JSON arguments as text.
+type FunctionCall struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 // Span is the token range [Start, End) of a prompt.

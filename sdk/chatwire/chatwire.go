@@ -1,49 +1,20 @@
 // Package chatwire holds the OpenAI Chat Completions wire types that
 // kvpilot's front door (host/gateway) and the reference engine's HTTP server
 // (examples/refengine) both speak, and the reference chat template that
-// turns a conversation into tokens with per-message spans.
+// turns a conversation into tokens with per-message spans. A message is a
+// chat.Message, whose JSON is this wire's message.
 //
 // Only what the two sides read is typed; the gateway forwards every other
-// request field unchanged. Content is kept as text: a message's content may
-// arrive as a string or as a list of text parts, and a part of any other
-// type (an image) is refused with bad_request, because the reference
-// template has no tokens for it.
+// request field unchanged.
 package chatwire
 
 import (
 	"bytes"
 	"encoding/json"
-	"strings"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
-
-// Message is one chat message in the OpenAI form. ReasoningContent is the
-// assistant's thinking (vLLM's and DeepSeek's field name); the gateway puts
-// an Anthropic thinking block there.
-type Message struct {
-	Role             string     `json:"role"`
-	Content          Content    `json:"content"`
-	Name             string     `json:"name,omitempty"`
-	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
-	ToolCallID       string     `json:"tool_call_id,omitempty"`
-	ReasoningContent string     `json:"reasoning_content,omitempty"`
-}
-
-// ToolCall is an assistant's call of a function tool.
-type ToolCall struct {
-	// Index is set in streamed deltas only.
-	Index    *int         `json:"index,omitempty"`
-	ID       string       `json:"id,omitempty"`
-	Type     string       `json:"type,omitempty"`
-	Function FunctionCall `json:"function"`
-}
-
-// FunctionCall names the function and carries its JSON arguments as text.
-type FunctionCall struct {
-	Name      string `json:"name,omitempty"`
-	Arguments string `json:"arguments"`
-}
 
 // Tool is a function tool a request offers.
 type Tool struct {
@@ -55,45 +26,6 @@ type Tool struct {
 	} `json:"function"`
 }
 
-// Content is a message's text. It decodes a string, null, or a list of
-// {"type":"text","text":...} parts (joined), and encodes as a string.
-type Content string
-
-// UnmarshalJSON accepts a string, null or a list of text parts.
-func (c *Content) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	switch {
-	case len(b) == 0 || string(b) == "null":
-		*c = ""
-		return nil
-	case b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		*c = Content(s)
-		return nil
-	case b[0] != '[':
-		return errcode.New(errcode.BadRequest, "content: want a string or a list of text parts")
-	}
-	var parts []struct {
-		Type string  `json:"type"`
-		Text *string `json:"text"`
-	}
-	if err := json.Unmarshal(b, &parts); err != nil {
-		return err
-	}
-	var sb strings.Builder
-	for i, p := range parts {
-		if p.Type != "text" || p.Text == nil {
-			return errcode.New(errcode.NotSupportedYet, "content part %d has type %q: only text parts are supported", i, p.Type)
-		}
-		sb.WriteString(*p.Text)
-	}
-	*c = Content(sb.String())
-	return nil
-}
-
 // StreamOptions is the request's stream_options.
 type StreamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
@@ -102,7 +34,7 @@ type StreamOptions struct {
 // Request is a chat completions request as the reference engine reads it.
 type Request struct {
 	Model               string          `json:"model"`
-	Messages            []Message       `json:"messages"`
+	Messages            []chat.Message  `json:"messages"`
 	Stream              bool            `json:"stream,omitempty"`
 	StreamOptions       *StreamOptions  `json:"stream_options,omitempty"`
 	MaxTokens           *int            `json:"max_tokens,omitempty"`
@@ -173,18 +105,18 @@ func (u Usage) Cached() int {
 
 // Choice is one choice of a response (Message) or of a stream chunk (Delta).
 type Choice struct {
-	Index        int      `json:"index"`
-	Message      *Message `json:"message,omitempty"`
-	Delta        *Delta   `json:"delta,omitempty"`
-	FinishReason *string  `json:"finish_reason"`
+	Index        int           `json:"index"`
+	Message      *chat.Message `json:"message,omitempty"`
+	Delta        *Delta        `json:"delta,omitempty"`
+	FinishReason *string       `json:"finish_reason"`
 }
 
 // Delta is what one stream chunk adds to the answer.
 type Delta struct {
-	Role             string     `json:"role,omitempty"`
-	Content          *string    `json:"content,omitempty"`
-	ReasoningContent *string    `json:"reasoning_content,omitempty"`
-	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+	Role             string          `json:"role,omitempty"`
+	Content          *string         `json:"content,omitempty"`
+	ReasoningContent *string         `json:"reasoning_content,omitempty"`
+	ToolCalls        []chat.ToolCall `json:"tool_calls,omitempty"`
 }
 
 // Response is a chat completion, or one chunk of a stream (Object

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chunktok"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
@@ -13,24 +14,27 @@ import (
 // one message changes no other message's tokens: what session diff needs
 // to align messages.
 func TestRenderIsPrefixStableAndSpansBodies(t *testing.T) {
-	a := Message{Role: "system", Content: "You are terse."}
-	b := Message{Role: "assistant", ReasoningContent: "think", Content: "ok",
-		ToolCalls: []ToolCall{{ID: "c", Function: FunctionCall{Name: "bash", Arguments: `{"cmd":"ls"}`}}}}
-	c := Message{Role: "tool", ToolCallID: "c", Content: "file.txt"}
-	toks, spans := Render([]Message{a, b, c}, chunktok.Tokenize)
+	a := chat.Message{Role: "system", Content: "You are terse."}
+	b := chat.Message{Role: "assistant", ThinkingText: "think", Content: "ok",
+		ToolCalls: []chat.ToolCall{{ID: "c", Function: chat.FunctionCall{Name: "bash", Arguments: `{"cmd":"ls"}`}}}}
+	c := chat.Message{Role: "tool", ToolCallID: "c", Content: "file.txt"}
+	toks, rendered := Render([]chat.Message{a, b, c}, chunktok.Tokenize)
 	alone := RenderOne(b, chunktok.Tokenize)
-	at := len(RenderOne(a, chunktok.Tokenize))
-	if !slices.Equal(toks[at:at+len(alone)], alone) {
+	at := int64(len(RenderOne(a, chunktok.Tokenize)))
+	if !slices.Equal(toks[at:at+int64(len(alone))], alone) {
 		t.Fatal("a message renders differently in a conversation")
 	}
-	sp := spans[1]
-	if sp.ThinkStart != sp.Start || sp.ThinkEnd <= sp.ThinkStart || sp.End <= sp.ThinkEnd || sp.End > at+len(alone) {
-		t.Fatalf("span %+v", sp)
+	sp, th := rendered[1].Span, rendered[1].Thinking
+	if len(th) != 1 || th[0].Start != sp.Start || th[0].End <= th[0].Start || sp.End <= th[0].End || sp.End > at+int64(len(alone)) {
+		t.Fatalf("span %+v, thinking %+v", sp, th)
+	}
+	if len(rendered[0].Thinking) != 0 {
+		t.Fatalf("a message without reasoning has thinking %+v", rendered[0].Thinking)
 	}
 	edited := c
 	edited.Content = "[cleared]"
-	toks2, _ := Render([]Message{a, b, edited}, chunktok.Tokenize)
-	if !slices.Equal(toks[:spans[2].Start], toks2[:spans[2].Start]) {
+	toks2, _ := Render([]chat.Message{a, b, edited}, chunktok.Tokenize)
+	if end := rendered[2].Span.Start; !slices.Equal(toks[:end], toks2[:end]) {
 		t.Fatal("editing the last message changed an earlier one")
 	}
 }
@@ -55,9 +59,9 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 		}
 		_ = r.Limit()
-		toks, spans := Render(r.Messages, chunktok.Tokenize)
-		for _, s := range spans {
-			if s.Start > s.End || s.End > len(toks) {
+		toks, rendered := Render(r.Messages, chunktok.Tokenize)
+		for _, m := range rendered {
+			if s := m.Span; s.Start > s.End || s.End > int64(len(toks)) {
 				t.Fatalf("span %+v of %d tokens", s, len(toks))
 			}
 		}

@@ -1,5 +1,7 @@
 package chatwire
 
+import "github.com/kvpilot/kvpilot/sdk/chat"
+
 // The reference chat template, ChatML in shape:
 //
 //	<|im_start|>ROLE\n  [<think>REASONING</think>]  CONTENT  [<tool_call>NAME ARGS</tool_call>]...  <|im_end|>\n
@@ -14,44 +16,37 @@ package chatwire
 // as one more assistant message, so the next turn's prompt extends the
 // cached prompt and answer.
 
-// Span is a message's token span [Start, End) with its thinking span
-// (ThinkStart == ThinkEnd when it has none).
-type Span struct {
-	Start, End           int
-	ThinkStart, ThinkEnd int
-}
-
 // Tokenizer turns text into token ids.
 type Tokenizer func(string) []uint32
 
-// Render renders msgs and returns the tokens and each message's span.
-func Render(msgs []Message, tok Tokenizer) ([]uint32, []Span) {
+// Render renders msgs and returns the tokens, and the messages with their
+// spans over them: Span covers the body, Thinking the reasoning when the
+// message has some.
+func Render(msgs []chat.Message, tok Tokenizer) ([]uint32, []chat.Message) {
 	var out []uint32
-	spans := make([]Span, len(msgs))
+	rendered := make([]chat.Message, len(msgs))
 	for i, m := range msgs {
-		out, spans[i] = appendMessage(out, m, tok)
+		out, rendered[i] = appendMessage(out, m, tok)
 	}
-	return out, spans
+	return out, rendered
 }
 
 // RenderOne renders a single message (an answer) as it appears after a
 // prompt.
-func RenderOne(m Message, tok Tokenizer) []uint32 {
+func RenderOne(m chat.Message, tok Tokenizer) []uint32 {
 	out, _ := appendMessage(nil, m, tok)
 	return out
 }
 
-func appendMessage(out []uint32, m Message, tok Tokenizer) ([]uint32, Span) {
+func appendMessage(out []uint32, m chat.Message, tok Tokenizer) ([]uint32, chat.Message) {
 	out = append(out, tok("<|im_start|>"+m.Role+"\n")...)
-	sp := Span{Start: len(out)}
-	if m.ReasoningContent != "" {
-		sp.ThinkStart = len(out)
-		out = append(out, tok("<think>"+m.ReasoningContent+"</think>")...)
-		sp.ThinkEnd = len(out)
-	} else {
-		sp.ThinkStart, sp.ThinkEnd = len(out), len(out)
+	m.Span, m.Thinking = chat.Span{Start: int64(len(out))}, nil
+	if m.ThinkingText != "" {
+		start := int64(len(out))
+		out = append(out, tok("<think>"+m.ThinkingText+"</think>")...)
+		m.Thinking = []chat.Span{{Start: start, End: int64(len(out))}}
 	}
-	body := string(m.Content)
+	body := m.Content
 	if body == "" && len(m.ToolCalls) == 0 {
 		body = " " // every message has a body to align on
 	}
@@ -61,17 +56,17 @@ func appendMessage(out []uint32, m Message, tok Tokenizer) ([]uint32, Span) {
 	for _, c := range m.ToolCalls {
 		out = append(out, tok("<tool_call>"+c.Function.Name+" "+c.Function.Arguments+"</tool_call>")...)
 	}
-	sp.End = len(out)
+	m.Span.End = int64(len(out))
 	out = append(out, tok("<|im_end|>\n")...)
-	return out, sp
+	return out, m
 }
 
 // Text is a message's body as the template renders it, for counting
 // tokens without the markers.
-func Text(m Message) string {
-	s := string(m.Content)
-	if m.ReasoningContent != "" {
-		s = "<think>" + m.ReasoningContent + "</think>" + s
+func Text(m chat.Message) string {
+	s := m.Content
+	if m.ThinkingText != "" {
+		s = "<think>" + m.ThinkingText + "</think>" + s
 	}
 	for _, c := range m.ToolCalls {
 		s += "<tool_call>" + c.Function.Name + " " + c.Function.Arguments + "</tool_call>"

@@ -16,6 +16,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/daemon"
 	"github.com/kvpilot/kvpilot/host/gateway"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 )
 
@@ -208,7 +209,7 @@ func gatewayArm(ctx context.Context, p GatewayParams, arm string, prog Progress)
 }
 
 // Turn is one request of a chat session: the full history a harness sends.
-type Turn struct{ Messages []chatwire.Message }
+type Turn struct{ Messages []chat.Message }
 
 // ChatTurns renders a trace as a harness's chat requests: each run of
 // assistant messages is one request's answer, one assistant message (its
@@ -220,7 +221,7 @@ type Turn struct{ Messages []chatwire.Message }
 // trace holds no result for is left out, and a result after no answer at
 // all is a user message.
 func ChatTurns(tr Trace, system string, maxRequests int) []Turn {
-	hist := []chatwire.Message{{Role: "system", Content: chatwire.Content(system)}}
+	hist := []chat.Message{{Role: "system", Content: system}}
 	var out []Turn
 	answer := -1   // hist's index of the current answer, while its results follow it
 	var open []int // indices into hist[answer].ToolCalls not yet answered, oldest first
@@ -245,23 +246,23 @@ func ChatTurns(tr Trace, system string, maxRequests int) []Turn {
 				if maxRequests > 0 && len(out) >= maxRequests {
 					return out
 				}
-				out = append(out, Turn{Messages: append([]chatwire.Message(nil), hist...)})
-				hist = append(hist, chatwire.Message{Role: "assistant"})
+				out = append(out, Turn{Messages: append([]chat.Message(nil), hist...)})
+				hist = append(hist, chat.Message{Role: "assistant"})
 				answer = len(hist) - 1
 			}
 			a := &hist[answer]
-			a.ReasoningContent = joined(a.ReasoningContent, m.ThinkingText)
+			a.ThinkingText = joined(a.ThinkingText, m.ThinkingText)
 			if m.ToolName == "" {
-				a.Content = chatwire.Content(joined(string(a.Content), m.Content))
+				a.Content = joined(a.Content, m.Content)
 				continue
 			}
 			args, _ := json.Marshal(map[string]string{"input": m.Content})
 			open = append(open, len(a.ToolCalls))
-			a.ToolCalls = append(a.ToolCalls, chatwire.ToolCall{ID: fmt.Sprintf("call_%d", i), Type: "function",
-				Function: chatwire.FunctionCall{Name: m.ToolName, Arguments: string(args)}})
+			a.ToolCalls = append(a.ToolCalls, chat.ToolCall{ID: fmt.Sprintf("call_%d", i), Type: "function",
+				Function: chat.FunctionCall{Name: m.ToolName, Arguments: string(args)}})
 		case "tool":
 			if answer < 0 {
-				hist = append(hist, chatwire.Message{Role: "user", Content: chatwire.Content(m.Content)})
+				hist = append(hist, chat.Message{Role: "user", Content: m.Content})
 				continue
 			}
 			a := &hist[answer]
@@ -271,19 +272,19 @@ func ChatTurns(tr Trace, system string, maxRequests int) []Turn {
 					name = "tool"
 				}
 				open = append(open, len(a.ToolCalls))
-				a.ToolCalls = append(a.ToolCalls, chatwire.ToolCall{ID: fmt.Sprintf("call_%d", i), Type: "function",
-					Function: chatwire.FunctionCall{Name: name, Arguments: "{}"}})
+				a.ToolCalls = append(a.ToolCalls, chat.ToolCall{ID: fmt.Sprintf("call_%d", i), Type: "function",
+					Function: chat.FunctionCall{Name: name, Arguments: "{}"}})
 			}
 			c := a.ToolCalls[open[0]]
 			open = open[1:]
-			hist = append(hist, chatwire.Message{Role: "tool", ToolCallID: c.ID, Name: c.Function.Name, Content: chatwire.Content(m.Content)})
+			hist = append(hist, chat.Message{Role: "tool", ToolCallID: c.ID, ToolName: c.Function.Name, Content: m.Content})
 		default:
 			endResults()
 			role := m.Role
 			if role != "user" && role != "system" {
 				role = "user"
 			}
-			hist = append(hist, chatwire.Message{Role: role, Content: chatwire.Content(m.Content), ReasoningContent: m.ThinkingText})
+			hist = append(hist, chat.Message{Role: role, Content: m.Content, ThinkingText: m.ThinkingText})
 		}
 	}
 	return out
@@ -310,7 +311,7 @@ type ChatResult struct {
 
 // StreamChat sends one streaming chat completions request through the
 // front door at url, in session, and reads it to the end.
-func StreamChat(ctx context.Context, url, session string, msgs []chatwire.Message) (ChatResult, error) {
+func StreamChat(ctx context.Context, url, session string, msgs []chat.Message) (ChatResult, error) {
 	var res ChatResult
 	body, _ := json.Marshal(map[string]any{"model": "ref-gqa", "messages": msgs, "max_tokens": 16, "stream": true,
 		"stream_options": map[string]bool{"include_usage": true}})

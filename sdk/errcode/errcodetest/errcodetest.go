@@ -14,7 +14,7 @@ import (
 
 // goWords are how Go's own packages name types in their errors
 // ("json: cannot unmarshal string into Go struct field R.messages of type
-// []chatwire.Message", "'config.Config' has invalid keys"): a qualified
+// []chat.Message", "'config.Config' has invalid keys"): a qualified
 // type name, or the decoders' phrases.
 var goWords = regexp.MustCompile(`(\[\]|\*|\b)[a-z][a-z0-9]*\.[A-Z][A-Za-z0-9]*\b|Go struct|Go value|of type |strconv\.|decoding failed|json: cannot`)
 

@@ -12,7 +12,7 @@ func TestProblems(t *testing.T) {
 		{`invalid_ttl: invalid ttl: invalid ttl: "soon"`, 1},
 		{"capacity_exhausted: tier capacity exhausted: pause: tier capacity exhausted", 1},
 		{"bad_request: malformed request: upstream: bad_request: malformed request: x", 2},
-		{"bad_request: malformed request: field R.messages of type []chatwire.Message", 1},
+		{"bad_request: malformed request: field R.messages of type []chat.Message", 1},
 		{"got JSON string, want []directive.Hash", 1},
 		{"'config.Config' has invalid keys: foo", 1},
 		{`kvpilot ctl: pin-prefix: invalid ttl: "5m": want seconds ("300") or a duration ("30s", "5m", "1h")`, 0},
