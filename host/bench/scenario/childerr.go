@@ -14,6 +14,7 @@ import (
 // 'torch'"), and the command that installs what it lacked.
 type ChildError struct {
 	Python string
+	Module string // the driver it ran with -m (kvbench.realmodel)
 	Err    error  // the exit
 	Last   string // the last error line on its stderr; "" when none
 	// Install is what to run when a module was missing: the lock's pins
@@ -23,9 +24,9 @@ type ChildError struct {
 
 func (e *ChildError) Error() string {
 	if e.Last == "" {
-		return fmt.Sprintf("%s -m kvpilot.torchengine.bench: %v", e.Python, e.Err)
+		return fmt.Sprintf("%s -m %s: %v", e.Python, e.Module, e.Err)
 	}
-	return fmt.Sprintf("%s -m kvpilot.torchengine.bench: %v: %s", e.Python, e.Err, e.Last)
+	return fmt.Sprintf("%s -m %s: %v: %s", e.Python, e.Module, e.Err, e.Last)
 }
 
 func (e *ChildError) Unwrap() error { return e.Err }
@@ -46,8 +47,8 @@ var errorLine = regexp.MustCompile(`^([A-Za-z_][\w.]*(Error|Exception|Interrupt)
 var missingModule = regexp.MustCompile(`^ModuleNotFoundError: No module named '([\w.]+)'`)
 
 // childError explains a child's failure from the tail of its stderr.
-func childError(py string, err error, stderr string) *ChildError {
-	ce := &ChildError{Python: py, Err: err}
+func childError(py, module string, err error, stderr string) *ChildError {
+	ce := &ChildError{Python: py, Module: module, Err: err}
 	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		if l := strings.TrimSpace(lines[i]); errorLine.MatchString(l) {

@@ -71,6 +71,9 @@ type RealModelReport struct {
 // The arms, in the order the table shows them.
 var realModelArms = []string{"full_prefill", "kvpilot_prefix", "reprefill_edit", "kvpilot_splice"}
 
+// realModelDriver is the benchmark's Python side (host/bench/python).
+const realModelDriver = "kvbench.realmodel"
+
 // RunRealModel starts a host with a temporary data directory, runs the
 // Python side against it and returns its report.
 func RunRealModel(ctx context.Context, o RealModelOptions) (*RealModelReport, error) {
@@ -92,7 +95,7 @@ func RunRealModel(ctx context.Context, o RealModelOptions) (*RealModelReport, er
 	}
 	defer rig.Close()
 
-	args := []string{"-m", "kvbench.realmodel", "--engine-socket", rig.Config.EngineSocket(),
+	args := []string{"-m", realModelDriver, "--engine-socket", rig.Config.EngineSocket(),
 		"--control-socket", rig.Daemon.ControlSocket(), "--page-size", strconv.Itoa(o.PageSize)}
 	if o.Traces != "" {
 		args = append(args, "--traces", o.Traces)
@@ -117,7 +120,7 @@ func RunRealModel(ctx context.Context, o RealModelOptions) (*RealModelReport, er
 	}
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
-		return nil, childError(py, err, errTail.String())
+		return nil, childError(py, realModelDriver, err, errTail.String())
 	}
 	return parseRealModel(out.Bytes())
 }

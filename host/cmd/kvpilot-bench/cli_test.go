@@ -53,7 +53,7 @@ func TestRealModelWithoutTorchSaysWhatToInstall(t *testing.T) {
 	code, _, errs := runCLI("real-model", "--python", py)
 	root, _ := filepath.Abs("../../..")
 	for _, want := range []string{
-		"kvpilot bench: bench real-model: " + py + " -m kvpilot.torchengine.bench: exit status 1: ModuleNotFoundError: No module named 'torch'\n",
+		"kvpilot bench: bench real-model: " + py + " -m kvbench.realmodel: exit status 1: ModuleNotFoundError: No module named 'torch'\n",
 		"  hint: install what the real-model engine needs: " + py + " -m pip install --no-deps -r " + filepath.Join(root, "sdk/python/requirements.txt"),
 	} {
 		if code != 1 || !strings.Contains(errs, want) {
