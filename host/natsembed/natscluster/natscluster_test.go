@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvpilot/kvpilot/host/natsembed"
 )
 
 // An object store at three replicas keeps its objects through the loss of
@@ -34,42 +36,41 @@ func TestObjectStoreSurvivesNodeLossAndRollingRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for {
-			octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
-			obs, err := js.CreateOrUpdateObjectStore(octx, jetstream.ObjectStoreConfig{Bucket: "pages", Replicas: 3, Storage: jetstream.FileStorage})
-			ocancel()
-			if err == nil {
-				return obs
-			}
-			t.Logf("open bucket: %v", err)
-			if ctx.Err() != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(200 * time.Millisecond)
+		var obs jetstream.ObjectStore
+		err = natsembed.RetryBetweenLeaders(ctx, 5*time.Second, time.Minute, func(ctx context.Context) (err error) {
+			obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "pages", Replicas: 3, Storage: jetstream.FileStorage})
+			return err
+		})
+		if err != nil {
+			t.Fatalf("open bucket: %v", err)
 		}
+		return obs
 	}
 	page := bytes.Repeat([]byte{7, 1, 2}, 100_000)
 	obs := open()
-	if _, err := obs.PutBytes(ctx, "p1", page); err != nil {
+	// The bucket's stream may still be electing its first leader: a put
+	// now gets "no responders". Like the host's remote tier, try again
+	// within bounds.
+	err = natsembed.RetryBetweenLeaders(ctx, 10*time.Second, time.Minute, func(ctx context.Context) error {
+		_, err := obs.PutBytes(ctx, "p1", page)
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	check := func(when string) {
 		t.Helper()
 		start := time.Now()
 		obs := open()
-		// A read whose stream leader is lost mid-way stalls; like the
-		// host's remote tier, bound each try and try again.
-		for {
-			gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
-			got, err := obs.GetBytes(gctx, "p1")
-			gcancel()
-			if err == nil && bytes.Equal(got, page) {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("%s: %d bytes, %v", when, len(got), err)
-			}
-			t.Logf("%s: read %d bytes, %v; trying again", when, len(got), err)
+		// A read whose stream leader is lost mid-way stalls; bound each
+		// try and try again.
+		var got []byte
+		err := natsembed.RetryBetweenLeaders(ctx, 10*time.Second, time.Minute, func(ctx context.Context) (err error) {
+			got, err = obs.GetBytes(ctx, "p1")
+			return err
+		})
+		if err != nil || !bytes.Equal(got, page) {
+			t.Fatalf("%s: %d bytes, %v", when, len(got), err)
 		}
 		t.Logf("%s: read back in %v", when, time.Since(start))
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvpilot/kvpilot/host/natsembed"
 )
 
 // JetStreamOptions configure the JetStream backend.
@@ -30,6 +32,12 @@ type JetStreamOptions struct {
 	// A read whose stream lost its leader mid-way can stall until its
 	// context ends; a fresh try reaches the new leader.
 	ReadAttempt time.Duration
+	// WriteAttempt bounds one try at writing or deleting an object
+	// (default 10 s), for the same reason.
+	WriteAttempt time.Duration
+	// Patience bounds how long a call keeps trying while the cluster has
+	// no leader for the bucket's stream (default 30 s): see retry.
+	Patience time.Duration
 }
 
 // jsBackend keeps pages as objects of a JetStream object store, which
@@ -54,6 +62,12 @@ func newJetStream(o JetStreamOptions) (*jsBackend, error) {
 	}
 	if o.ReadAttempt <= 0 {
 		o.ReadAttempt = 10 * time.Second
+	}
+	if o.WriteAttempt <= 0 {
+		o.WriteAttempt = 10 * time.Second
+	}
+	if o.Patience <= 0 {
+		o.Patience = 30 * time.Second
 	}
 	return &jsBackend{o: o}, nil
 }
@@ -94,10 +108,14 @@ func (b *jsBackend) Put(ctx context.Context, name string, meta Meta, page []byte
 	for k, v := range meta {
 		h.Set(k, v)
 	}
-	r := &sumAtEOF{r: bytes.NewReader(page), h: h, sum: sum}
-	_, err := b.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Headers: h,
-		Opts: &jetstream.ObjectMetaOptions{ChunkSize: b.o.ChunkSize}}, r)
-	return err
+	return b.retry(ctx, b.o.WriteAttempt, func(ctx context.Context) error {
+		// A try that failed may have set the checksum already; a
+		// replaced object keeps its name, so trying again is safe.
+		r := &sumAtEOF{r: bytes.NewReader(page), h: h, sum: sum}
+		_, err := b.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Headers: h,
+			Opts: &jetstream.ObjectMetaOptions{ChunkSize: b.o.ChunkSize}}, r)
+		return err
+	})
 }
 
 // sumAtEOF reads a page and, at its end, adds the checksum to the
@@ -121,19 +139,26 @@ func (r *sumAtEOF) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Get reads an object, trying again while the caller's context allows
-// when one try stalls past ReadAttempt (a leader lost mid-read): the
-// ordered consumer behind a read otherwise waits out the whole context.
+// retry runs op as natsembed.RetryBetweenLeaders does: a bucket's stream
+// between leaders (its first moments at three replicas, a lost node, a
+// rolling restart) is waited for, within Patience. Every call retried is
+// idempotent: a put replaces the object of its name, a delete of an
+// absent object succeeds, a read reads again.
+func (b *jsBackend) retry(ctx context.Context, attempt time.Duration, op func(context.Context) error) error {
+	return natsembed.RetryBetweenLeaders(ctx, attempt, b.o.Patience, op)
+}
+
+// Get reads an object, trying again as retry says: the ordered consumer
+// behind a read whose leader was lost mid-way otherwise waits out the
+// whole context.
 func (b *jsBackend) Get(ctx context.Context, name string, dst []byte) (Meta, error) {
-	for {
-		actx, cancel := context.WithTimeout(ctx, b.o.ReadAttempt)
-		meta, err := b.getOnce(actx, name, dst)
-		stalled := actx.Err() != nil && ctx.Err() == nil
-		cancel()
-		if err == nil || !stalled || errors.Is(err, errNotFound) || errors.Is(err, errDamaged) {
-			return meta, err
-		}
-	}
+	var meta Meta
+	err := b.retry(ctx, b.o.ReadAttempt, func(ctx context.Context) error {
+		var err error
+		meta, err = b.getOnce(ctx, name, dst)
+		return err
+	})
+	return meta, err
 }
 
 func (b *jsBackend) getOnce(ctx context.Context, name string, dst []byte) (Meta, error) {
@@ -177,7 +202,12 @@ func (b *jsBackend) getOnce(ctx context.Context, name string, dst []byte) (Meta,
 }
 
 func (b *jsBackend) Stat(ctx context.Context, name string) (Meta, error) {
-	info, err := b.obs.GetInfo(ctx, name)
+	var info *jetstream.ObjectInfo
+	err := b.retry(ctx, b.o.ReadAttempt, func(ctx context.Context) error {
+		var err error
+		info, err = b.obs.GetInfo(ctx, name)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return nil, errNotFound
 	}
@@ -188,11 +218,13 @@ func (b *jsBackend) Stat(ctx context.Context, name string) (Meta, error) {
 }
 
 func (b *jsBackend) Delete(ctx context.Context, name string) error {
-	err := b.obs.Delete(ctx, name)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil
-	}
-	return err
+	return b.retry(ctx, b.o.WriteAttempt, func(ctx context.Context) error {
+		err := b.obs.Delete(ctx, name)
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil
+		}
+		return err
+	})
 }
 
 func (b *jsBackend) List(ctx context.Context, prefix string) ([]Object, error) {
