@@ -158,3 +158,40 @@ func waitRejected(t *testing.T, r *Runtime, want uint64) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// An edit made after the set was started but before the watch began (a
+// host's Run starts its watch after New started the policies; on a loaded
+// machine a quick edit lands in between) is applied: the watch compares
+// the file with the running set, and reloads once at its start.
+func TestEditBeforeTheWatchBeganIsApplied(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kvpilot.yaml")
+	if err := os.WriteFile(path, []byte(policiesYAML(1, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := newRuntime(t, &recorder{}, nil)
+	c, err := config.Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Swap(context.Background(), c.Policies); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(policiesYAML(2, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := r.WatchConfig(ctx, path, nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for applied, _ := r.Reloads(); applied < 1; applied, _ = r.Reloads() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the edit made before the watch began was never applied (generation %d)", r.Generation())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g := r.Generation(); g != 2 {
+		t.Fatalf("generation %d after one edit, want 2", g)
+	}
+}

@@ -19,16 +19,21 @@ import (
 // old one (koanf's file watch sees the directory, not the inode). Each
 // change is re-read with config.Load (environ as at start); an invalid file,
 // or a set that fails to start, is logged and rejected, and the running set
-// stays. The current set is not re-applied at start: call Swap first.
+// stays. Call Swap first: the file is compared with the set the runtime
+// runs, not with the file as it was when the watch began, so an edit made
+// before the watch (between the host's start and its Run, on a loaded
+// machine) is applied by the first reload, which runs at once.
 func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string) error {
-	current, err := config.Load(path, environ)
+	started, err := config.Load(path, environ)
 	if err != nil {
 		return err
 	}
 	// started is what the host runs with, but for policies; pending names
-	// the keys edited since, already reported.
-	started := current
+	// the keys edited since, already reported. The stamp is taken here, not
+	// in the poll's goroutine, so an edit made before that goroutine runs
+	// is not taken for the baseline.
 	var pending []string
+	last := fileStamp(path)
 	changed := make(chan struct{}, 1)
 	notify := func() {
 		select {
@@ -36,6 +41,7 @@ func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string
 		default:
 		}
 	}
+	notify()
 	go func() {
 		for {
 			// Watch until the watcher fails (the file was removed), then
@@ -80,7 +86,6 @@ func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string
 	go func() {
 		t := time.NewTicker(pollEvery)
 		defer t.Stop()
-		last := fileStamp(path)
 		for {
 			select {
 			case <-ctx.Done():
@@ -121,8 +126,7 @@ func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string
 					"path", path, "keys", keys)
 			}
 			pending = keys
-			if reflect.DeepEqual(c.Policies, current.Policies) {
-				current = c
+			if r.runs(c.Policies) {
 				continue
 			}
 			if err := r.Swap(ctx, c.Policies); err != nil {
@@ -134,10 +138,24 @@ func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string
 				r.log.Warn("policy hot-swap finished with errors", "error", err)
 			}
 			r.reloads.applied.Add(1)
-			current = c
 		}
 	}()
 	return nil
+}
+
+// runs reports whether the running set is specs, in order.
+func (r *Runtime) runs(specs []config.Policy) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if len(r.set) != len(specs) {
+		return false
+	}
+	for i, s := range specs {
+		if !sameSpec(r.set[i].spec, s) {
+			return false
+		}
+	}
+	return true
 }
 
 // restartKeys names the top-level keys (as in the file) whose values differ
