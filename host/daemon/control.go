@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 
 	"github.com/kvpilot/kvpilot/host/config"
@@ -38,6 +39,7 @@ func (d *Daemon) buildControl() error {
 		JetStream:         d.cfg.NATS.JetStreamCommands,
 		Stream:            d.cfg.NATS.CommandStream,
 		StreamReplicas:    d.cfg.NATS.CommandReplicas,
+		CommandState:      filepath.Join(d.cfg.DataDir, "nats-commands.state"),
 		TenantSubjects:    d.cfg.NATS.TenantSubjects,
 		// The Control socket's tenant binding; the ingress limits and
 		// audits (core.go).

@@ -1,7 +1,6 @@
 package controlclient
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/kvpilot/kvpilot/sdk/directive"
@@ -32,9 +30,11 @@ type NATSOptions struct {
 	// Source is sent as the Kvpilot-Source header: the host's audit log
 	// and rate limit key.
 	Source string
-	// JetStream publishes through the host's command stream: durable, and
-	// deduplicated by Nats-Msg-Id (the turn id, or a fresh one). The host
-	// sends the result to an inbox named in the Kvpilot-Reply header.
+	// JetStream gives each command a Nats-Msg-Id (the turn id, or a fresh
+	// one), by which the host's command stream (nats.jetstream_commands)
+	// drops a command sent twice. Without it a command goes out the same
+	// way, with no id. Either way the client waits for the host's own
+	// answer (natsreply.go); a host without the stream answers directly.
 	JetStream bool
 }
 
@@ -48,10 +48,10 @@ var ErrDuplicate = errors.New("duplicate command: the stream already has this Na
 
 // NATSClient sends commands over NATS.
 type NATSClient struct {
-	conn *nats.Conn
-	own  bool
-	o    NATSOptions
-	js   jetstream.JetStream
+	conn    *nats.Conn
+	own     bool
+	o       NATSOptions
+	replies replies
 }
 
 var _ Client = (*NATSClient)(nil)
@@ -64,15 +64,7 @@ func NewNATS(conn *nats.Conn, o NATSOptions) (*NATSClient, error) {
 	if o.EventsSubject == "" {
 		o.EventsSubject = DefaultEventsSubject
 	}
-	c := &NATSClient{conn: conn, o: o}
-	if o.JetStream {
-		js, err := jetstream.New(conn)
-		if err != nil {
-			return nil, fmt.Errorf("controlclient: jetstream: %w", err)
-		}
-		c.js = js
-	}
-	return c, nil
+	return &NATSClient{conn: conn, o: o}, nil
 }
 
 // ConnectNATS connects to url (with any nats.Option: credentials, TLS) and
@@ -135,53 +127,26 @@ func (c *NATSClient) request(ctx context.Context, payload []byte, tenant, id str
 	if tenant != "" {
 		msg.Header.Set(HeaderTenant, tenant)
 	}
-	var data []byte
-	if c.js == nil {
-		resp, err := c.conn.RequestMsgWithContext(ctx, msg)
-		if errors.Is(err, nats.ErrNoResponders) {
-			return errcode.Wrap(errcode.Unavailable, err, "no kvpilot host listens on %s", c.o.Subject)
-		}
-		if err != nil {
-			return fmt.Errorf("request on %s: %w", c.o.Subject, err)
-		}
-		data = resp.Data
-	} else {
-		inbox := c.conn.NewRespInbox()
-		sub, err := c.conn.SubscribeSync(inbox)
-		if err != nil {
-			return fmt.Errorf("subscribe %s: %w", inbox, err)
-		}
-		defer sub.Unsubscribe()
+	reply, answers, done, err := c.replies.expect(c.conn)
+	if err != nil {
+		return err
+	}
+	defer done()
+	msg.Reply = reply
+	msg.Header.Set(HeaderReply, reply)
+	if c.o.JetStream {
 		if id == "" {
 			id = nuid.Next()
 		}
-		msg.Header.Set(HeaderReply, inbox)
 		msg.Header.Set(HeaderMsgID, id)
-		ack, err := c.js.PublishMsg(ctx, msg)
-		if errors.Is(err, jetstream.ErrInvalidJSAck) {
-			// A host subscribed to the subject answered in the stream's
-			// place: it applied the command as a plain request.
-			return errcode.Wrap(errcode.Unavailable, err,
-				"the host on %s took the command as a plain request (it was applied) and keeps no command stream: it runs without nats.jetstream_commands; send without JetStream (drop --jetstream)", c.o.Subject)
-		}
-		if err != nil {
-			return errcode.Wrap(errcode.Unavailable, err,
-				"publish on %s through JetStream: no stream takes that subject unless the host runs with nats.jetstream_commands: true", c.o.Subject)
-		}
-		if ack.Duplicate {
-			return fmt.Errorf("%w (id %s, stream %s seq %d)", ErrDuplicate, id, ack.Stream, ack.Sequence)
-		}
-		resp, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return fmt.Errorf("wait for the result on %s: %w", inbox, err)
-		}
-		data = resp.Data
 	}
-	if q := queuedIn(data); q != nil && c.js == nil {
-		q.Subject = c.o.Subject
-		return q
+	if err := c.conn.PublishMsg(msg); err != nil {
+		return fmt.Errorf("publish on %s: %w", c.o.Subject, err)
 	}
-	var err error
+	data, err := c.await(ctx, answers, id)
+	if err != nil {
+		return err
+	}
 	if r, ok := out.(*directive.TurnReply); ok {
 		*r, err = directive.DecodeTurnReply(data) // without reflection for the host's plain answers
 	} else {
@@ -193,11 +158,10 @@ func (c *NATSClient) request(ctx context.Context, payload []byte, tenant, id str
 	return nil
 }
 
-// QueuedError: a plain request met a host that takes its commands through
-// JetStream (nats.jetstream_commands). The stream stored the command, and
-// the host applies it from there, but the answer the request got is the
-// stream's acknowledgement, not the command's result. Send with
-// NATSOptions.JetStream (ctl --jetstream) to wait for the result.
+// QueuedError: the host's command stream (nats.jetstream_commands) stored
+// the command, and the host's answer did not come before the caller's
+// deadline: the host applies (or refuses) it when it takes it from the
+// stream, and what it did is not known here.
 type QueuedError struct {
 	Subject string
 	Stream  string
@@ -205,35 +169,18 @@ type QueuedError struct {
 }
 
 func (e *QueuedError) Error() string {
-	return fmt.Sprintf("the command on %s was stored in JetStream stream %s (seq %d), which the host applies it from; its result is not known here: send with --jetstream to wait for it",
+	return fmt.Sprintf("the command on %s was stored in JetStream stream %s (seq %d), from which the host applies it; its result did not come in time",
 		e.Subject, e.Stream, e.Seq)
 }
 
-// queuedIn recognises a JetStream publish acknowledgement ({"stream",
-// "seq"}, no "status"), which a host's command stream sends in place of
-// the host's answer.
-func queuedIn(data []byte) *QueuedError {
-	if bytes.Contains(data, []byte(`"status"`)) {
-		return nil // every answer of the host's has one; skip a second decode
-	}
-	var ack struct {
-		Stream string          `json:"stream"`
-		Seq    uint64          `json:"seq"`
-		Status json.RawMessage `json:"status"`
-	}
-	if json.Unmarshal(data, &ack) != nil || ack.Stream == "" || ack.Status != nil {
-		return nil
-	}
-	return &QueuedError{Stream: ack.Stream, Seq: ack.Seq}
-}
-
-// Stats implements Client: stats are served on the Control socket only.
+// Stats implements Client: stats are served on the Control socket only,
+// so it always fails with wrong_transport.
 func (c *NATSClient) Stats(ctx context.Context) (Stats, error) { return c.TenantStats(ctx, "") }
 
 // TenantStats implements Client: stats are served on the Control socket
-// only.
+// only, so it always fails with wrong_transport.
 func (c *NATSClient) TenantStats(context.Context, string) (Stats, error) {
-	return Stats{}, errcode.New(errcode.Unavailable, "stats are served on the Control socket only (use --socket)")
+	return Stats{}, errcode.New(errcode.WrongTransport, "stats are served on the Control socket, not over NATS")
 }
 
 // Watch implements Client: it subscribes to the events subject.
@@ -288,6 +235,7 @@ func (c *NATSClient) Watch(ctx context.Context, o WatchOptions, fn func(Event) e
 // Close implements Client; it closes the connection only if ConnectNATS
 // opened it.
 func (c *NATSClient) Close() error {
+	c.replies.close()
 	if c.own {
 		c.conn.Close()
 	}

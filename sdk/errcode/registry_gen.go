@@ -32,6 +32,7 @@ const (
 	MissingField     Code = "missing_field"
 	InvalidLayout    Code = "invalid_layout"
 	InvalidSlot      Code = "invalid_slot"
+	WrongTransport   Code = "wrong_transport"
 
 	UnknownBlock        Code = "unknown_block"
 	UnknownSession      Code = "unknown_session"
@@ -55,6 +56,7 @@ const (
 	Unavailable      Code = "unavailable"
 	DeadlineExceeded Code = "deadline_exceeded"
 	LayoutConflict   Code = "layout_conflict"
+	Misconfigured    Code = "misconfigured"
 
 	Internal Code = "internal"
 )
@@ -109,6 +111,9 @@ var registry = []Entry{
 	{InvalidSlot, 2011, 3, // InvalidArgument
 		"invalid slot",
 		"use only slots the host gave this request (Match or Allocate), each once, inside the arena"},
+	{WrongTransport, 2012, 12, // Unimplemented
+		"not served on this transport",
+		"stats and per-tenant watches are served on the Control socket: use kvpilot ctl without --nats (it takes control.socket from the config, or --socket), or controlclient.DialUnix"},
 
 	{UnknownBlock, 3001, 5, // NotFound
 		"unknown block",
@@ -170,6 +175,9 @@ var registry = []Entry{
 	{LayoutConflict, 6006, 9, // FailedPrecondition
 		"layout conflicts with the cached pages",
 		"register the layout the host holds pages for, or register with reset to forget every cached page"},
+	{Misconfigured, 6007, 9, // FailedPrecondition
+		"the host's configuration cannot serve this",
+		"sending again will not help: the host's operator must change the configuration key the detail names (kvpilot serve --check reports it) and restart the host"},
 
 	{Internal, 9001, 13, // Internal
 		"internal error",
@@ -194,6 +202,7 @@ var (
 	ErrMissingField        = &Error{Code: MissingField, Index: -1}
 	ErrInvalidLayout       = &Error{Code: InvalidLayout, Index: -1}
 	ErrInvalidSlot         = &Error{Code: InvalidSlot, Index: -1}
+	ErrWrongTransport      = &Error{Code: WrongTransport, Index: -1}
 	ErrUnknownBlock        = &Error{Code: UnknownBlock, Index: -1}
 	ErrUnknownSession      = &Error{Code: UnknownSession, Index: -1}
 	ErrUnknownLease        = &Error{Code: UnknownLease, Index: -1}
@@ -213,6 +222,7 @@ var (
 	ErrUnavailable         = &Error{Code: Unavailable, Index: -1}
 	ErrDeadlineExceeded    = &Error{Code: DeadlineExceeded, Index: -1}
 	ErrLayoutConflict      = &Error{Code: LayoutConflict, Index: -1}
+	ErrMisconfigured       = &Error{Code: Misconfigured, Index: -1}
 	ErrInternal            = &Error{Code: Internal, Index: -1}
 )
 

@@ -269,16 +269,17 @@ func runCtl(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			"sequence hashes (or local hashes walked from the root), as unsigned or signed\n"+
 			"decimal or 0x-hex. TTLs are 30s, 5m, 1h or bare seconds.\n\n"+
 			"Every reply starts with \"ok:\", \"refused: <code>: ...\" (the next line is the\n"+
-			"hint; exit status 1) or \"accepted:\" (a JetStream command stream stored it),\n"+
-			"with detail on indented lines. --json prints one object per reply (per event\n"+
-			"for watch): {\"verb\", \"status\", \"error\": {code, message, hint, ...}, \"reply\"}.\n\n"+
+			"hint; exit status 1) or \"accepted:\" (a JetStream command stream stored it and\n"+
+			"the host's result did not come within --timeout), with detail on indented\n"+
+			"lines. --json prints one object per reply (per event for watch):\n"+
+			"{\"verb\", \"status\", \"error\": {code, message, hint, ...}, \"reply\"}.\n\n"+
 			"Verbs:\n"+ctlVerbList(), stderr)
 	cfgPath := fs.String("config", os.Getenv(config.EnvConfigFile), "host config file, for the default socket and subject")
 	socket := fs.String("socket", "", "Control socket path (default: control.socket from the config)")
 	natsURL := fs.String("nats", "", "send over NATS at this URL instead of the socket")
 	subject := fs.String("subject", "", "NATS command subject (default: the config's worker subject)")
 	worker := fs.String("worker", "", "with --nats: send to kv-control-<worker> (\"broadcast\" for all)")
-	jet := fs.Bool("jetstream", false, "with --nats: publish through the host's command stream (durable, deduplicated)")
+	jet := fs.Bool("jetstream", false, "with --nats: give the command a Nats-Msg-Id, so the host's command stream stores it once however often it is sent")
 	source := fs.String("source", "kvpilot-ctl", "name for the host's audit log")
 	tenant := fs.String("tenant", "", "tenant whose blocks the directive acts on")
 	asJSON := fs.Bool("json", false, "print the host's answer as JSON")

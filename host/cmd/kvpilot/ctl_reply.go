@@ -32,7 +32,7 @@ type ctlReply struct {
 	Status string         `json:"status"`
 	Error  *errcode.Error `json:"error,omitempty"`
 	// Stream and Seq say where a JetStream command stream stored a command
-	// (status accepted).
+	// whose result did not come within --timeout (status accepted).
 	Stream string `json:"stream,omitempty"`
 	Seq    uint64 `json:"seq,omitempty"`
 	Reply  any    `json:"reply,omitempty"`
@@ -81,13 +81,16 @@ func (p printer) failed(err error) error {
 	return err
 }
 
-// accepted reports a command the host's JetStream command stream took:
-// the host applies it from there; ctl exits 0.
+// accepted reports a command the host's JetStream command stream stored
+// and whose result did not come within --timeout: the host applies (or
+// refuses) it when it takes it from the stream. ctl exits 0; sending it
+// again would apply it twice.
 func (p printer) accepted(q *controlclient.QueuedError) error {
 	if p.json {
 		return p.envelope(ctlReply{Status: replyAccepted, Stream: q.Stream, Seq: q.Seq})
 	}
-	fmt.Fprintf(p.w, "%s: stored in JetStream stream %s (seq %d); the host applies it from there\n  hint: pass --jetstream to wait for the command's result\n",
+	fmt.Fprintf(p.w, "%s: stored in JetStream stream %s (seq %d); the host's result did not come within --timeout\n"+
+		"  hint: the host applies it from the stream; do not send it again (see the host's audit log for the result)\n",
 		replyAccepted, q.Stream, q.Seq)
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kvpilot/kvpilot/host/natsembed"
 )
 
 // startJetStream makes sure the command stream covers this worker's
@@ -19,28 +21,47 @@ import (
 // (limits retention), so a broadcast command stays for every worker's
 // consumer, each of which filters its own two subjects (four with tenant
 // subjects: <subject>.* for each).
-func (s *Server) startJetStream(ctx context.Context) error {
+func (s *Server) startJetStream(ctx context.Context, prev commandState, had bool) error {
 	js, err := jetstream.New(s.cfg.Conn)
 	if err != nil {
 		return fmt.Errorf("natscmd: jetstream: %w", err)
 	}
-	stream, err := s.ensureStream(ctx, js)
+	// A stream at three replicas created just now may still be electing
+	// its leader: its consumer cannot be made until it has one.
+	var (
+		stream jetstream.Stream
+		cons   jetstream.Consumer
+		info   *jetstream.StreamInfo
+	)
+	err = natsembed.RetryBetweenLeaders(ctx, 5*time.Second, time.Minute, func(ctx context.Context) error {
+		var err error
+		if stream, err = s.ensureStream(ctx, js); err != nil {
+			return err
+		}
+		if info, err = stream.Info(ctx); err != nil {
+			return fmt.Errorf("natscmd: command stream %s: %w", s.cfg.Stream, err)
+		}
+		cons, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:        s.cfg.Durable,
+			Description:    "kvpilot worker " + string(s.worker) + " commands",
+			FilterSubjects: s.subjects(),
+			AckPolicy:      jetstream.AckExplicitPolicy,
+			// A new consumer starts at commands published from now on; an
+			// existing one resumes where it stopped.
+			DeliverPolicy: jetstream.DeliverNewPolicy,
+			AckWait:       30 * time.Second,
+			MaxAckPending: 1024,
+		})
+		if err != nil {
+			return fmt.Errorf("natscmd: consumer %s on stream %s: %w", s.cfg.Durable, s.cfg.Stream, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:        s.cfg.Durable,
-		Description:    "kvpilot worker " + string(s.worker) + " commands",
-		FilterSubjects: s.subjects(),
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		// A new consumer starts at commands published from now on; an
-		// existing one resumes where it stopped.
-		DeliverPolicy: jetstream.DeliverNewPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 1024,
-	})
-	if err != nil {
-		return fmt.Errorf("natscmd: consumer %s on stream %s: %w", s.cfg.Durable, s.cfg.Stream, err)
+	if err := s.state.save(s.resumeFrom(info, prev, had)); err != nil {
+		return err
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(256))
 	if err != nil {
@@ -51,6 +72,25 @@ func (s *Server) startJetStream(ctx context.Context) error {
 	go s.consume(it)
 	s.cfg.Log.Info("NATS command plane consuming from JetStream", "stream", s.cfg.Stream, "consumer", s.cfg.Durable, "subjects", s.subjects())
 	return nil
+}
+
+// resumeFrom is the state this run starts from: the last run's mark in
+// the same stream, or, after a run that took commands without JetStream,
+// everything the stream holds now counted as taken (that run applied, or
+// refused, those commands directly).
+func (s *Server) resumeFrom(info *jetstream.StreamInfo, prev commandState, had bool) commandState {
+	st := commandState{JetStream: true, Stream: info.Config.Name, Created: info.Created.UTC().Format(time.RFC3339Nano)}
+	switch {
+	case had && !prev.JetStream:
+		st.Taken = info.State.LastSeq
+		if st.Taken > 0 {
+			s.cfg.Log.Warn("the last run took commands without nats.jetstream_commands and applied them directly; "+
+				"the commands the stream already holds are not replayed", "stream", st.Stream, "through_seq", st.Taken)
+		}
+	case had && prev.Stream == st.Stream && prev.Created == st.Created:
+		st.Taken = prev.Taken
+	}
+	return st
 }
 
 func (s *Server) ensureStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {
@@ -121,18 +161,24 @@ func (s *Server) consume(it jetstream.MessagesContext) {
 
 func (s *Server) onJetStream(msg jetstream.Msg) {
 	h := msg.Headers()
-	id := h.Get(headerMsgID)
-	if id != "" && s.seen.has(id) {
-		// Applied already; only the ack was lost.
-		s.ack(msg)
-		return
+	if meta, err := msg.Metadata(); err == nil {
+		seq := meta.Sequence.Stream
+		if seq <= s.state.cur.Taken {
+			// Taken before: its ack was lost, or the host stopped before
+			// it; or the last run took it without JetStream.
+			s.cfg.Log.Debug("command taken before; not applied again", "subject", msg.Subject(), "seq", seq)
+			s.ack(msg)
+			return
+		}
+		st := s.state.cur
+		st.Taken = seq
+		if err := s.state.save(st); err != nil {
+			s.cfg.Log.Error("command plane state not saved; a restart may apply this command again", "seq", seq, "error", err)
+		}
 	}
-	in := incoming{data: msg.Data(), header: h, inbox: h.Get(headerReply), msgID: id}
+	in := incoming{data: msg.Data(), header: h, inbox: h.Get(headerReply), msgID: h.Get(headerMsgID)}
 	s.arrived(msg.Subject(), &in)
 	out := s.handle(s.ctx, in)
-	if id != "" {
-		s.seen.add(id)
-	}
 	s.ack(msg)
 	if out != nil {
 		s.respond(h.Get(headerReply), out)
@@ -140,33 +186,12 @@ func (s *Server) onJetStream(msg jetstream.Msg) {
 }
 
 // ack waits for the server to confirm, so that an applied command is not
-// delivered again unless the host dies in between.
+// delivered again unless the host dies in between (and then the state's
+// mark keeps it from being applied twice).
 func (s *Server) ack(msg jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 	defer cancel()
 	if err := msg.DoubleAck(ctx); err != nil {
-		s.cfg.Log.Warn("command ack failed; it may be delivered again", "subject", msg.Subject(), "error", err)
+		s.cfg.Log.Warn("command ack failed; it may be delivered again, and is then recognised", "subject", msg.Subject(), "error", err)
 	}
-}
-
-// idRing remembers the last n message ids applied.
-type idRing struct {
-	ids  []string
-	set  map[string]struct{}
-	next int
-}
-
-func newIDRing(n int) *idRing {
-	return &idRing{ids: make([]string, n), set: make(map[string]struct{}, n)}
-}
-
-func (r *idRing) has(id string) bool { _, ok := r.set[id]; return ok }
-
-func (r *idRing) add(id string) {
-	if old := r.ids[r.next]; old != "" {
-		delete(r.set, old)
-	}
-	r.ids[r.next] = id
-	r.set[id] = struct{}{}
-	r.next = (r.next + 1) % len(r.ids)
 }

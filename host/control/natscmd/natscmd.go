@@ -40,11 +40,19 @@
 // over both subjects instead of plain subscriptions: the stream deduplicates
 // publishes by Nats-Msg-Id within its duplicate window, a durable consumer
 // per worker keeps its position across host and server restarts, and each
-// command is acknowledged only after it was applied. A message redelivered
-// after it was applied but before its ack landed is recognised by its
-// Nats-Msg-Id and not applied again (within this process's memory of the
-// last ids). In this mode a message's reply subject receives the stream's
-// PubAck; the result goes to the inbox in the Kvpilot-Reply header.
+// command is acknowledged after it was applied. In this mode a message's
+// reply subject receives the stream's PubAck; the result goes to the inbox
+// in the Kvpilot-Reply header.
+//
+// At most once, whatever the setting's history (state.go). Before a command
+// taken from the stream is applied, its stream sequence is recorded in
+// Config.StateFile; a command redelivered after a restart (its ack lost) is
+// acknowledged and not applied again. A host started without JetStream
+// retires a command stream an earlier run left (stale.go): it deletes its
+// consumer and takes its subjects out of the stream (deleting the stream when
+// nothing else uses it), so the stream neither answers commands in the host's
+// place nor keeps them for a replay; and the next start with JetStream
+// replays nothing the stream held before it.
 package natscmd
 
 import (
@@ -90,6 +98,12 @@ type Config struct {
 	// (default 2 minutes); MaxAge is how long it keeps commands (default
 	// 24 hours).
 	DuplicateWindow, MaxAge time.Duration
+	// StateFile is where the command plane remembers, across restarts,
+	// whether it took commands through JetStream and the last one it took
+	// from the stream (state.go). Empty: memory only, so a restart may
+	// apply a command whose ack was lost again, and a stream left by a run
+	// whose clean-up failed may be replayed.
+	StateFile string
 	// TenantSubjects binds tenants to subjects (see tenantsubject.go):
 	// commands are also taken on <WorkerSubject>.<tenant> and
 	// <BroadcastSubject>.<tenant> and act for that tenant only; the bare
@@ -120,9 +134,9 @@ type Server struct {
 	cancel context.CancelFunc
 	subs   []*nats.Subscription
 
-	iter jetstream.MessagesContext
-	wg   sync.WaitGroup
-	seen *idRing
+	iter  jetstream.MessagesContext
+	wg    sync.WaitGroup
+	state *stateFile
 
 	// gate lets Close wait for plain-subscription callbacks in flight:
 	// they hold it shared, Close takes it exclusively and sets closed.
@@ -160,7 +174,7 @@ func New(cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
 		cfg: cfg, limits: cfg.Ingress.Limits(), worker: directive.WorkerID(strconv.FormatUint(cfg.WorkerID, 10)),
-		ctx: ctx, cancel: cancel, seen: newIDRing(4096),
+		ctx: ctx, cancel: cancel,
 	}, nil
 }
 
@@ -173,8 +187,20 @@ func (s *Server) Start(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 	}
+	state, prev, had, err := openState(s.cfg.StateFile)
+	if err != nil {
+		return err
+	}
+	s.state = state
 	if s.cfg.JetStream {
-		return s.startJetStream(ctx)
+		if err := s.startJetStream(ctx, prev, had); err != nil {
+			s.Close()
+			return err
+		}
+		return nil
+	}
+	if err := s.state.save(commandState{JetStream: false}); err != nil {
+		s.cfg.Log.Warn("command plane state not saved; a later start with nats.jetstream_commands relies on this run's clean-up alone", "error", err)
 	}
 	for _, sub := range s.subjects() {
 		ns, err := s.cfg.Conn.Subscribe(sub, s.onCore)
@@ -194,6 +220,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("natscmd: flush subscriptions: %w", err)
 	}
 	s.cfg.Log.Info("NATS command plane subscribed", "subjects", s.subjects())
+	s.retireStream(ctx)
 	return nil
 }
 
@@ -230,6 +257,11 @@ func (s *Server) Close() error {
 		}
 		s.wg.Wait()
 		s.cancel()
+		if s.state != nil {
+			if err := s.state.close(); err != nil {
+				errs = append(errs, fmt.Errorf("natscmd: %w", err))
+			}
+		}
 	})
 	return errors.Join(errs...)
 }

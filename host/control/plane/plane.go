@@ -61,6 +61,9 @@ type Config struct {
 	Stream    string
 	// StreamReplicas is the command stream's replicas when it is created.
 	StreamReplicas int
+	// CommandState is the command plane's state file (natscmd
+	// Config.StateFile): no command applied twice across restarts.
+	CommandState string
 	// TenantSubjects binds tenants to command subjects (natscmd;
 	// nats.tenant_subjects).
 	TenantSubjects bool
@@ -133,7 +136,8 @@ func New(ctx context.Context, cfg Config) (*Plane, error) {
 		p.cmds, err = natscmd.New(natscmd.Config{
 			Conn: cfg.NATS, Ingress: cfg.Ingress, WorkerID: cfg.WorkerID,
 			WorkerSubject: cfg.WorkerSubject, BroadcastSubject: cfg.BroadcastSubject,
-			JetStream: cfg.JetStream, Stream: cfg.Stream, StreamReplicas: cfg.StreamReplicas, Log: cfg.Log.Named("natscmd"),
+			JetStream: cfg.JetStream, Stream: cfg.Stream, StreamReplicas: cfg.StreamReplicas, StateFile: cfg.CommandState,
+			Log:            cfg.Log.Named("natscmd"),
 			TenantSubjects: cfg.TenantSubjects,
 		})
 		if err == nil {

@@ -219,7 +219,7 @@ func TestStatsOverSocket(t *testing.T) {
 	if d := s.Tiers[0]; d.Pages != 4 || d.PinnedPages != 2 || d.Bytes != 0 {
 		t.Fatalf("device stats %+v", d)
 	}
-	if _, err := e.nc.Stats(ctx); !errcodeIs(err, errcode.Unavailable) {
+	if _, err := e.nc.Stats(ctx); !errcodeIs(err, errcode.WrongTransport) {
 		t.Fatalf("stats over NATS: %v", err)
 	}
 }

@@ -228,6 +228,19 @@ class InvalidSlot(InvalidError):
     hint = "use only slots the host gave this request (Match or Allocate), each once, inside the arena"
 
 
+class WrongTransport(InvalidError):
+    """wrong_transport (2012): not served on this transport.
+
+    Hint: stats and per-tenant watches are served on the Control socket: use kvpilot ctl without --nats (it takes control.socket from the config, or --socket), or controlclient.DialUnix
+    """
+
+    code = "wrong_transport"
+    number = 2012
+    grpc_code = 12
+    message = "not served on this transport"
+    hint = "stats and per-tenant watches are served on the Control socket: use kvpilot ctl without --nats (it takes control.socket from the config, or --socket), or controlclient.DialUnix"
+
+
 class UnknownBlock(NotFoundError):
     """unknown_block (3001): unknown block.
 
@@ -475,6 +488,19 @@ class LayoutConflict(UnavailableError):
     hint = "register the layout the host holds pages for, or register with reset to forget every cached page"
 
 
+class Misconfigured(UnavailableError):
+    """misconfigured (6007): the host's configuration cannot serve this.
+
+    Hint: sending again will not help: the host's operator must change the configuration key the detail names (kvpilot serve --check reports it) and restart the host
+    """
+
+    code = "misconfigured"
+    number = 6007
+    grpc_code = 9
+    message = "the host's configuration cannot serve this"
+    hint = "sending again will not help: the host's operator must change the configuration key the detail names (kvpilot serve --check reports it) and restart the host"
+
+
 class Internal(InternalError):
     """internal (9001): internal error.
 
@@ -506,6 +532,7 @@ REGISTRY: dict[str, type[KvpilotError]] = {
     "missing_field": MissingField,
     "invalid_layout": InvalidLayout,
     "invalid_slot": InvalidSlot,
+    "wrong_transport": WrongTransport,
     "unknown_block": UnknownBlock,
     "unknown_session": UnknownSession,
     "unknown_lease": UnknownLease,
@@ -525,6 +552,7 @@ REGISTRY: dict[str, type[KvpilotError]] = {
     "unavailable": Unavailable,
     "deadline_exceeded": DeadlineExceeded,
     "layout_conflict": LayoutConflict,
+    "misconfigured": Misconfigured,
     "internal": Internal,
 }
 

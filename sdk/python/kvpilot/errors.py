@@ -54,6 +54,7 @@ from kvpilot._errcodes import (
     InvalidTTL,
     LayoutConflict,
     LeaseExists,
+    Misconfigured,
     MissingField,
     NotSupportedYet,
     OverlappingSpans,
@@ -74,6 +75,7 @@ from kvpilot._errcodes import (
     UnknownRequest,
     UnknownSession,
     UnknownVerb,
+    WrongTransport,
     WrongWorker,
 )
 
@@ -104,6 +106,7 @@ __all__ = [
     "LayoutConflict",
     "LeaseExists",
     "MalformedError",
+    "Misconfigured",
     "MissingField",
     "NotAllowedError",
     "NotFoundError",
@@ -127,6 +130,7 @@ __all__ = [
     "UnknownRequest",
     "UnknownSession",
     "UnknownVerb",
+    "WrongTransport",
     "WrongWorker",
     "error_for",
     "from_proto",
