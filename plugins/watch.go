@@ -22,7 +22,7 @@ import (
 // stays. Call Swap first: the file is compared with the set the runtime
 // runs, not with the file as it was when the watch began, so an edit made
 // before the watch (between the host's start and its Run, on a loaded
-// machine) is applied by the first reload, which runs at once.
+// machine) is applied at once, from the file as the watch first read it.
 func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string) error {
 	started, err := config.Load(path, environ)
 	if err != nil {
@@ -41,7 +41,6 @@ func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string
 		default:
 		}
 	}
-	notify()
 	go func() {
 		for {
 			// Watch until the watcher fails (the file was removed), then
@@ -98,21 +97,42 @@ func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string
 			}
 		}
 	}()
+	apply := func(c config.Config) {
+		if r.runs(c.Policies) {
+			return
+		}
+		if err := r.Swap(ctx, c.Policies); err != nil {
+			if errors.Is(err, ErrStart) || errors.Is(err, ErrClosed) {
+				r.reloads.rejected.Add(1)
+				r.log.Error("policy hot-swap rejected; the running policies stay", "path", path, "error", err)
+				return
+			}
+			r.log.Warn("policy hot-swap finished with errors", "error", err)
+		}
+		r.reloads.applied.Add(1)
+	}
 	go func() {
+		apply(started)
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-changed:
 			}
-			// Editors write in several steps; read once they settle.
+			// Editors write in several steps; read once they settle, and
+			// again when the file changed while it was read.
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(100 * time.Millisecond):
 			}
 			drainSignal(changed)
+			before := fileStamp(path)
 			c, err := config.Load(path, environ)
+			if fileStamp(path) != before {
+				notify()
+				continue
+			}
 			if err != nil {
 				r.reloads.rejected.Add(1)
 				r.log.Error("config reload rejected; the running policies stay", "path", path, "error", err)
@@ -126,18 +146,7 @@ func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string
 					"path", path, "keys", keys)
 			}
 			pending = keys
-			if r.runs(c.Policies) {
-				continue
-			}
-			if err := r.Swap(ctx, c.Policies); err != nil {
-				if errors.Is(err, ErrStart) || errors.Is(err, ErrClosed) {
-					r.reloads.rejected.Add(1)
-					r.log.Error("policy hot-swap rejected; the running policies stay", "path", path, "error", err)
-					continue
-				}
-				r.log.Warn("policy hot-swap finished with errors", "error", err)
-			}
-			r.reloads.applied.Add(1)
+			apply(c)
 		}
 	}()
 	return nil
