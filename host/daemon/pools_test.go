@@ -151,9 +151,22 @@ func TestPausedSessionSurvivesRestart(t *testing.T) {
 	if p, _ := pageInfo(d2, "acme", h.Sequence[0]); p.PinCount != 1 || p.PinTTL != time.Hour || p.PinExpiry-now < 59*time.Minute {
 		t.Fatalf("pin after restart: %+v", p)
 	}
-	if _, err := d2.core.mover.LoadBack(context.Background(), cache.TargetHashes("acme", last), time.Now().Add(5*time.Second)); err != nil {
-		t.Fatal(err)
+	// Resume, not a bare load-back: while the lease stands, the step loop
+	// keeps its pages on the pause tier alone, and would drop a device copy
+	// loaded beside it (a load-back raced it once in three loaded runs).
+	reply = d2.core.in.Apply(context.Background(), directive.Turn{Source: "test", Tenant: "acme",
+		Directives: []directive.Directive{directive.Resume{LeaseID: "s1"}}})
+	if reply.Status != directive.StatusOK {
+		t.Fatalf("resume refused: %+v", reply)
 	}
+	waitFor(t, "the resumed pages on the device", func() bool {
+		for _, s := range h.Sequence {
+			if p, _ := pageInfo(d2, "acme", s); !p.Tiers.Has(tier.Device) {
+				return false
+			}
+		}
+		return true
+	})
 	dev := d2.core.pools.Memory(tier.Device)
 	got := make([]byte, dev.Stats().PageBytes)
 	for i, s := range h.Sequence {
