@@ -26,6 +26,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/internal/guarded"
 	"github.com/kvpilot/kvpilot/host/metrics"
 	"github.com/kvpilot/kvpilot/host/natsembed"
+	"github.com/kvpilot/kvpilot/host/preflight"
 	"github.com/kvpilot/kvpilot/plugins"
 )
 
@@ -115,9 +116,14 @@ func New(cfg config.Config, log hclog.Logger, opts ...Option) (*Daemon, error) {
 	return d, nil
 }
 
-// build constructs the components in dependency order. The HTTP port is
-// bound first: a busy port fails before any plugin process is started.
+// build constructs the components in dependency order. The configuration
+// is checked against the machine first (host/preflight: directories, and
+// tier sizes when a model is configured), then the HTTP port is bound: a
+// busy port fails before any plugin process is started.
 func (d *Daemon) build() error {
+	if err := preflight.Start(d.cfg); err != nil {
+		return err
+	}
 	if d.cfg.HTTP.Listen != "" {
 		ln, err := net.Listen("tcp", d.cfg.HTTP.Listen)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -14,7 +15,9 @@ import (
 	"github.com/kvpilot/kvpilot/host/pool/disk"
 	"github.com/kvpilot/kvpilot/host/pool/remote"
 	"github.com/kvpilot/kvpilot/host/pool/tiers"
+	"github.com/kvpilot/kvpilot/host/preflight"
 	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
 // buildPools opens the four tiers' pools and the mover when the
@@ -49,8 +52,21 @@ func (d *Daemon) buildPools() error {
 // an engine registers a layout and the config names no model. staging opens
 // the device tier in shared memory whatever the backend says: a
 // connector-mode engine copies its pages through it (host/engine/mode.go).
-func (d *Daemon) openPools(ctx context.Context, l *layout.Layout, staging bool) (*tiers.Set, *mover.Mover, error) {
+func (d *Daemon) openPools(ctx context.Context, l *layout.Layout, staging bool) (set *tiers.Set, m *mover.Mover, err error) {
 	c := &d.core
+	// What a failed open allocated (a pool's bookkeeping is Go heap) goes
+	// back to the system now, not minutes later.
+	defer func() {
+		if err != nil {
+			debug.FreeOSMemory()
+		}
+	}()
+	// The layout is known now: sizes that do not fit this machine, or a
+	// directory gone since the start, are refused before anything is
+	// allocated, as the operator's to fix (misconfigured, not transient).
+	if err := errors.Join(preflight.Dirs(d.cfg, true), preflight.Sizes(d.cfg, l, preflight.DeviceInRAM(d.cfg, staging))); err != nil {
+		return nil, nil, errcode.New(errcode.Misconfigured, "%s", preflight.Detail(err))
+	}
 	backend, _ := tiers.ParseBackend(d.cfg.Pools.DeviceBackend) // validated with the config
 	if staging {
 		backend = tiers.BackendMemfd
@@ -76,11 +92,11 @@ func (d *Daemon) openPools(ctx context.Context, l *layout.Layout, staging bool) 
 			return nil, nil, fmt.Errorf("remote tier: %w", err)
 		}
 	}
-	set, err := tiers.Open(ctx, o)
+	set, err = tiers.Open(ctx, o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open pools for %s: %w", l.Model, err)
 	}
-	m, err := mover.New(mover.Options{
+	m, err = mover.New(mover.Options{
 		Index:        c.index,
 		Pools:        set,
 		Workers:      d.cfg.Mover.Workers,

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/kvpilot/kvpilot/host/cache"
@@ -152,6 +153,12 @@ func (s *Service) register(a RegisterArgs) (Registered, error) {
 		p, err := s.cfg.OpenPools(octx, l, a.Mode)
 		cancel()
 		if err != nil {
+			if e, ok := errcode.As(err); ok {
+				// A code the host gave (misconfigured: sizes or paths the
+				// operator must fix) stays; the rest may pass.
+				e.Detail = fmt.Sprintf("open pools for %s: %s", l, e.Detail)
+				return Registered{}, e
+			}
 			return Registered{}, errcode.Wrap(errcode.Unavailable, err, "open pools for %s", l)
 		}
 		s.pools = p

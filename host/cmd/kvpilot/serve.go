@@ -9,6 +9,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/daemon"
 	"github.com/kvpilot/kvpilot/host/logging"
+	"github.com/kvpilot/kvpilot/host/preflight"
 	"github.com/kvpilot/kvpilot/sdk/chunktok"
 )
 
@@ -40,6 +41,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	log := logging.New(stderr, cfg.Log.Level, cfg.Log.Format)
 	if *check {
+		// What the host checks against the machine at start: its
+		// directories, and tier sizes when a model is configured.
+		if err := preflight.Check(cfg); err != nil {
+			return err
+		}
 		out, err := cfg.YAML()
 		if err != nil {
 			return err

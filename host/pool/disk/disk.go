@@ -107,7 +107,7 @@ func Open(o Options) (*Store, error) {
 	}
 	lay := o.Layout.Clone()
 	fp := lay.Fingerprint()
-	path := filepath.Join(o.Dir, fp.String()+".pages")
+	path := PageFile(o.Dir, lay)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("disk store: %w", err)
@@ -133,6 +133,11 @@ func Open(o Options) (*Store, error) {
 		_ = os.WriteFile(filepath.Join(o.Dir, fp.String()+".layout.json"), desc, 0o600)
 	}
 	return s, nil
+}
+
+// PageFile is the page file a disk tier keeps in dir for layout l.
+func PageFile(dir string, l *layout.Layout) string {
+	return filepath.Join(dir, l.Fingerprint().String()+".pages")
 }
 
 // Tier is Disk.

@@ -151,6 +151,10 @@ func sumFor(v uint16, page []byte) uint64 {
 	return payloadSum(page)
 }
 
+// FileBytes is the size of the page file a disk tier of pages pages of
+// pageBytes bytes keeps: what it may take on its filesystem once full.
+func FileBytes(pageBytes, pages int) int64 { return recordSize(pageBytes) * int64(pages) }
+
 func recordSize(pageBytes int) int64 {
 	n := int64(headerSize + pageBytes)
 	return (n + recordAlign - 1) / recordAlign * recordAlign

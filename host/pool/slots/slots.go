@@ -17,6 +17,9 @@ const (
 	pending = ^uint32(0) - 1
 	// MaxCapacity is the largest number of slots an Allocator holds.
 	MaxCapacity = int(pending - 1)
+	// BytesPerSlot is what an Allocator holds in memory per slot, free or
+	// not, from New on: a pool's bookkeeping besides its pages.
+	BytesPerSlot = 8
 )
 
 // Allocator hands out slots 0..Capacity-1. It is safe for concurrent use.

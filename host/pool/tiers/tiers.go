@@ -180,6 +180,13 @@ func (s *Set) openDevice(o Options, log hclog.Logger) error {
 	return nil
 }
 
+// GPUPresent reports whether BackendAuto finds a CUDA driver that
+// initialises: the device tier is then GPU memory, not host memory.
+func GPUPresent() bool {
+	_, err := cudadrv.Load()
+	return err == nil
+}
+
 func openCUDA(ordinal int) (*cudadrv.Context, error) {
 	d, err := cudadrv.Load()
 	if err != nil {
