@@ -288,7 +288,7 @@ func (ix *Index) planEvictOne(n *node, t tier.Tier, now time.Duration, dst []Tra
 	if backup && !n.transient {
 		if to, ok := ix.colderPresent(t); ok {
 			var copied bool
-			if dst, copied = ix.planCopyChain(n, t, to, dst); copied {
+			if dst, copied = ix.planCopyChain(n, t, to, ReasonDemote, ix.cfg.Tiers[to].Capacity, dst); copied {
 				cp := dst[len(dst)-1]
 				return append(dst, ix.reserve(n, Drop, ReasonDemote, t, 0, cp.ID)), true
 			}
@@ -310,8 +310,9 @@ func (ix *Index) colderPresent(t tier.Tier) (tier.Tier, bool) {
 }
 
 // planCopyChain plans copies of n and of any ancestors missing on to (root
-// first), when all of them can be copied and fit; the copy of n is last.
-func (ix *Index) planCopyChain(n *node, from, to tier.Tier, dst []Transition) ([]Transition, bool) {
+// first), when all of them can be copied and keep to's usage within room;
+// the copy of n is last.
+func (ix *Index) planCopyChain(n *node, from, to tier.Tier, reason Reason, room int, dst []Transition) ([]Transition, bool) {
 	chain := ix.nodes[:0]
 	for c := n; !c.isRoot && !c.resident.Has(to) && !c.inbound.Has(to); c = c.parent {
 		if c.transient || (c != n && c.pending > 0) {
@@ -323,7 +324,7 @@ func (ix *Index) planCopyChain(n *node, from, to tier.Tier, dst []Transition) ([
 		chain = append(chain, c)
 	}
 	ix.nodes = chain[:0]
-	if ix.used(to)+len(chain) > ix.cfg.Tiers[to].Capacity {
+	if ix.used(to)+len(chain) > room {
 		return dst, false
 	}
 	for i := len(chain) - 1; i >= 0; i-- {
@@ -333,7 +334,7 @@ func (ix *Index) planCopyChain(n *node, from, to tier.Tier, dst []Transition) ([
 		if c == n {
 			src = from
 		}
-		dst = append(dst, ix.reserve(c, Copy, ReasonDemote, src, to, after))
+		dst = append(dst, ix.reserve(c, Copy, reason, src, to, after))
 	}
 	return dst, true
 }

@@ -38,9 +38,10 @@ const (
 	ReasonPause                          // a lease moving pages to its pause tier
 	ReasonFetch                          // warm or load-back
 	ReasonPin                            // a pinned page written through to disk
+	ReasonPersist                        // a page written to disk before the host stops
 )
 
-var reasonNames = [...]string{"", "evict", "demote", "write-through", "pause", "fetch", "pin"}
+var reasonNames = [...]string{"", "evict", "demote", "write-through", "pause", "fetch", "pin", "persist"}
 
 func (r Reason) String() string {
 	if int(r) < len(reasonNames) && r != 0 {

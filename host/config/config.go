@@ -285,6 +285,12 @@ type Pools struct {
 	// DiskFsync is always, batch (one fsync per transfer batch) or never.
 	DiskFsync        string `koanf:"disk_fsync"`
 	DiskVerifyOnOpen bool   `koanf:"disk_verify_on_open"`
+	// PersistOnStop bounds how long a graceful stop (SIGTERM) spends
+	// writing the pages held only in memory (the device and host tiers;
+	// in connector mode the staging tier) to the disk tier, most recent
+	// first, so that a restart finds them; 0 writes nothing. A SIGKILL
+	// loses only what was not written yet.
+	PersistOnStop time.Duration `koanf:"persist_on_stop"`
 	// RemoteBackend is where the remote tier keeps pages: jetstream (an
 	// object store on the NATS server or cluster the host uses) or redis
 	// (Redis or Valkey, see RemoteRedis).
@@ -370,7 +376,8 @@ func Default() Config {
 		Gateway: DefaultGateway(),
 		Engine:  Engine{LoadBackDeadline: 2 * time.Second, RequestTTL: 10 * time.Minute, MaxSessions: 65536},
 		Model:   Model{Attention: "mha", DType: "bf16", RopeStyle: ""},
-		Pools: Pools{DeviceBackend: "auto", DiskFsync: "batch", RemoteBackend: "jetstream", RemoteBucket: "kvpilot-pages", RemoteReplicas: 1,
+		Pools: Pools{DeviceBackend: "auto", DiskFsync: "batch", PersistOnStop: 10 * time.Second,
+			RemoteBackend: "jetstream", RemoteBucket: "kvpilot-pages", RemoteReplicas: 1,
 			RemoteRedis: RemoteRedis{Addrs: []string{}}},
 		Mover:         Mover{Workers: 8, Retries: 2, RetryBackoff: 20 * time.Millisecond, DropWait: 5 * time.Second, StepInterval: 100 * time.Millisecond},
 		GCPercent:     400,

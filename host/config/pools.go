@@ -70,6 +70,9 @@ func (c Config) validatePools() []error {
 	if _, err := disk.ParseFsyncPolicy(c.Pools.DiskFsync); err != nil {
 		bad("pools.disk_fsync", "%v", err)
 	}
+	if c.Pools.PersistOnStop < 0 {
+		bad("pools.persist_on_stop", "must not be negative, got %v", c.Pools.PersistOnStop)
+	}
 	switch c.Pools.RemoteBackend {
 	case "jetstream":
 	case "redis":

@@ -199,8 +199,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		go func() { errc <- srv.Serve(d.httpLn) }()
 		d.log.Info("serving metrics and health", "addr", d.HTTPAddr())
 	}
+	// The pages held only in memory go to disk once everything that moves
+	// pages has stopped (wg), before the pools close (d.close).
+	defer d.persistOnStop()
 	var wg sync.WaitGroup
-	defer wg.Wait() // deferred first, so it runs after cancel
+	defer wg.Wait() // deferred after persistOnStop, so it runs before it and after cancel
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wg.Add(1)
