@@ -79,10 +79,12 @@ def run_vllm(
     *,
     multiprocess: bool = False,
     expect_error: bool = False,
+    **spec_extra: Any,
 ) -> dict[str, Any]:
     """Runs vLLM on the prompts in a subprocess; returns run_llm's result
     (``log`` is vLLM's output). ``multiprocess`` runs vLLM's scheduler and
-    worker in processes of their own, as it serves in production.
+    worker in processes of their own, as it serves in production;
+    ``spec_extra`` adds run_llm spec keys (``max_model_len``).
     """
     out = workdir / "result.json"
     spec = {
@@ -92,6 +94,7 @@ def run_vllm(
         "connector": connector,
         "prompts": prompts,
         "out": str(out),
+        **spec_extra,
     }
     spec_path = workdir / "spec.json"
     spec_path.write_text(json.dumps(spec))
