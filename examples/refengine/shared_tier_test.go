@@ -1,7 +1,6 @@
 package refengine_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -142,16 +141,7 @@ func TestSecondHostResumesSessionsPausedToTheSharedTier(t *testing.T) {
 // every node is restarted in turn (a rolling restart), and host C serves
 // the other half: no paused page was lost, every row checked.
 func TestSharedTierOnANATSClusterSurvivesNodeLossAndRollingRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-node nats-server cluster")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cl, err := natscluster.Start(ctx, t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
+	cl, ctx := natscluster.ForTest(t, 3)
 
 	ca := sharedConfig(t.TempDir(), cl.URL(), 1, 3)
 	da, _ := runDaemon(t, ca)

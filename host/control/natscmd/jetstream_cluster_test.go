@@ -20,18 +20,10 @@ import (
 // Nats-Msg-Id, any publish the cluster did not acknowledge) while each
 // node in turn is stopped and started again.
 func TestJetStreamCommandsSurviveARollingRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-node nats-server cluster")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cl, err := natscluster.Start(ctx, t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
+	cl, ctx := natscluster.ForTest(t, 3)
 
 	h := newHost(t)
+	var err error
 	if h.nats, err = natsembed.Start(natsembed.Options{URL: cl.URL(), StartTimeout: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}

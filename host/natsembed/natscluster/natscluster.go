@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -113,6 +114,23 @@ cluster { name: kvpilot-test, listen: 127.0.0.1:%d, routes: [%s] }
 		}
 	}
 	return c, nil
+}
+
+// ForTest starts an n-node cluster for a test, skipped under -short,
+// stopped when the test ends; ctx bounds the test at two minutes.
+func ForTest(t testing.TB, n int) (cl *Cluster, ctx context.Context) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("starts a %d-node nats-server cluster", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	cl, err := Start(ctx, t.TempDir(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+	return cl, ctx
 }
 
 // URL lists every node's client address, comma-separated, as NATS clients

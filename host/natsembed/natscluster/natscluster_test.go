@@ -15,16 +15,7 @@ import (
 // An object store at three replicas keeps its objects through the loss of
 // one node and through a rolling restart of every node.
 func TestObjectStoreSurvivesNodeLossAndRollingRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-node nats-server cluster")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cl, err := Start(ctx, t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
+	cl, ctx := ForTest(t, 3)
 	open := func() jetstream.ObjectStore {
 		t.Helper()
 		nc, err := nats.Connect(cl.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
@@ -51,7 +42,7 @@ func TestObjectStoreSurvivesNodeLossAndRollingRestart(t *testing.T) {
 	// The bucket's stream may still be electing its first leader: a put
 	// now gets "no responders". Like the host's remote tier, try again
 	// within bounds.
-	err = natsembed.RetryBetweenLeaders(ctx, 10*time.Second, time.Minute, func(ctx context.Context) error {
+	err := natsembed.RetryBetweenLeaders(ctx, 10*time.Second, time.Minute, func(ctx context.Context) error {
 		_, err := obs.PutBytes(ctx, "p1", page)
 		return err
 	})

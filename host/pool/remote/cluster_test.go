@@ -2,7 +2,6 @@ package remote
 
 import (
 	"bytes"
-	"context"
 	"testing"
 	"time"
 
@@ -18,16 +17,7 @@ import (
 // instead of failing with "no responders": each try is bounded, and the
 // store tries again until the leader answers.
 func TestPutWaitsOutALeaderElection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-node nats-server cluster")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cl, err := natscluster.Start(ctx, t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Stop)
+	cl, ctx := natscluster.ForTest(t, 3)
 	nc, err := nats.Connect(cl.Nodes[0].URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
