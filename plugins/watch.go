@@ -24,16 +24,17 @@ import (
 // before the watch (between the host's start and its Run, on a loaded
 // machine) is applied at once, from the file as the watch first read it.
 func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string) error {
+	// The poll's baseline stamp is taken before the first read, not in the
+	// poll's goroutine: an edit made while the watch starts changes the
+	// stamp after it, and is read again.
+	last := fileStamp(path)
 	started, err := config.Load(path, environ)
 	if err != nil {
 		return err
 	}
 	// started is what the host runs with, but for policies; pending names
-	// the keys edited since, already reported. The stamp is taken here, not
-	// in the poll's goroutine, so an edit made before that goroutine runs
-	// is not taken for the baseline.
+	// the keys edited since, already reported.
 	var pending []string
-	last := fileStamp(path)
 	changed := make(chan struct{}, 1)
 	notify := func() {
 		select {
