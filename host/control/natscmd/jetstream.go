@@ -49,7 +49,7 @@ func (s *Server) startJetStream(ctx context.Context, prev commandState, had bool
 			// A new consumer starts at commands published from now on; an
 			// existing one resumes where it stopped.
 			DeliverPolicy: jetstream.DeliverNewPolicy,
-			AckWait:       30 * time.Second,
+			AckWait:       ackWait,
 			MaxAckPending: 1024,
 		})
 		if err != nil {
@@ -60,7 +60,7 @@ func (s *Server) startJetStream(ctx context.Context, prev commandState, had bool
 	if err != nil {
 		return err
 	}
-	if err := s.state.save(s.resumeFrom(info, prev, had)); err != nil {
+	if err := s.state.save(s.resumeFrom(info, cons.CachedInfo().AckFloor.Stream, prev, had)); err != nil {
 		return err
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(256))
@@ -74,21 +74,29 @@ func (s *Server) startJetStream(ctx context.Context, prev commandState, had bool
 	return nil
 }
 
-// resumeFrom is the state this run starts from: the last run's mark in
-// the same stream, or, after a run that took commands without JetStream,
-// everything the stream holds now counted as taken (that run applied, or
-// refused, those commands directly).
-func (s *Server) resumeFrom(info *jetstream.StreamInfo, prev commandState, had bool) commandState {
+// ackWait is how long the consumer waits for a command's ack before it
+// delivers the command again (also when a delivery was lost on its way).
+const ackWait = 30 * time.Second
+
+// resumeFrom is the state this run starts from. After a run that took
+// commands without JetStream, everything the stream holds now is counted
+// as held before (that run applied, or refused, those commands directly).
+// The commands applied with their ack failed are kept while the stream is
+// the same and the consumer's ack floor is below them.
+func (s *Server) resumeFrom(info *jetstream.StreamInfo, ackFloor uint64, prev commandState, had bool) commandState {
 	st := commandState{JetStream: true, Stream: info.Config.Name, Created: info.Created.UTC().Format(time.RFC3339Nano)}
+	same := had && prev.Stream == st.Stream && prev.Created == st.Created
 	switch {
 	case had && !prev.JetStream:
-		st.Taken = info.State.LastSeq
-		if st.Taken > 0 {
+		st.HeldBefore = info.State.LastSeq
+		if st.HeldBefore > 0 {
 			s.cfg.Log.Warn("the last run took commands without nats.jetstream_commands and applied them directly; "+
-				"the commands the stream already holds are not replayed", "stream", st.Stream, "through_seq", st.Taken)
+				"the commands the stream already holds are not replayed", "stream", st.Stream, "through_seq", st.HeldBefore)
 		}
-	case had && prev.Stream == st.Stream && prev.Created == st.Created:
-		st.Taken = prev.Taken
+	case same:
+		st.HeldBefore = prev.HeldBefore
+		st.Unsure = slices.Clone(prev.Unsure)
+		st.forget(0, ackFloor)
 	}
 	return st
 }
@@ -159,39 +167,59 @@ func (s *Server) consume(it jetstream.MessagesContext) {
 	}
 }
 
+// onJetStream acknowledges a command, then applies it: once acknowledged
+// it is never delivered again, so it is applied at most once. When the
+// acknowledgement fails (it may or may not have reached the server), the
+// command is recorded as unsure before it is applied; delivered again, it
+// is acknowledged and not applied. A host killed between a good ack and
+// the application loses that one command.
 func (s *Server) onJetStream(msg jetstream.Msg) {
 	h := msg.Headers()
-	if meta, err := msg.Metadata(); err == nil {
+	meta, merr := msg.Metadata()
+	if merr == nil {
 		seq := meta.Sequence.Stream
-		if seq <= s.state.cur.Taken {
-			// Taken before: its ack was lost, or the host stopped before
-			// it; or the last run took it without JetStream.
-			s.cfg.Log.Debug("command taken before; not applied again", "subject", msg.Subject(), "seq", seq)
+		st := s.state.cur
+		switch {
+		case seq <= st.HeldBefore:
+			s.cfg.Log.Debug("command held before this run, applied directly by the last one; not applied", "seq", seq)
 			s.ack(msg)
 			return
+		case st.unsure(seq):
+			s.cfg.Log.Info("command delivered again after its ack failed; not applied again", "subject", msg.Subject(), "seq", seq)
+			if s.ack(msg) == nil {
+				st.Unsure = slices.Clone(st.Unsure)
+				st.forget(seq, 0)
+				s.saveState(st)
+			}
+			return
 		}
-		st := s.state.cur
-		st.Taken = seq
-		if err := s.state.save(st); err != nil {
-			s.cfg.Log.Error("command plane state not saved; a restart may apply this command again", "seq", seq, "error", err)
+		if s.ack(msg) != nil {
+			st.Unsure = append(slices.Clone(st.Unsure), seq)
+			s.saveState(st)
 		}
+	} else if s.ack(msg) != nil {
+		s.cfg.Log.Warn("command without JetStream metadata, and its ack failed: if it is delivered again it is applied again", "subject", msg.Subject(), "error", merr)
 	}
 	in := incoming{data: msg.Data(), header: h, inbox: h.Get(headerReply), msgID: h.Get(headerMsgID)}
 	s.arrived(msg.Subject(), &in)
-	out := s.handle(s.ctx, in)
-	s.ack(msg)
-	if out != nil {
+	if out := s.handle(s.ctx, in); out != nil {
 		s.respond(h.Get(headerReply), out)
 	}
 }
 
-// ack waits for the server to confirm, so that an applied command is not
-// delivered again unless the host dies in between (and then the state's
-// mark keeps it from being applied twice).
-func (s *Server) ack(msg jetstream.Msg) {
+func (s *Server) saveState(st commandState) {
+	if err := s.state.save(st); err != nil {
+		s.cfg.Log.Error("command plane state not saved; after a restart a command whose ack failed may be applied again", "error", err)
+	}
+}
+
+// ack waits for the server to confirm the acknowledgement.
+func (s *Server) ack(msg jetstream.Msg) error {
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 	defer cancel()
-	if err := msg.DoubleAck(ctx); err != nil {
-		s.cfg.Log.Warn("command ack failed; it may be delivered again, and is then recognised", "subject", msg.Subject(), "error", err)
+	err := msg.DoubleAck(ctx)
+	if err != nil {
+		s.cfg.Log.Warn("command ack failed; if it is delivered again, it is recognised", "subject", msg.Subject(), "error", err)
 	}
+	return err
 }

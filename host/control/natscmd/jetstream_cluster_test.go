@@ -81,7 +81,9 @@ func TestJetStreamCommandsSurviveARollingRestart(t *testing.T) {
 	if err := <-restarted; err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	// A delivery lost in a node's restart comes again after the
+	// consumer's ack wait.
+	deadline := time.Now().Add(ackWait + 30*time.Second)
 	for h.pins(seq) < commands && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}

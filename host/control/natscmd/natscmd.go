@@ -38,21 +38,21 @@
 //
 // JetStream mode (nats.jetstream_commands). Commands are read from a stream
 // over both subjects instead of plain subscriptions: the stream deduplicates
-// publishes by Nats-Msg-Id within its duplicate window, a durable consumer
-// per worker keeps its position across host and server restarts, and each
-// command is acknowledged after it was applied. In this mode a message's
-// reply subject receives the stream's PubAck; the result goes to the inbox
-// in the Kvpilot-Reply header.
+// publishes by Nats-Msg-Id within its duplicate window, and a durable
+// consumer per worker keeps its position across host and server restarts.
+// In this mode a message's reply subject receives the stream's PubAck; the
+// result goes to the inbox in the Kvpilot-Reply header.
 //
-// At most once, whatever the setting's history (state.go). Before a command
-// taken from the stream is applied, its stream sequence is recorded in
-// Config.StateFile; a command redelivered after a restart (its ack lost) is
-// acknowledged and not applied again. A host started without JetStream
-// retires a command stream an earlier run left (stale.go): it deletes its
-// consumer and takes its subjects out of the stream (deleting the stream when
-// nothing else uses it), so the stream neither answers commands in the host's
-// place nor keeps them for a replay; and the next start with JetStream
-// replays nothing the stream held before it.
+// At most once, whatever the setting's history (state.go). A command taken
+// from the stream is acknowledged, then applied: acknowledged, it is never
+// delivered again. One whose ack failed is recorded in Config.StateFile
+// before it is applied, and if the stream delivers it again (after a
+// restart too) it is acknowledged, not applied. A host started without
+// JetStream retires a command stream an earlier run left (stale.go): it
+// deletes its consumer and takes its subjects out of the stream (deleting
+// the stream when nothing else uses it), so the stream neither answers
+// commands in the host's place nor keeps them for a replay; and the next
+// start with JetStream replays nothing the stream held before it.
 package natscmd
 
 import (
@@ -99,10 +99,10 @@ type Config struct {
 	// 24 hours).
 	DuplicateWindow, MaxAge time.Duration
 	// StateFile is where the command plane remembers, across restarts,
-	// whether it took commands through JetStream and the last one it took
-	// from the stream (state.go). Empty: memory only, so a restart may
-	// apply a command whose ack was lost again, and a stream left by a run
-	// whose clean-up failed may be replayed.
+	// whether it took commands through JetStream and which ones it applied
+	// with their ack failed (state.go). Empty: memory only, so after a
+	// restart such a command delivered again is applied again, and a
+	// stream left by a run whose clean-up failed may be replayed.
 	StateFile string
 	// TenantSubjects binds tenants to subjects (see tenantsubject.go):
 	// commands are also taken on <WorkerSubject>.<tenant> and
@@ -257,11 +257,6 @@ func (s *Server) Close() error {
 		}
 		s.wg.Wait()
 		s.cancel()
-		if s.state != nil {
-			if err := s.state.close(); err != nil {
-				errs = append(errs, fmt.Errorf("natscmd: %w", err))
-			}
-		}
 	})
 	return errors.Join(errs...)
 }

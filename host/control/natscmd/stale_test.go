@@ -123,41 +123,69 @@ func TestJetStreamAfterAPlainRunReplaysNothingItHeld(t *testing.T) {
 	}
 }
 
-// A command applied and then delivered again after a restart (its ack
-// lost) is acknowledged and not applied again: the state file says it was
-// taken. The redelivery is the same stream message, fetched through a
-// second consumer and handed to the restarted host as its own consumer
-// would hand it.
-func TestRedeliveryAfterARestartIsNotApplied(t *testing.T) {
-	h := newHost(t)
-	h.state = filepath.Join(h.dir, "commands.state")
-	h.startNATS()
-	h.startCommands(true)
-	seq := h.commit([]uint32{1, 2, 3, 4})[0]
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	h.pinThroughStream(ctx, "first", seq)
-	h.stopCommands()
+// ackLost is a delivery whose acknowledgement does not reach the server:
+// a leader change or a broken connection at that moment, which a test
+// cannot time. Everything else is the real message.
+type ackLost struct{ jetstream.Msg }
 
-	stream, err := h.js().Stream(ctx, DefaultStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := again.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := <-batch.Messages()
-	if msg == nil {
-		t.Fatalf("no message to deliver again: %v", batch.Error())
-	}
-	h.startCommands(true)
-	h.cmds.onJetStream(msg)
-	if got := h.pins(seq); got != 1 {
-		t.Fatalf("pin count %d after one command delivered twice", got)
+func (ackLost) DoubleAck(context.Context) error { return errors.New("ack lost") }
+
+// A command applied with its ack lost, then delivered again after a
+// restart, is acknowledged and not applied again: the state file says so.
+// The message is a real one of the host's own consumer, fetched while the
+// host is stopped and handed over as its consumer hands it, the first time
+// with its ack lost.
+func TestRedeliveryAfterALostAckIsNotApplied(t *testing.T) {
+	for _, kept := range []bool{true, false} {
+		name := "state file"
+		if !kept {
+			name = "memory only"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := newHost(t)
+			if kept {
+				h.state = filepath.Join(h.dir, "commands.state")
+			}
+			h.startNATS()
+			h.startCommands(true)
+			seq := h.commit([]uint32{1, 2, 3, 4})[0]
+			h.stopCommands()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			js := h.js()
+			m := nats.NewMsg("kv-control-3")
+			m.Data = []byte(`{"type":"Cache","block_hashes":[` + itoa(seq) + `],"pin":true}`)
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			cons, err := js.Consumer(ctx, DefaultStream, "kvpilot-worker-3")
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg := <-batch.Messages()
+			if msg == nil {
+				t.Fatalf("nothing to deliver: %v", batch.Error())
+			}
+
+			h.startCommands(true)
+			h.cmds.onJetStream(ackLost{msg})
+			if got := h.pins(seq); got != 1 {
+				t.Fatalf("pin count %d after the first delivery", got)
+			}
+			h.stopCommands()
+			h.startCommands(true)
+			h.cmds.onJetStream(msg)
+			want := 1
+			if !kept {
+				want = 2 // what a host without the state file does
+			}
+			if got := h.pins(seq); got != want {
+				t.Fatalf("pin count %d after the same command delivered twice, want %d", got, want)
+			}
+		})
 	}
 }

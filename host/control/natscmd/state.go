@@ -1,14 +1,12 @@
 package natscmd
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
-	"strings"
+	"slices"
 )
 
 // commandState is what the command plane remembers across restarts
@@ -17,55 +15,59 @@ import (
 //
 //   - JetStream: whether the last run took its commands through the
 //     stream. A run without it applied commands directly, and the stream,
-//     if it outlived a failed clean-up, may hold them too: the next run
-//     with JetStream replays none of what the stream held when it starts.
-//   - Stream, Created: the stream incarnation Taken counts in (a stream
-//     created anew numbers its commands from 1 again).
-//   - Taken: the stream sequence of the last command taken for
-//     application. It is written before the command is applied, so a
-//     command redelivered after a restart (its ack lost, or the host killed
-//     before acknowledging) is recognised and acknowledged, never applied
-//     again; a host killed between the two loses that one command instead.
+//     if it outlived a failed clean-up, may hold them too: a run with
+//     JetStream after one without replays none of what the stream held
+//     when it started (HeldBefore).
+//   - Stream, Created: the stream incarnation the sequences below count
+//     in (a stream created anew numbers its commands from 1 again).
+//   - HeldBefore: commands up to this stream sequence are never applied
+//     (see JetStream).
+//   - Unsure: commands applied whose acknowledgement failed (a leader
+//     change, a lost connection). The stream may deliver them again; they
+//     are then acknowledged, not applied. A command is acknowledged before
+//     it is applied, so one that was acknowledged is never delivered again,
+//     and only these few need remembering.
 type commandState struct {
-	JetStream bool   `json:"jetstream"`
-	Stream    string `json:"stream,omitempty"`
-	Created   string `json:"created,omitempty"`
-	Taken     uint64 `json:"taken,omitempty"`
+	JetStream  bool     `json:"jetstream"`
+	Stream     string   `json:"stream,omitempty"`
+	Created    string   `json:"created,omitempty"`
+	HeldBefore uint64   `json:"held_before,omitempty"`
+	Unsure     []uint64 `json:"unsure,omitempty"`
 }
 
-// stateRecord is the file's fixed size: each save overwrites it with one
-// write, which a process that dies mid-way cannot tear.
-const stateRecord = 512
+// unsure reports whether seq was applied with its acknowledgement failed.
+func (st *commandState) unsure(seq uint64) bool { return slices.Contains(st.Unsure, seq) }
+
+// forget drops from Unsure what the consumer acknowledged: seq, and every
+// sequence at or below its ack floor (those are never delivered again).
+func (st *commandState) forget(seq, ackFloor uint64) {
+	st.Unsure = slices.DeleteFunc(st.Unsure, func(u uint64) bool { return u == seq || u <= ackFloor })
+}
 
 // stateFile keeps a commandState in a file, or only in memory when it has
-// no path.
+// no path. It is written whole (a temporary file renamed over it) at start
+// and when Unsure changes, which only failed acknowledgements do.
 type stateFile struct {
-	f   *os.File
-	cur commandState
+	path string
+	cur  commandState
 }
 
-// openState opens (creating) the state file at path and returns what it
-// held: had is false for a new file.
+// openState reads the state file at path and returns what it held: had
+// is false when there is none (or it cannot be read: no history).
 func openState(path string) (s *stateFile, prev commandState, had bool, err error) {
-	s = &stateFile{}
+	s = &stateFile{path: path}
 	if path == "" {
 		return s, prev, false, nil
 	}
-	s.f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return s, prev, false, nil
+	case err != nil:
 		return nil, prev, false, fmt.Errorf("natscmd: state file: %w", err)
 	}
-	b, err := io.ReadAll(io.LimitReader(s.f, stateRecord))
-	if err != nil {
-		s.f.Close()
-		return nil, prev, false, fmt.Errorf("natscmd: state file %s: %w", path, err)
-	}
-	if b = bytes.TrimSpace(b); len(b) == 0 {
-		return s, prev, false, nil
-	}
-	if err := json.Unmarshal(b, &prev); err != nil {
-		// Unreadable history is no history; the next save rewrites it.
-		return s, commandState{}, false, nil
+	if json.Unmarshal(b, &prev) != nil {
+		return s, commandState{}, false, nil // rewritten at the next save
 	}
 	s.cur = prev
 	return s, prev, true, nil
@@ -74,30 +76,19 @@ func openState(path string) (s *stateFile, prev commandState, had bool, err erro
 // save records st (in memory even when the file cannot be written).
 func (s *stateFile) save(st commandState) error {
 	s.cur = st
-	if s.f == nil {
+	if s.path == "" {
 		return nil
 	}
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}
-	if len(b) >= stateRecord {
-		return fmt.Errorf("natscmd: state of %d bytes", len(b))
+	tmp := s.path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("natscmd: state file: %w", err)
 	}
-	b = append(b, strings.Repeat(" ", stateRecord-1-len(b))+"\n"...)
-	if _, err := s.f.WriteAt(b, 0); err != nil {
-		return fmt.Errorf("natscmd: state file %s: %w", s.f.Name(), err)
+	if err := os.Rename(tmp, s.path); err != nil {
+		return fmt.Errorf("natscmd: state file: %w", err)
 	}
 	return nil
-}
-
-func (s *stateFile) close() error {
-	if s.f == nil {
-		return nil
-	}
-	err := s.f.Close()
-	if errors.Is(err, fs.ErrClosed) {
-		return nil
-	}
-	return err
 }
