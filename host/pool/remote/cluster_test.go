@@ -62,8 +62,34 @@ func TestPutWaitsOutALeaderElection(t *testing.T) {
 	if err := <-revived; err != nil {
 		t.Fatal(err)
 	}
+	// An object store reads from any replica (direct get): a revived node
+	// still catching up answers "not found" for the new page. Read once
+	// every replica is current.
+	for {
+		info, err := js.Stream(ctx, "OBJ_pages")
+		var si *jetstream.StreamInfo
+		if err == nil {
+			si, err = info.Info(ctx)
+		}
+		if err == nil && si.Cluster != nil && len(si.Cluster.Replicas) == 2 && allCurrent(si.Cluster.Replicas) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the replicas never caught up: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	got := make([]byte, pb)
 	if err := s.Get(ctx, pool.Key{Seq: 1}, got); err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("read back: %v (equal %v)", err, bytes.Equal(got, want))
 	}
+}
+
+func allCurrent(peers []*jetstream.PeerInfo) bool {
+	for _, p := range peers {
+		if !p.Current || p.Lag > 0 {
+			return false
+		}
+	}
+	return true
 }
