@@ -10,6 +10,7 @@ stopped and its directory removed at the end of the test.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -183,6 +184,28 @@ def kvpilot_binary(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(out)
 
 
+@contextlib.contextmanager
+def _hosts(binary: str) -> Iterator[Callable[..., KvpilotHost]]:
+    """A host factory; every host it started is stopped and removed at exit."""
+    hosts: list[KvpilotHost] = []
+
+    def make(*, start: bool = True, **overrides: Any) -> KvpilotHost:
+        # A short root: Unix socket paths are limited to 107 bytes.
+        root = Path(tempfile.mkdtemp(prefix="kvp-"))
+        h = KvpilotHost(binary, root, _merge(BASE_CONFIG, overrides))
+        hosts.append(h)
+        if start:
+            h.start()
+        return h
+
+    try:
+        yield make
+    finally:
+        for h in hosts:
+            h.stop()
+            shutil.rmtree(h.root, ignore_errors=True)
+
+
 @pytest.fixture
 def kvpilot_host_factory(
     kvpilot_binary: str,
@@ -191,21 +214,18 @@ def kvpilot_host_factory(
 
     Pass ``start=False`` to get a host that is configured but not started.
     """
-    hosts: list[KvpilotHost] = []
+    with _hosts(kvpilot_binary) as make:
+        yield make
 
-    def make(*, start: bool = True, **overrides: Any) -> KvpilotHost:
-        # A short root: Unix socket paths are limited to 107 bytes.
-        root = Path(tempfile.mkdtemp(prefix="kvp-"))
-        h = KvpilotHost(kvpilot_binary, root, _merge(BASE_CONFIG, overrides))
-        hosts.append(h)
-        if start:
-            h.start()
-        return h
 
-    yield make
-    for h in hosts:
-        h.stop()
-        shutil.rmtree(h.root, ignore_errors=True)
+@pytest.fixture(scope="module")
+def kvpilot_module_host_factory(
+    kvpilot_binary: str,
+) -> Iterator[Callable[..., KvpilotHost]]:
+    """``kvpilot_host_factory`` for hosts a whole module shares (behind an
+    engine that is slow to start, as vLLM is)."""
+    with _hosts(kvpilot_binary) as make:
+        yield make
 
 
 @pytest.fixture

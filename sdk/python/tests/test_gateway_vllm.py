@@ -1,10 +1,18 @@
 """The front door in front of vLLM's OpenAI server with kvpilot's KV
-connector (vLLM's CPU build, a tiny Llama with a byte tokenizer): the
-official SDKs' requests, streamed and not, reach vLLM with kvpilot's
-kv_transfer_params, so the connector files the KV under the session and
-tenant the front door names (its report comes back in the response) and
-an Anthropic cache_control breakpoint pins the prompt for its TTL; an edit
-is spliced, so the turn after it takes what follows the edit from kvpilot.
+connector: vLLM's CPU build serving SmolLM2-135M-Instruct (kvpilot.smollm2),
+with its own tokenizer and chat template. The official SDKs' requests,
+streamed and not, reach vLLM with kvpilot's kv_transfer_params, so the
+connector files the KV under the session and tenant the front door names
+(its report comes back in the response) and an Anthropic cache_control
+breakpoint pins the prompt for its TTL; a real chat answered from kvpilot's
+prefix says what vLLM alone says; an edit is spliced, so the turn after it
+takes what follows the edit from kvpilot.
+
+vLLM's own prefix cache is off (``--no-enable-prefix-caching``): every
+token a request does not compute comes from kvpilot, so a hit is kvpilot's
+and a reference computed by vLLM alone is computed in full. One vLLM serves
+the module (its start is most of the module's time): each test has its
+tenant or its sessions.
 """
 
 from __future__ import annotations
@@ -16,8 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
@@ -31,10 +38,12 @@ from kvpilot import ControlClient
 
 pytest.importorskip("vllm")
 
-from vllm_support.chat_model import write_chat_llama
+from kvbench.traces import SYSTEM_BLOCK
+from kvpilot.smollm2 import model_dir
 
 log = logging.getLogger("test_gateway_vllm")
 
+MODEL = "smollm2"  # the name vLLM serves it under
 PAGE = 32  # vLLM's CPU attention wants a block size that is a multiple of 32
 SESSION = {"x-kvpilot-session": "vllm-1", "x-kvpilot-tenant": "acme"}
 SYSTEM = "You are a helpful agent that answers briefly. " * 6
@@ -43,17 +52,15 @@ CLEARED = "[tool result cleared by context management]"
 
 
 @pytest.fixture(scope="module")
-def chat_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_chat_llama(tmp_path_factory.mktemp("chat-llama"))
-
-
-@pytest.fixture
-def vllm_front_door(kvpilot_host_factory: Any, chat_model: Path) -> Iterator[tuple[Any, int, int]]:
+def vllm_front_door(
+    kvpilot_module_host_factory: Callable[..., Any],
+) -> Iterator[tuple[Any, int, int]]:
     """A host with the front door, and vLLM's OpenAI server behind it: the
     host, the front door's port and vLLM's."""
     vport, gport = free_port(), free_port()
-    host = kvpilot_host_factory(
+    host = kvpilot_module_host_factory(
         index={"page_size": PAGE, "auto_splice": True},
+        tiers={"device": {"capacity_pages": 256}, "host": {"capacity_pages": 512}},
         gateway={
             "listen": f"127.0.0.1:{gport}",
             "upstream": f"http://127.0.0.1:{vport}/v1",
@@ -71,11 +78,12 @@ def vllm_front_door(kvpilot_host_factory: Any, chat_model: Path) -> Iterator[tup
     log = host.root / "vllm.log"
     with open(log, "wb") as f:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(chat_model),
-             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(vport),
-             "--block-size", str(PAGE), "--enforce-eager", "--max-model-len", "1024",
-             "--max-num-seqs", "4", "--dtype", "bfloat16", "--kv-cache-memory-bytes", str(64 << 20),
-             "--kv-transfer-config", ktc],
+            [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+             "--model", str(model_dir()), "--served-model-name", MODEL,
+             "--host", "127.0.0.1", "--port", str(vport),
+             "--block-size", str(PAGE), "--enforce-eager", "--max-model-len", "2048",
+             "--max-num-seqs", "4", "--dtype", "bfloat16", "--kv-cache-memory-bytes", str(96 << 20),
+             "--no-enable-prefix-caching", "--seed", "0", "--kv-transfer-config", ktc],
             stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )  # fmt: skip
     try:
@@ -105,17 +113,33 @@ def vllm_front_door(kvpilot_host_factory: Any, chat_model: Path) -> Iterator[tup
             proc.wait()
 
 
+def kvpilot_report(body: dict[str, Any]) -> dict[str, Any]:
+    """What the connector reported for a request (its output's kv_transfer_params)."""
+    return dict((body.get("kv_transfer_params") or {}).get("kvpilot") or {})
+
+
+def wait_saved(host: Any, tenant: str, pages: int, timeout: float = 30.0) -> None:
+    """Waits until kvpilot holds ``pages`` pages of ``tenant``: the connector
+    saves behind the response."""
+    deadline = time.monotonic() + timeout
+    with ControlClient(host.control_socket) as ctl:
+        while (got := ctl.stats(tenant).tenant_pages) < pages:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"kvpilot holds {got} of {pages} pages of {tenant}")
+            time.sleep(0.1)
+
+
 def test_sdks_through_the_front_door_to_vllm(vllm_front_door: tuple[Any, int, int]) -> None:
     host, port, _ = vllm_front_door
     oa = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
     msgs: list[Any] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hello"}]
-    r = oa.chat.completions.create(model="tiny", messages=msgs, max_tokens=4, extra_headers=SESSION)
+    r = oa.chat.completions.create(model=MODEL, messages=msgs, max_tokens=4, extra_headers=SESSION)
     report = (r.model_extra or {})["kv_transfer_params"]["kvpilot"]
     assert report["saved_pages"] > 0, report
     assert (r.model_extra or {})["context_management"] == {"applied_edits": []}
     chunks = list(
         oa.chat.completions.create(
-            model="tiny", messages=msgs, max_tokens=4, stream=True, extra_headers=SESSION
+            model=MODEL, messages=msgs, max_tokens=4, stream=True, extra_headers=SESSION
         )
     )
     assert chunks and chunks[-1].choices[0].finish_reason == "length"
@@ -127,7 +151,7 @@ def test_sdks_through_the_front_door_to_vllm(vllm_front_door: tuple[Any, int, in
         {"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral", "ttl": "1h"}}
     ]
     raw = an.messages.with_raw_response.create(
-        model="tiny",
+        model=MODEL,
         max_tokens=4,
         system=system,
         messages=[{"role": "user", "content": "hi again"}],
@@ -143,7 +167,7 @@ def test_sdks_through_the_front_door_to_vllm(vllm_front_door: tuple[Any, int, in
         st = ctl.stats("acme")
     assert st.tiers["host"].pinned_pages > 0, "the 1h breakpoint did not pin the prompt"
     with an.messages.stream(
-        model="tiny",
+        model=MODEL,
         max_tokens=4,
         system=SYSTEM,
         messages=[{"role": "user", "content": "and once more, streamed"}],
@@ -151,6 +175,82 @@ def test_sdks_through_the_front_door_to_vllm(vllm_front_door: tuple[Any, int, in
     ) as stream:
         final = stream.get_final_message()
     assert final.stop_reason == "max_tokens" and final.usage.output_tokens == 4
+
+
+#: A question SmolLM2 answers in a sentence, behind the benchmarks' agent
+#: system block (several hundred tokens: a dozen pages for kvpilot to serve).
+QUESTION = "What is the capital of France? Answer in one word."
+
+
+def test_a_real_chat_answers_the_same_from_kvpilots_prefix(
+    vllm_front_door: tuple[Any, int, int],
+) -> None:
+    """A real chat through the front door with both SDKs: the first request
+    computes the prompt and kvpilot keeps its pages; the next ones, in
+    sessions of their own, take every full page but the last token's from
+    kvpilot, and SmolLM2 says, greedily, exactly what vLLM alone says."""
+    host, port, vport = vllm_front_door
+    tenant = "chat"
+    msgs: list[Any] = [
+        {"role": "system", "content": SYSTEM_BLOCK},
+        {"role": "user", "content": QUESTION},
+    ]
+    ref = httpx.post(
+        f"http://127.0.0.1:{vport}/v1/chat/completions",
+        json={"model": MODEL, "messages": msgs, "max_tokens": 24, "temperature": 0},
+        timeout=120,
+    ).json()
+    want = ref["choices"][0]["message"]["content"]
+    assert kvpilot_report(ref).get("cached_tokens", 0) == 0, "vLLM alone must compute it all"
+    prompt = ref["usage"]["prompt_tokens"]
+    # The last prompt token is always computed: kvpilot serves the full
+    # pages before it.
+    served = (prompt - 1) // PAGE * PAGE
+    log.info("reference: %d prompt tokens, answer %r", prompt, want)
+    assert "Paris" in want
+
+    def headers(session: str) -> dict[str, str]:
+        return {"x-kvpilot-session": session, "x-kvpilot-tenant": tenant}
+
+    oa = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    first = oa.chat.completions.create(
+        model=MODEL, messages=msgs, max_tokens=24, temperature=0, extra_headers=headers("chat-1")
+    )
+    assert first.choices[0].message.content == want
+    assert kvpilot_report(first.model_extra or {}).get("cached_tokens", 0) == 0
+    wait_saved(host, tenant, served // PAGE)
+
+    again = oa.chat.completions.create(
+        model=MODEL, messages=msgs, max_tokens=24, temperature=0, extra_headers=headers("chat-2")
+    )
+    assert kvpilot_report(again.model_extra or {})["cached_tokens"] == served
+    assert again.choices[0].message.content == want
+
+    # The installed anthropic SDK (2.12) takes no temperature argument; the
+    # Messages API and the front door still read the field.
+    greedy: Any = {"temperature": 0}
+    an = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="unused", max_retries=0)
+    raw = an.messages.with_raw_response.create(
+        model=MODEL,
+        max_tokens=24,
+        extra_body=greedy,
+        system=SYSTEM_BLOCK,
+        messages=[{"role": "user", "content": QUESTION}],
+        extra_headers=headers("chat-3"),
+    )
+    assert kvpilot_report(raw.http_response.json())["cached_tokens"] == served
+    m = raw.parse()
+    assert "".join(b.text for b in m.content if b.type == "text") == want
+    with an.messages.stream(
+        model=MODEL,
+        max_tokens=24,
+        extra_body=greedy,
+        system=SYSTEM_BLOCK,
+        messages=[{"role": "user", "content": QUESTION}],
+        extra_headers=headers("chat-4"),
+    ) as stream:
+        streamed = "".join(stream.text_stream)
+    assert streamed == want
 
 
 def _history(turn_reply: str | None) -> list[Any]:
@@ -186,7 +286,7 @@ def test_an_edit_is_spliced_on_vllm(vllm_front_door: tuple[Any, int, int]) -> No
     oa = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
     session = {**SESSION, "x-kvpilot-session": "vllm-splice"}
     first = oa.chat.completions.create(
-        model="tiny", messages=_history(None), max_tokens=4, temperature=0, extra_headers=session
+        model=MODEL, messages=_history(None), max_tokens=4, temperature=0, extra_headers=session
     )
     assert (first.model_extra or {})["kv_transfer_params"]["kvpilot"]["saved_pages"] > 0
     edits = {
@@ -200,7 +300,7 @@ def test_an_edit_is_spliced_on_vllm(vllm_front_door: tuple[Any, int, int]) -> No
     }
     reply = first.choices[0].message.content or ""
     second = oa.chat.completions.create(
-        model="tiny",
+        model=MODEL,
         messages=_history(reply),
         max_tokens=8,
         temperature=0,
@@ -233,7 +333,7 @@ def test_an_edit_is_spliced_on_vllm(vllm_front_door: tuple[Any, int, int]) -> No
     ref = httpx.post(
         f"http://127.0.0.1:{vport}/v1/chat/completions",
         json={
-            "model": "tiny",
+            "model": MODEL,
             "messages": forwarded,
             "max_tokens": 8,
             "temperature": 0,
@@ -254,4 +354,5 @@ def test_an_edit_is_spliced_on_vllm(vllm_front_door: tuple[Any, int, int]) -> No
     ref_top = ref["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
     want = {t["token"]: t["logprob"] for t in ref_top}
     apart = max(abs(math.exp(got[k]) - math.exp(want[k])) for k in got.keys() & want.keys())
+    log.info("first token after the splice: top probabilities %.4f apart from vLLM's", apart)
     assert apart < 0.01, (got, want)
