@@ -29,18 +29,21 @@ build:
 run: build
 	./$(BIN) serve
 
-## demo: real agent traces resent in full through the front door to the
-## reference engine's HTTP server: a prefix cache, a prefix cache given the
-## same edits, and kvpilot with its four built-in policies, with a table of
-## what the edits cost each and what the directives saved
-demo: build
-	CGO_ENABLED=0 $(GO) build -o bin/refengine ./examples/refengine/cmd/refengine
-	$(GO) run ./examples/demo --kvpilot ./$(BIN) --config examples/demo/kvpilot.yaml
+## demo: real agent traces resent in full through the front door to vLLM's
+## CPU build serving SmolLM2-135M-Instruct (from .venv): a prefix cache, a
+## prefix cache given the same edits, and kvpilot with its four built-in
+## policies, with a table of what the edits cost each, what the directives
+## saved, and how often the splice's greedy answer is the re-prefill's
+## (--engine refengine: the reference engine, longer sessions in seconds)
+demo: build py-env
+	$(GO) run ./examples/demo --kvpilot ./$(BIN) --config examples/demo/kvpilot.yaml --python $(PY)
 
 ## test: the whole suite: Go (race detector and invariant checks on), then
 ## the Python SDK, the vLLM connector and the real-model engine under pytest,
-## then the SGLang backend on SGLang's own cache code
-test: test-go test-py test-sglang
+## then the SGLang backend on SGLang's own cache code. The Python environment
+## comes first: Go tests run the demo on vLLM and the README's real-model
+## benchmark with it
+test: py-env test-go test-py test-sglang
 
 test-go:
 	$(GO) test -race -tags invariants -timeout 20m $(PKGS)

@@ -1,8 +1,9 @@
 // Command demo is `make demo`: it replays real agent sessions from
 // examples/traces through kvpilot's front door (the OpenAI API of `kvpilot
 // serve`, gateway.listen) as a harness does, resending each session's full
-// history every turn, to the reference engine's HTTP server. It runs three
-// hosts (`kvpilot serve`, a child process on a temporary data directory):
+// history every turn, to an engine's OpenAI server. It runs three hosts
+// (`kvpilot serve`, a child process on a temporary data directory), each
+// with an engine of its own:
 //
 //   - a prefix cache alone: no edits (policies off, auto_splice off);
 //   - a prefix cache with the same edits: the front door applies the
@@ -12,8 +13,15 @@
 //   - kvpilot with the four built-in policies of examples/demo/kvpilot.yaml
 //     and auto_splice: the same edits, spliced in the cache.
 //
-// It prints what each spent and what the directives saved, checks what the
-// engine received (edited messages), and stops and removes everything.
+// The engine (--engine) is vLLM's CPU build serving SmolLM2-135M-Instruct
+// with kvpilot's connector, so the answers are a trained model's and the
+// demo can say how often the splice's greedy answer is the re-prefill's;
+// or the reference engine, which checks the splice contract on every
+// cached row at a modelled cost and runs the demo's longer sessions in
+// seconds.
+//
+// It prints what each pass spent and what the directives saved, checks what
+// the engine received (edited messages), and stops and removes everything.
 //
 //	go run ./examples/demo --kvpilot bin/kvpilot --config examples/demo/kvpilot.yaml
 package main
@@ -24,6 +32,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/kvpilot/kvpilot/host/bench/scenario"
@@ -39,19 +48,28 @@ func main() {
 
 type options struct {
 	kvpilot, config string
-	requests        int
-	pageSize        int
+	// engine is engineVLLM or engineRef; python runs vLLM.
+	engine, python string
+	// sessions is how many working sessions to replay (1 to 3), requests
+	// how many requests each; systemTokens and messageBytes size the
+	// system block and cut every message (0: the engine's profile).
+	sessions, requests         int
+	systemTokens, messageBytes int
+	pageSize                   int
 	// idleWait is how long the idle session stays away (past idle-pause's
 	// idle_after and a few ticks).
 	idleWait float64
+	profile  engineProfile
 }
 
 func run() error {
 	o := options{idleWait: 4}
 	flag.StringVar(&o.kvpilot, "kvpilot", "bin/kvpilot", "the kvpilot binary")
 	flag.StringVar(&o.config, "config", "examples/demo/kvpilot.yaml", "the demo host's config (policies on)")
-	flag.IntVar(&o.requests, "requests", 20, "requests per session")
-	flag.IntVar(&o.pageSize, "page-size", 16, "tokens per page (the config's index.page_size)")
+	flag.StringVar(&o.engine, "engine", engineVLLM, "the engine behind the front door: vllm (SmolLM2-135M-Instruct) or refengine")
+	flag.StringVar(&o.python, "python", "", "the Python that runs vLLM (default $KVPILOT_PYTHON, .venv/bin/python, python3)")
+	flag.IntVar(&o.sessions, "sessions", 3, "working sessions to replay (1 to 3), beside the idle one")
+	flag.IntVar(&o.requests, "requests", 0, "requests per session (0: 8 with vllm, 20 with refengine)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -64,19 +82,39 @@ func run() error {
 
 // demo runs the three passes.
 func demo(ctx context.Context, o options) (*report, error) {
+	p, err := profileOf(o.engine)
+	if err != nil {
+		return nil, err
+	}
+	o.profile = p
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&o.requests, p.requests}, {&o.systemTokens, p.systemTokens}, {&o.messageBytes, p.messageBytes}, {&o.pageSize, p.pageSize}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
 	sessions, err := demoSessions(o)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(os.Stderr, "demo: %d sessions from the agent traces behind one 4K-token system block\n", len(sessions))
+	fmt.Fprintf(os.Stderr, "demo: %d sessions from the agent traces behind one %d-token system block, to %s\n", len(sessions), o.systemTokens, engineName(o.engine))
 	cfgs, cleanup, err := passConfigs(o.config)
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
-	rep := &report{}
+	dir, err := os.MkdirTemp("", "kvpilot-demo-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	en := &engines{dir: dir}
+	defer en.close()
+	rep := &report{engine: o.engine}
 	for _, pc := range cfgs {
-		res, err := pass(ctx, o, pc, sessions)
+		res, err := pass(ctx, o, en, filepath.Join(dir, "pass"), pc, sessions)
 		if err != nil {
 			return nil, err
 		}
@@ -85,38 +123,49 @@ func demo(ctx context.Context, o options) (*report, error) {
 	return rep, nil
 }
 
+// engineName says in words what runs behind the front door.
+func engineName(engine string) string {
+	if engine == engineVLLM {
+		return "vLLM serving SmolLM2-135M-Instruct"
+	}
+	return "the reference engine"
+}
+
 type session struct {
 	id    string
 	turns []scenario.Turn
 }
 
-// demoSessions: three working sessions (Claude Code with its thinking,
-// debug-gym, SWE-agent) and one that goes idle after three requests and
-// comes back at the end.
+// demoSessions: up to three working sessions (debug-gym, SWE-agent, and
+// Claude Code with its thinking) and one that goes idle after three
+// requests and comes back at the end.
 func demoSessions(o options) ([]session, error) {
-	system := scenario.SystemBlock("agent", 4000)
+	if o.sessions < 1 || o.sessions > 3 {
+		return nil, fmt.Errorf("--sessions %d: want 1 to 3", o.sessions)
+	}
+	system := scenario.SystemBlock("agent", o.systemTokens)
 	specs := []struct {
 		id, trace string
 		n         int
 	}{
 		{"idle", scenario.TraceSWESmith, 4},
-		{"claude-code", scenario.TraceOpus, o.requests},
 		{"debug-gym", scenario.TraceDebugGym, o.requests},
 		{"swe-agent", scenario.TraceSWEAgent, o.requests},
+		{"claude-code", scenario.TraceOpus, o.requests},
 	}
 	var out []session
-	for _, s := range specs {
+	for _, s := range specs[:1+o.sessions] {
 		ts, err := scenario.LoadTraces(s.trace)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, session{id: s.id, turns: scenario.ChatTurns(cutTrace(ts[0], 3000), system, s.n)})
+		out = append(out, session{id: s.id, turns: scenario.ChatTurns(cutTrace(ts[0], o.messageBytes), system, s.n)})
 	}
 	return out, nil
 }
 
-// cutTrace cuts every message to its first n bytes (a rune boundary), as
-// the demo always has, so a session fits the demo's tiers.
+// cutTrace cuts every message to its first n bytes (a rune boundary), so a
+// session fits the demo's tiers and the model's context.
 func cutTrace(tr scenario.Trace, n int) scenario.Trace {
 	out := tr
 	out.Messages = make([]chat.Message, len(tr.Messages))

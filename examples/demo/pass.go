@@ -9,15 +9,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
 	"github.com/kvpilot/kvpilot/host/bench/scenario"
 	"github.com/kvpilot/kvpilot/host/freeport"
+	"github.com/kvpilot/kvpilot/sdk/controlclient"
 )
 
 // result is one pass: what the clients saw, the engine's totals, what the
-// engine received, and the audit log's directives.
+// engine received, the answers, and the audit log's directives.
 type result struct {
 	passConfig
 	requests, prompt, cached int
@@ -26,20 +28,31 @@ type result struct {
 	fillTokens               int64
 	idleReturn               scenario.ChatResult
 	upstream                 upstreamStats
+	answers                  []answer
 	directives               []auditRecord
 	pageBytes                int64
+}
+
+// answer is one request's greedy answer, and whether the engine got it
+// with edited messages.
+type answer struct {
+	text   string
+	edited bool
 }
 
 // prefill is what the pass prefilled: prompt tokens not cached, plus the
 // splices' replacements.
 func (r *result) prefill() int64 { return int64(r.prompt-r.cached) + r.fillTokens }
 
-func pass(ctx context.Context, o options, pc passConfig, sessions []session) (*result, error) {
-	dir, err := os.MkdirTemp("", "kvpilot-demo-")
-	if err != nil {
+// pass runs one pass in dir, which it empties first: every pass's host has
+// its engine socket at the same path.
+func pass(ctx context.Context, o options, en *engines, dir string, pc passConfig, sessions []session) (*result, error) {
+	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
 	up, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -52,8 +65,9 @@ func pass(ctx context.Context, o options, pc passConfig, sessions []session) (*r
 	fmt.Fprintf(os.Stderr, "demo: %s: starting %s serve --config %s\n", pc.name, o.kvpilot, pc.path)
 	cmd := exec.Command(o.kvpilot, "serve", "--config", pc.path)
 	cmd.Env = append(os.Environ(), "KVPILOT_DATA_DIR="+dir, "KVPILOT_LOG__FORMAT=text", "KVPILOT_LOG__LEVEL=warn",
-		"KVPILOT_GATEWAY__LISTEN="+gw, "KVPILOT_GATEWAY__UPSTREAM=http://"+up.Addr().String()+"/v1")
-	cmd.Env = append(cmd.Env, pc.env...)
+		"KVPILOT_GATEWAY__LISTEN="+gw, "KVPILOT_GATEWAY__UPSTREAM=http://"+up.Addr().String()+"/v1",
+		"KVPILOT_INDEX__PAGE_SIZE="+strconv.Itoa(o.pageSize))
+	cmd.Env = append(append(cmd.Env, o.profile.hostEnv...), pc.env...)
 	logf, err := os.Create(filepath.Join(dir, "host.log"))
 	if err != nil {
 		return nil, err
@@ -81,37 +95,50 @@ func pass(ctx context.Context, o options, pc passConfig, sessions []session) (*r
 	if err := waitFor(ctx, socket, exited, &waitErr, filepath.Join(dir, "host.log")); err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	e, err := refengine.New(rctx, refengine.Config{Socket: socket, EngineID: "demo", Model: refengine.GQA(o.pageSize), Cost: refengine.DefaultCost, Seed: 1})
-	cancel()
+	control := filepath.Join(dir, "run", "control.sock")
+	be, err := en.start(ctx, o, socket, control)
 	if err != nil {
-		return nil, fmt.Errorf("%s: register the reference engine: %w", pc.name, err)
+		return nil, fmt.Errorf("%s: %w", pc.name, err)
 	}
-	defer e.Close()
-	// The engine prefills splice replacements when the host asks (fill orders).
-	fills := &refengine.FillServer{}
-	fctx, fcancel := context.WithCancel(ctx)
-	fdone := make(chan struct{})
-	go func() { defer close(fdone); _ = fills.ServeFills(fctx, e) }()
-	defer func() { fcancel(); <-fdone }()
-	rec := newRecorder(refengine.NewServer(e, refengine.ServerOptions{}).Handler())
+	defer be.close()
+	rec := newRecorder(be.handler())
 	srv := &http.Server{Handler: rec}
 	go func() { _ = srv.Serve(up) }()
 	defer srv.Close()
 	if err := waitTCP(ctx, gw); err != nil {
 		return nil, err
 	}
-	lay := e.Layout()
-	res := &result{passConfig: pc, pageBytes: int64(lay.PageBytes())}
+	res := &result{passConfig: pc}
 	if err := replay(ctx, o, "http://"+gw+"/v1/chat/completions", sessions, rec, res); err != nil {
 		return nil, fmt.Errorf("%s: %w", pc.name, err)
 	}
 	time.Sleep(1500 * time.Millisecond) // let the policies' last directives land in the audit log
-	res.engine = e.Totals()
-	res.fillTokens = fills.Tokens.Load()
 	res.upstream = rec.stats()
+	be.finish(res, rec)
+	if res.pageBytes, err = pageBytes(ctx, control); err != nil {
+		return nil, err
+	}
 	res.directives, err = readAudit(filepath.Join(dir, "audit.log"))
 	return res, err
+}
+
+// pageBytes is the size of one page in the host's pools, from its stats.
+func pageBytes(ctx context.Context, control string) (int64, error) {
+	c, err := controlclient.DialUnix(control, controlclient.UnixOptions{Source: "demo"})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	st, err := c.Stats(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("host stats: %w", err)
+	}
+	for _, t := range st.Tiers {
+		if t.Pages > 0 {
+			return t.Bytes / t.Pages, nil
+		}
+	}
+	return 0, nil
 }
 
 // replay sends every session's requests through the front door, in
@@ -122,10 +149,11 @@ func replay(ctx context.Context, o options, url string, sessions []session, rec 
 	turn := func(s session, i int) (scenario.ChatResult, error) {
 		t := s.turns[i]
 		rec.expect(t.Messages)
-		r, err := scenario.StreamChat(ctx, url, s.id, t.Messages)
+		r, err := scenario.StreamChatModel(ctx, url, o.profile.model, s.id, t.Messages)
 		if err != nil {
 			return r, fmt.Errorf("session %s request %d: %w", s.id, i+1, err)
 		}
+		res.answers = append(res.answers, answer{text: r.Text, edited: rec.lastEdited()})
 		res.requests++
 		res.prompt += r.Prompt
 		res.cached += r.Cached

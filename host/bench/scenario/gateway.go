@@ -303,18 +303,29 @@ func joined(a, b string) string {
 
 // ChatResult is one streamed answer as the client saw it: the prompt and
 // cached tokens of its usage, the tool uses its applied_edits report
-// cleared, the time to its first chunk and the engine's modelled TTFT.
+// cleared, the time to its first chunk, the engine's modelled TTFT (the
+// reference engine's) and the answer's text.
 type ChatResult struct {
 	Prompt, Cached, Cleared int
 	TTFTms, ModelledMs      float64
+	Text                    string
 }
 
-// StreamChat sends one streaming chat completions request through the
-// front door at url, in session, and reads it to the end.
+// RefModel is the model name the reference engine serves.
+const RefModel = "ref-gqa"
+
+// StreamChat sends one streaming chat completions request to the
+// reference engine's model through the front door at url, in session, and
+// reads it to the end.
 func StreamChat(ctx context.Context, url, session string, msgs []chat.Message) (ChatResult, error) {
+	return StreamChatModel(ctx, url, RefModel, session, msgs)
+}
+
+// StreamChatModel is StreamChat to the named model: 16 tokens, greedy.
+func StreamChatModel(ctx context.Context, url, model, session string, msgs []chat.Message) (ChatResult, error) {
 	var res ChatResult
-	body, _ := json.Marshal(map[string]any{"model": "ref-gqa", "messages": msgs, "max_tokens": 16, "stream": true,
-		"stream_options": map[string]bool{"include_usage": true}})
+	body, _ := json.Marshal(map[string]any{"model": model, "messages": msgs, "max_tokens": 16, "temperature": 0,
+		"stream": true, "stream_options": map[string]bool{"include_usage": true}})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytesReader(body))
 	if err != nil {
 		return res, err

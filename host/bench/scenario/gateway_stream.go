@@ -18,12 +18,13 @@ func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 
 // readChatStream reads an OpenAI stream: the time to its first chunk, the
 // usage and kvpilot's extension in its usage chunk, the applied edits of
-// its first chunk; an error event fails it.
+// its first chunk, the answer's text; an error event fails it.
 func readChatStream(r io.Reader, start time.Time) (ChatResult, error) {
 	var res ChatResult
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	first := true
+	var text strings.Builder
 	for sc.Scan() {
 		line, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok {
@@ -33,6 +34,7 @@ func readChatStream(r io.Reader, start time.Time) (ChatResult, error) {
 			res.TTFTms = float64(time.Since(start).Microseconds()) / 1e3
 		}
 		if line == "[DONE]" {
+			res.Text = text.String()
 			return res, nil
 		}
 		var c struct {
@@ -56,6 +58,11 @@ func readChatStream(r io.Reader, start time.Time) (ChatResult, error) {
 			}
 		}
 		first = false
+		for _, ch := range c.Choices {
+			if ch.Delta != nil && ch.Delta.Content != nil {
+				text.WriteString(*ch.Delta.Content)
+			}
+		}
 		if c.Usage != nil {
 			res.Prompt, res.Cached = c.Usage.PromptTokens, c.Usage.Cached()
 			var st refengine.Stats

@@ -1,8 +1,10 @@
 package scenario
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 )
@@ -46,4 +48,31 @@ func withoutVar(env []string, name string) []string {
 		}
 	}
 	return out
+}
+
+// FindPython resolves the interpreter that has the kvpilot package:
+// explicit, else $KVPILOT_PYTHON, else .venv/bin/python in the working
+// directory or a parent (make py-env builds it), else python3.
+func FindPython(explicit string) (string, error) {
+	if explicit == "" {
+		explicit = os.Getenv("KVPILOT_PYTHON")
+	}
+	if explicit != "" {
+		return explicit, nil
+	}
+	if wd, err := os.Getwd(); err == nil {
+		for dir := wd; ; dir = filepath.Dir(dir) {
+			p := filepath.Join(dir, ".venv", "bin", "python")
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+			if filepath.Dir(dir) == dir {
+				break
+			}
+		}
+	}
+	if p, err := exec.LookPath("python3"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("no Python found: set KVPILOT_PYTHON, or run make py-env in the repository")
 }

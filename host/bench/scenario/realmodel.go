@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -93,7 +90,7 @@ func RunRealModel(ctx context.Context, o RealModelOptions) (*RealModelReport, er
 	if o.PageSize <= 0 {
 		o.PageSize = 16
 	}
-	py, err := findPython(o.Python)
+	py, err := FindPython(o.Python)
 	if err != nil {
 		return nil, err
 	}
@@ -160,31 +157,6 @@ func parseRealModel(b []byte) (*RealModelReport, error) {
 // MarshalJSON writes the report back as the child printed it: every field
 // it sent, nested ones included (the typed fields are a read-only view).
 func (r *RealModelReport) MarshalJSON() ([]byte, error) { return json.Marshal(r.Extra) }
-
-// findPython resolves the interpreter that has the kvpilot package.
-func findPython(explicit string) (string, error) {
-	if explicit == "" {
-		explicit = os.Getenv("KVPILOT_PYTHON")
-	}
-	if explicit != "" {
-		return explicit, nil
-	}
-	if wd, err := os.Getwd(); err == nil {
-		for dir := wd; ; dir = filepath.Dir(dir) {
-			p := filepath.Join(dir, ".venv", "bin", "python")
-			if _, err := os.Stat(p); err == nil {
-				return p, nil
-			}
-			if filepath.Dir(dir) == dir {
-				break
-			}
-		}
-	}
-	if p, err := exec.LookPath("python3"); err == nil {
-		return p, nil
-	}
-	return "", errors.New("no Python found: set KVPILOT_PYTHON, or run make py-env in the repository")
-}
 
 // WriteTable prints the arms and the checks.
 func (r *RealModelReport) WriteTable(w io.Writer) error {
