@@ -250,12 +250,14 @@ def _common_ends(a: Sequence[int], b: Sequence[int]) -> tuple[int, int]:
 CLOSING_TURN = "Run the failing test again, explain the error in one paragraph, and fix it."
 
 
-def trace_prompt(path: Path, tok: Tokenizer, budget: int, session: int = 0) -> Prompt:
+def trace_prompt(
+    path: Path, tok: Tokenizer, budget: int, session: int = 0, message_tokens: int = 0
+) -> Prompt:
     """The ``session``-th session of a trace file as a prompt of ``budget``
     tokens (exactly, with the hash tokenizer; within a few below it with a
     real one): the system block, the trace's messages (the last one cut to
-    fit), ``CLOSING_TURN`` as the final user message and the tokenizer's
-    generation prompt.
+    fit; with ``message_tokens``, each cut to about that many), ``CLOSING_TURN``
+    as the final user message and the tokenizer's generation prompt.
     """
     closing = tok.message("user", CLOSING_TURN)
     answer = tok.generation_prompt()
@@ -271,6 +273,8 @@ def trace_prompt(path: Path, tok: Tokenizer, budget: int, session: int = 0) -> P
     room = budget - len(closing) - len(answer)
     for m in data["messages"]:
         role, text = m.get("role", "user"), m.get("content") or ""
+        if message_tokens:
+            text = tok.cut(text, message_tokens)
         left = room - len(p.tokens)
         frame = len(tok.message(role, ""))
         if left <= frame:
