@@ -6,7 +6,8 @@ connector files the KV under the session and tenant the front door names
 (its report comes back in the response) and an Anthropic cache_control
 breakpoint pins the prompt for its TTL; a real chat answered from kvpilot's
 prefix says what vLLM alone says; an edit is spliced, so the turn after it
-takes what follows the edit from kvpilot.
+takes what follows the edit from kvpilot (and what the model then says is
+compared with vLLM computing the edited prompt alone).
 
 vLLM's own prefix cache is off (``--no-enable-prefix-caching``): every
 token a request does not compute comes from kvpilot, so a hit is kvpilot's
@@ -253,9 +254,29 @@ def test_a_real_chat_answers_the_same_from_kvpilots_prefix(
     assert streamed == want
 
 
+#: What ``ls -l`` printed: the tool result the edit clears.
+LISTING = "".join(
+    f"-rw-r--r-- 1 dev dev {1200 + 317 * i:6d} Mar {i + 1:2d} 10:{i:02d} {name}\n"
+    for i, name in enumerate(
+        ["README.md", "go.mod", "main.go", "server.go", "server_test.go", "config.yaml",
+         "Makefile", "handlers.go", "handlers_test.go", "store.go", "store_test.go", "LICENSE"]
+    )
+)  # fmt: skip
+#: The user's turn after the tool result: several pages the splice keeps.
+ASK = (
+    "Now describe each of those files in one careful line: what it most likely holds, "
+    "judging by its name and size, and which of them a new contributor should read first. "
+    "Group the tests with the files they test, say which file is the largest and which "
+    "changed last, and point out anything that looks out of place in a small Go service. "
+    "Then tell me whether the tests look complete: for every source file, is there a test "
+    "file beside it, and does its size suggest it covers the code? Finish with the one "
+    "command you would run first to check that the service builds and its tests pass."
+)
+
+
 def _history(turn_reply: str | None) -> list[Any]:
-    """A tool-using conversation: a long tool result the edit clears, then
-    the turns after it that the splice keeps."""
+    """A tool-using conversation: a tool result the edit clears, then the
+    turns after it that the splice keeps."""
     msgs: list[Any] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "List the files, then tell me what you see."},
@@ -266,8 +287,8 @@ def _history(turn_reply: str | None) -> list[Any]:
                 {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
             ],
         },
-        {"role": "tool", "tool_call_id": "call_1", "content": "src/main.go  README.md  " * 14},
-        {"role": "user", "content": "Now describe each of those files in one careful line. " * 3},
+        {"role": "tool", "tool_call_id": "call_1", "content": LISTING},
+        {"role": "user", "content": ASK},
     ]
     if turn_reply is not None:
         msgs += [
@@ -280,8 +301,9 @@ def _history(turn_reply: str | None) -> list[Any]:
 def test_an_edit_is_spliced_on_vllm(vllm_front_door: tuple[Any, int, int]) -> None:
     """In connector mode the front door prefills the edit's replacement with
     a request of its own and splices the session, so the next turn takes the
-    tokens after the edit from kvpilot instead of prefilling them; greedy
-    output matches vLLM computing the same prompt from scratch."""
+    pages after the edit from kvpilot (their keys re-rotated) instead of
+    prefilling them. What SmolLM2 then says is compared with vLLM computing
+    the edited prompt alone."""
     _, port, vport = vllm_front_door
     oa = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
     session = {**SESSION, "x-kvpilot-session": "vllm-splice"}
@@ -307,29 +329,36 @@ def test_an_edit_is_spliced_on_vllm(vllm_front_door: tuple[Any, int, int]) -> No
         logprobs=True,
         top_logprobs=5,
         extra_headers=session,
-        # Byte tokens that decode alike are told apart by their ids.
         extra_body={"context_management": edits, "return_tokens_as_token_ids": True},
     )
     extra = second.model_extra or {}
     applied = extra["context_management"]["applied_edits"]
     assert applied and applied[0]["cleared_tool_uses"] == 1, applied
     report = extra["kv_transfer_params"]["kvpilot"]
-    # vLLM's own prefix cache ends where the prefill request ended (the
-    # page after the replacement); what kvpilot serves past it is the
-    # spliced old branch.
-    assert report["cached_tokens"] >= PAGE, report
-    usage = second.usage
-    log.info(
-        "turn after the edit: %d prompt tokens, %d from kvpilot (the spliced branch)",
-        usage.prompt_tokens if usage else -1,
-        report["cached_tokens"],
-    )
-
-    # The reference: the same edited prompt, computed by vLLM alone (a
-    # cache salt of its own keeps vLLM's prefix cache out, and no kvpilot
-    # params keep the connector's tenant out).
     forwarded = _history(reply)
     forwarded[3] = {**forwarded[3], "content": CLEARED}
+    # The front door's prefill request ended at the first page boundary
+    # after the replacement; every page kvpilot served past it is the old
+    # branch, spliced.
+    through_edit = httpx.post(
+        f"http://127.0.0.1:{vport}/tokenize",
+        json={"model": MODEL, "messages": forwarded[:4], "add_generation_prompt": False},
+        timeout=60,
+    ).json()["count"]
+    boundary = -(-through_edit // PAGE) * PAGE
+    usage = second.usage
+    assert usage is not None
+    log.info(
+        "turn after the edit: %d prompt tokens, %d from kvpilot, %d of them the spliced branch",
+        usage.prompt_tokens,
+        report["cached_tokens"],
+        report["cached_tokens"] - boundary,
+    )
+    assert report["cached_tokens"] >= boundary + 2 * PAGE, (report, boundary)
+
+    # The reference: the same edited prompt, computed by vLLM alone (no
+    # kvpilot params keep the connector's tenant out, and vLLM's own prefix
+    # cache is off).
     ref = httpx.post(
         f"http://127.0.0.1:{vport}/v1/chat/completions",
         json={
@@ -340,19 +369,27 @@ def test_an_edit_is_spliced_on_vllm(vllm_front_door: tuple[Any, int, int]) -> No
             "logprobs": True,
             "top_logprobs": 5,
             "return_tokens_as_token_ids": True,
-            "cache_salt": "reference",
         },
         timeout=60,
     ).json()
-    assert second.choices[0].message.content == ref["choices"][0]["message"]["content"]
-    # The first token is sampled from the prompt's KV alone: its top
-    # probabilities must be the reference's to bf16 round-off. (Measured on
-    # this model: at most 0.0011 apart; the same splice without re-rotating
-    # the keys puts the top token 0.1 apart.)
+    assert kvpilot_report(ref).get("cached_tokens", 0) == 0
     assert second.choices[0].logprobs is not None and second.choices[0].logprobs.content
     got = {t.token: t.logprob for t in second.choices[0].logprobs.content[0].top_logprobs}
     ref_top = ref["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
     want = {t["token"]: t["logprob"] for t in ref_top}
     apart = max(abs(math.exp(got[k]) - math.exp(want[k])) for k in got.keys() & want.keys())
-    log.info("first token after the splice: top probabilities %.4f apart from vLLM's", apart)
-    assert apart < 0.01, (got, want)
+    log.info(
+        "after the splice: %r; vLLM alone: %r; first token's top probabilities %.4f apart",
+        second.choices[0].message.content,
+        ref["choices"][0]["message"]["content"],
+        apart,
+    )
+    # The spliced pages hold the turn after the tool result as it was
+    # computed with the result in view: a trained model's answer drifts
+    # from the re-prefill's (measured here: the first token's top
+    # probabilities 0.014 apart, bf16 round-off alone 0.001, and the 8-token
+    # answers part at the fourth token), which kvbench's splice-quality
+    # benchmark measures across many edits. What is held here: the same
+    # first token, its distribution within 0.05.
+    assert max(got, key=got.__getitem__) == max(want, key=want.__getitem__), (got, want)
+    assert apart < 0.05, (got, want)
