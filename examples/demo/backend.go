@@ -49,12 +49,19 @@ type engineProfile struct {
 	model                      string
 	systemTokens, messageBytes int
 	requests                   int
+	// idleAfter replaces idle-pause's idle_after in the demo config ("":
+	// the config's own) and idleWait is how long the idle session stays
+	// away: a real model takes seconds a request, so a working session
+	// waits for the others' requests longer than the reference engine's
+	// idle_after, and would be paused between its own.
+	idleAfter string
+	idleWait  float64
 }
 
 func profileOf(engine string) (engineProfile, error) {
 	switch engine {
 	case engineRef:
-		return engineProfile{pageSize: 16, model: scenario.RefModel, systemTokens: 4000, messageBytes: 3000, requests: 20}, nil
+		return engineProfile{pageSize: 16, model: scenario.RefModel, systemTokens: 4000, messageBytes: 3000, requests: 20, idleWait: 4}, nil
 	case engineVLLM:
 		return engineProfile{
 			pageSize: 32,
@@ -65,6 +72,7 @@ func profileOf(engine string) (engineProfile, error) {
 				"KVPILOT_TIERS__HOST__CAPACITY_PAGES=1024", "KVPILOT_TIERS__DISK__CAPACITY_PAGES=2048"},
 			model:        scenario.SmolLM2Model,
 			systemTokens: 800, messageBytes: 1200, requests: 8,
+			idleAfter: "60s", idleWait: 65,
 		}, nil
 	}
 	return engineProfile{}, fmt.Errorf("--engine %q: want %s or %s", engine, engineVLLM, engineRef)

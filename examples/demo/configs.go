@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/kvpilot/kvpilot/host/config"
@@ -19,8 +20,10 @@ type passConfig struct {
 
 // passConfigs writes the two prefix-cache configs beside the demo's: its
 // text without policies and with auto_splice off, the second with the
-// demo's truncation and think-evict as the front door's edit policies.
-func passConfigs(path string) ([]passConfig, func(), error) {
+// demo's truncation and think-evict as the front door's edit policies;
+// and, when idleAfter is set, the demo's own with idle-pause's idle_after
+// replaced.
+func passConfigs(path, idleAfter string) ([]passConfig, func(), error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("demo config: %w", err)
@@ -69,6 +72,17 @@ func passConfigs(path string) ([]passConfig, func(), error) {
 	if err != nil {
 		cleanup()
 		return nil, nil, err
+	}
+	if idleAfter != "" {
+		re := regexp.MustCompile(`idle_after: [^,}\s]+`)
+		if len(re.FindAllString(string(b), -1)) != 1 {
+			cleanup()
+			return nil, nil, fmt.Errorf("demo config %s: want one idle-pause idle_after to replace", path)
+		}
+		if path, err = write(re.ReplaceAllString(string(b), "idle_after: "+idleAfter)); err != nil {
+			cleanup()
+			return nil, nil, err
+		}
 	}
 	return []passConfig{
 		{name: "prefix cache", path: plain, env: []string{"KVPILOT_GATEWAY__POLICY_EDITS=false"}},

@@ -57,13 +57,13 @@ type options struct {
 	systemTokens, messageBytes int
 	pageSize                   int
 	// idleWait is how long the idle session stays away (past idle-pause's
-	// idle_after and a few ticks).
+	// idle_after and a few ticks; 0: the engine's profile).
 	idleWait float64
 	profile  engineProfile
 }
 
 func run() error {
-	o := options{idleWait: 4}
+	var o options
 	flag.StringVar(&o.kvpilot, "kvpilot", "bin/kvpilot", "the kvpilot binary")
 	flag.StringVar(&o.config, "config", "examples/demo/kvpilot.yaml", "the demo host's config (policies on)")
 	flag.StringVar(&o.engine, "engine", engineVLLM, "the engine behind the front door: vllm (SmolLM2-135M-Instruct) or refengine")
@@ -95,12 +95,15 @@ func demo(ctx context.Context, o options) (*report, error) {
 			*d.v = d.def
 		}
 	}
+	if o.idleWait == 0 {
+		o.idleWait = p.idleWait
+	}
 	sessions, err := demoSessions(o)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "demo: %d sessions from the agent traces behind one %d-token system block, to %s\n", len(sessions), o.systemTokens, engineName(o.engine))
-	cfgs, cleanup, err := passConfigs(o.config)
+	cfgs, cleanup, err := passConfigs(o.config, p.idleAfter)
 	if err != nil {
 		return nil, err
 	}
