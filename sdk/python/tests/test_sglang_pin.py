@@ -127,5 +127,10 @@ def test_pin_survives_flood_and_restart_refreshes_on_hit_and_expires(
     assert _pins(host) == 0
     assert before + TTL_S <= expired, "the pin expired before TTL after the hit"
     assert expired > pinned_at + TTL_S + HIT_AT_S / 2, "the hit did not refresh the pin"
+    # Stats stop counting a pin at its expiry; its pages are unpinned at the
+    # next sweep (200 ms; later on a loaded machine).
     with ControlClient(host.control_socket) as ctl:
-        assert all(t.pinned_pages == 0 for t in ctl.stats().tiers.values())
+        deadline = time.monotonic() + 10
+        while any(t.pinned_pages for t in ctl.stats().tiers.values()):
+            assert time.monotonic() < deadline, ctl.stats().tiers
+            time.sleep(0.1)
