@@ -1,6 +1,6 @@
-"""Helpers for the Dynamo interop tests: a minimal NATS subscriber (the
-plain-text NATS client protocol over a socket, so the tests need no NATS
-library) and MessagePack decoding of Dynamo's event-plane envelope.
+"""Helpers for the Dynamo interop tests: a minimal NATS subscriber and
+requester (the plain-text NATS client protocol over a socket, so the tests
+need no NATS library) and MessagePack decoding of Dynamo's event-plane envelope.
 
 The envelope (ai-dynamo 1.6.1, read from a real KvEventPublisher's messages)
 is a MessagePack map {publisher_id, sequence, published_at, topic, payload};
@@ -35,6 +35,7 @@ class NatsSubscriber:
     """Subscribes to one subject on a NATS server and collects messages."""
 
     def __init__(self, port: int, subject: str, timeout: float = 10.0) -> None:
+        self.subject = subject
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.buf = b""
         info = self._line()
@@ -87,6 +88,17 @@ class NatsSubscriber:
             if line.startswith(b"MSG "):
                 parts = line.split()
                 return parts[1].decode(), self._exact(int(parts[-1]))
+
+    def request(self, subject: str, payload: bytes, deadline: float) -> bytes | None:
+        """Publishes ``payload`` on ``subject`` with this subscription's
+        subject as the reply subject, and returns the reply (None at the
+        deadline).
+        """
+        self.sock.sendall(
+            f"PUB {subject} {self.subject} {len(payload)}\r\n".encode() + payload + b"\r\n"
+        )
+        msg = self.next(deadline)
+        return None if msg is None else msg[1]
 
     def close(self) -> None:
         self.sock.close()
