@@ -279,6 +279,12 @@ class Worker:
             getattr(self.backend, "_backend", self.backend).close()
         self.kit.doCleanups()
 
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def run_stage(spec: dict[str, Any]) -> dict[str, Any]:
     """Builds one cache (one SGLang worker's), runs its role over its

@@ -15,6 +15,7 @@ the SGLang venv's Python; skipped without either (make test-sglang has both).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import time
@@ -26,7 +27,12 @@ dynamo_core = pytest.importorskip(
     "dynamo._core", reason="ai-dynamo-runtime is not installed (pip install ai-dynamo-runtime)"
 )
 
-from dynamo_wire import NatsSubscriber, msgpack_decoder, router_events  # noqa: E402
+from dynamo_wire import (  # noqa: E402
+    NatsSubscriber,
+    cache_control_endpoint,
+    msgpack_decoder,
+    router_events,
+)
 from ports import free_port  # noqa: E402
 from sglang_support import run_worker, seq, sglang_python  # noqa: E402
 
@@ -132,47 +138,21 @@ def test_sglang_pages_score_the_worker_in_dynamo(kvpilot_host_factory: Any, tmp_
 def _pin_through_dynamo(
     host: Any, tmp_path: Any, tokens: list[int]
 ) -> tuple[dict[str, Any], int, dict[str, Any]]:
-    """pin_prefix of ``tokens`` through Dynamo's cache_control endpoint, the
-    pinned pages kvpilot then holds, and unpin_prefix the same way.
+    """pin_prefix of ``tokens`` through the worker's cache_control endpoint,
+    the pinned pages kvpilot then holds, and unpin_prefix the same way.
     """
-    import asyncio
-    import os
-
-    import kvpilot.dynamo
     from kvpilot import ControlClient
 
     path = f"{NS}.{COMPONENT}.cache_control"
 
     async def run() -> tuple[dict[str, Any], int, dict[str, Any]]:
-        loop = asyncio.get_running_loop()
-        worker = dynamo_core.DistributedRuntime(loop, "file", "tcp", event_plane="zmq")
-        caller = dynamo_core.DistributedRuntime(loop, "file", "tcp", event_plane="zmq")
-        try:
-            ep = worker.endpoint(path)
-            handler = kvpilot.dynamo.cache_control_handler(
-                host.control_socket, kv_block_size=PAGE, worker_id=ep.connection_id()
-            )
-            serving = asyncio.ensure_future(ep.serve_endpoint(handler))
-            client = await caller.endpoint(path).client()
-            await asyncio.wait_for(client.wait_for_instances(), 10)
-
-            async def ask(req: Any) -> dict[str, Any]:
-                replies = [r async for r in await client.direct(req, ep.connection_id())]
-                r = replies[0]
-                return r.data() if hasattr(r, "data") else r
-
+        async with cache_control_endpoint(
+            host.control_socket, path, PAGE, str(tmp_path / "dynamo-kv")
+        ) as ask:
             pinned = await ask({"action": "pin_prefix", "token_ids": tokens, "ttl_seconds": 300})
             with ControlClient(host.control_socket) as ctl:
                 held = sum(t.pinned_pages for t in ctl.stats().tiers.values())
             unpinned = await ask({"action": "unpin_prefix", "token_ids": tokens})
-            serving.cancel()
             return pinned, held, unpinned
-        finally:
-            worker.shutdown()
-            caller.shutdown()
 
-    os.environ["DYN_FILE_KV"] = str(tmp_path / "dynamo-kv")
-    try:
-        return asyncio.run(run())
-    finally:
-        os.environ.pop("DYN_FILE_KV", None)
+    return asyncio.run(run())

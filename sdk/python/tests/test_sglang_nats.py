@@ -65,12 +65,9 @@ def test_nats_pin_pause_and_warm_reach_sglang_pages(kvpilot_host_factory: Any) -
     spec = {"socket": host.engine_socket, **GEOMETRY}
     vip = seq("vip", 40_000, 3, PAGE)
     paused = seq("paused", 42_000, 3, PAGE)
-    producer = sglang_worker.Worker(spec)
-    try:
+    with sglang_worker.Worker(spec) as producer:
         producer.produce(vip)
         producer.produce(paused)
-    finally:
-        producer.close()
 
     # Dynamo's router pins the request's prefix, as it sends it over NATS.
     r = _send(port, {"action": "pin_prefix", "token_ids": vip["tokens"], "ttl_seconds": 600})
@@ -94,12 +91,9 @@ def test_nats_pin_pause_and_warm_reach_sglang_pages(kvpilot_host_factory: Any) -
         s = ctl.stats()
         assert s.pins == 1 and s.tiers["disk"].leased_pages == 3, s
 
-    consumer = sglang_worker.Worker({**spec, "layout": "layer_first"})
-    try:
+    with sglang_worker.Worker({**spec, "layout": "layer_first"}) as consumer:
         assert consumer.consume(vip) == {"hit_pages": 3, "wrong_bytes": 0}
         assert consumer.consume(paused) == {"hit_pages": 3, "wrong_bytes": 0}
-    finally:
-        consumer.close()
 
     r = _send(port, {"type": "Warm", "block_keys": [str(h) for h in want], "target_tier": "host"})
     assert r["status"] == "ok", r

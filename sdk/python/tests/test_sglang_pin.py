@@ -84,12 +84,9 @@ def test_pin_survives_flood_and_restart_refreshes_on_hit_and_expires(
     spec = {"socket": host.engine_socket, **GEOMETRY, "extra": {"model": MODEL}}
     vip = seq("vip", 1000, 3, PAGE)
     other = seq("other", 5000, 3, PAGE)
-    producer = sglang_worker.Worker(spec)
-    try:
+    with sglang_worker.Worker(spec) as producer:
         producer.produce(vip)
         producer.produce(other)
-    finally:
-        producer.close()
     assert _cached_pages(host, vip["tokens"]) == 3
     assert _cached_pages(host, other["tokens"]) == 3
 
@@ -109,12 +106,9 @@ def test_pin_survives_flood_and_restart_refreshes_on_hit_and_expires(
     # unpinned one went with the flood.
     time.sleep(max(0.0, pinned_at + HIT_AT_S - time.monotonic()))
     before = time.monotonic()
-    consumer = sglang_worker.Worker({**spec, "layout": "layer_first"})
-    try:
+    with sglang_worker.Worker({**spec, "layout": "layer_first"}) as consumer:
         assert consumer.consume(vip) == {"hit_pages": 3, "wrong_bytes": 0}
         assert consumer.consume(other)["hit_pages"] == 0
-    finally:
-        consumer.close()
     after = time.monotonic()
     # The hit fell within the first pin's TTL, so it refreshed it.
     assert after - pinned_at < TTL_S

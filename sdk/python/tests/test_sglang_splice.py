@@ -90,17 +90,11 @@ def test_stripped_thinking_is_spliced_and_prefetched(kvpilot_host: Any) -> None:
     turn = {"name": "turn", "tokens": prompt + reasoning + answer}
     stripped = {"name": "next", "tokens": prompt + answer + user}
 
-    producer = sglang_worker.Worker(spec)
-    try:
+    with sglang_worker.Worker(spec) as producer:
         producer.produce(turn)
-    finally:
-        producer.close()
-    before = sglang_worker.Worker(spec)
-    try:
+    with sglang_worker.Worker(spec) as before:
         got = before.loaded(stripped)
-        assert got is not None and got.shape[2] == 2 * PAGE, "only the prompt's pages, unspliced"
-    finally:
-        before.close()
+    assert got is not None and got.shape[2] == 2 * PAGE, "only the prompt's pages, unspliced"
 
     with (
         EngineClient(
@@ -125,11 +119,8 @@ def test_stripped_thinking_is_spliced_and_prefetched(kvpilot_host: Any) -> None:
         cached, host_kv = _staged(door, stripped["tokens"])
     assert cached == 4 * PAGE
 
-    after = sglang_worker.Worker({**spec, "layout": "layer_first"})
-    try:
+    with sglang_worker.Worker({**spec, "layout": "layer_first"}) as after:
         got = after.loaded(stripped)
-    finally:
-        after.close()
     assert got is not None and got.shape[2] == 4 * PAGE, "the answer's pages come from the splice"
     # What SGLang loaded is what the host's splice produced, byte for byte.
     assert torch.equal(got.view(torch.int16), host_kv.view(torch.int16))
