@@ -1,12 +1,15 @@
-"""Thinking stripped from an SGLang conversation as a splice, not a drop.
+"""Reasoning dropped from an SGLang conversation as a splice, not a recompute.
 
-SGLang's ``--strip-thinking-cache`` sends the next turn without the last
-answer's reasoning, and its own cache drops what followed the reasoning.
-kvpilot splices the reasoning span out of the conversation it holds for
-SGLang: the pages after it move up, their keys re-rotated, and are
-committed under the edited sequence's block hashes, which is what SGLang's
-next lookup (a Match of the edited tokens) asks for. So the next turn's
-prefetch brings the answer's pages back from kvpilot instead of
+Reasoning models' chat templates send the next turn's history without the
+last answer's reasoning, so the prompt leaves the cached sequence at the
+reasoning and SGLang's own tree (which caches the output unless
+``--strip-thinking-cache`` keeps it out, SGLang 0.5.23's
+arg_groups/fields/serving.py) hits the prompt only: the answer is
+recomputed. kvpilot splices the reasoning span out of the conversation it
+holds for SGLang: the pages after it move up, their keys re-rotated, and
+are committed under the edited sequence's block hashes, which is what
+SGLang's next lookup (a Match of the edited tokens) asks for. So the next
+turn's prefetch brings the answer's pages back from kvpilot instead of
 recomputing them.
 
 A splice edits a session's sequence; SGLang's storage calls carry no
