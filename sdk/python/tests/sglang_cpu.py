@@ -2,7 +2,8 @@
 
 SGLang 0.5.23's radix cache, HiCache controller, host pools, storage threads
 and backend loading are plain Python and torch and run on CPU as they are.
-Three things do not, and only these are replaced, each for the reason given:
+Three things do not, and a fourth stops them on a small shared machine; only
+these are replaced, each for the reason given:
 
 1. ``get_device`` in SGLang's unified radix cache test kit raises without an
    accelerator ("No accelerator ... is available"): the kit's fixtures
@@ -15,6 +16,12 @@ Three things do not, and only these are replaced, each for the reason given:
    transfer_kv_all_layer_lf_pf"): ``load_to_device_per_layer`` and
    ``backup_from_device_all_layer`` copy the same rows with torch indexing,
    for every layout the kvpilot backend serves.
+4. The host-memory reserve: SGLang refuses any host pool while less than
+   ``HICACHE_HOST_MEMORY_RESERVE_BYTES`` (10 GiB) of the machine's memory
+   would be left available after it ("Not enough host memory available.
+   Requesting 0.00 GB but only have -0.20 GB free"), however small the pool;
+   the test pools are kilobytes, so on a 24 GiB machine shared with other
+   work the reserve is cut to 256 MiB.
 
 Nothing of kvpilot is replaced. On a machine with a GPU the worker applies
 none of this: examples/sglang/gpu-check.sh runs the same tests there with
@@ -27,6 +34,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+# SGLang's host-memory reserve for the test pools (item 4 above).
+_TEST_HOST_RESERVE_BYTES = 256 * 1024**2
 
 
 def _rows(pool: Any, layer: int, buf: int) -> Callable[[torch.Tensor], tuple[torch.Tensor, tuple]]:
@@ -78,11 +88,13 @@ def _backup_from_device_all_layer(
 
 
 def install() -> None:
-    """Applies the three replacements (idempotent)."""
+    """Applies the four replacements (idempotent)."""
+    from sglang.srt.mem_cache.pool_host import base
     from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
     from sglang.test.kits.unified_radix_cache import fixtures
 
     fixtures.get_device = lambda *a, **k: "cpu"
+    base.HICACHE_HOST_MEMORY_RESERVE_BYTES = _TEST_HOST_RESERVE_BYTES
     if getattr(MHATokenToKVPoolHost, "_kvpilot_cpu", False):
         return
     init = MHATokenToKVPoolHost.__init__

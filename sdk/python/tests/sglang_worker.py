@@ -236,36 +236,54 @@ class Worker:
                 time.sleep(0.01)
         return True
 
-    def consume(self, seq: dict[str, Any]) -> dict[str, Any]:
+    def loaded(self, seq: dict[str, Any]) -> torch.Tensor | None:
+        """Prefetches ``seq`` from L3 as SGLang's scheduler does, loads what
+        its tree then holds onto the device, and returns that K/V as SGLang's
+        device pool holds it, ``[layers, 2, tokens, heads, dim]``; None when
+        the prefetch did not finish.
+        """
         kit, cache, cfg = self.kit, self.cache, self.cfg
-        tokens = seq["tokens"]
         if not self._prefetch(seq, CacheRequestHandle(f"consume-{seq['name']}", 0)):
-            return {"hit_pages": -1, "error": "prefetch did not finish"}
+            return None
         m = self._match(seq)
-        if m.host_hit_length == 0 and m.device_prefix_len == 0:
-            return {"hit_pages": 0, "wrong_bytes": 0}
         if m.host_hit_length:
             kit._load_back_node(cache, m.best_match_node)
             m = self._match(seq)
         n = m.device_prefix_len
+        shape = (cfg.num_layers, 2, 0, cfg.head_num, cfg.head_dim)
+        if n == 0:
+            return torch.empty(shape, dtype=torch.bfloat16)
         idx = cache.path_device_indices(m.last_device_node)[:n]
-        want = expected_kv(
-            tokens, self._ns(seq), cfg.num_layers, cfg.head_num, cfg.head_dim, cfg.page_size
-        )[:, :, :n]
         pool = kit._get_full_kv_pool(self.alloc)
-        wrong = 0
-        for layer in range(cfg.num_layers):
-            for buf, got in enumerate(
-                (pool.get_key_buffer(layer)[idx], pool.get_value_buffer(layer)[idx])
-            ):
-                a, b = got.cpu().view(torch.int16), want[layer, buf].view(torch.int16)
-                wrong += int((a != b).sum())
+        return torch.stack(
+            [
+                torch.stack([pool.get_key_buffer(i)[idx], pool.get_value_buffer(i)[idx]]).cpu()
+                for i in range(cfg.num_layers)
+            ]
+        )
+
+    def consume(self, seq: dict[str, Any]) -> dict[str, Any]:
+        cfg = self.cfg
+        got = self.loaded(seq)
+        if got is None:
+            return {"hit_pages": -1, "error": "prefetch did not finish"}
+        n = got.shape[2]
+        want = expected_kv(
+            seq["tokens"], self._ns(seq), cfg.num_layers, cfg.head_num, cfg.head_dim, cfg.page_size
+        )[:, :, :n]
+        wrong = int((got.view(torch.int16) != want.view(torch.int16)).sum())
         return {"hit_pages": n // cfg.page_size, "wrong_bytes": wrong}
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             getattr(self.backend, "_backend", self.backend).close()
         self.kit.doCleanups()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def run_stage(spec: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,6 @@ ai-dynamo-runtime."""
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 import pytest
@@ -16,6 +15,8 @@ import pytest
 dynamo_core = pytest.importorskip(
     "dynamo._core", reason="ai-dynamo-runtime is not installed (pip install ai-dynamo-runtime)"
 )
+
+from dynamo_wire import cache_control_endpoint  # noqa: E402
 
 import kvpilot.dynamo  # noqa: E402
 from kvpilot import ControlClient, EngineClient, Layout  # noqa: E402
@@ -42,29 +43,12 @@ def test_cache_control_through_dynamo(kvpilot_host: Any, tmp_path: Any) -> None:
     tokens = list(range(40_000, 40_000 + 3 * PAGE))
     with EngineClient(kvpilot_host.engine_socket, LAYOUT) as c:
         commit_prefix(c, tokens, "cc")
-    os.environ["DYN_FILE_KV"] = str(tmp_path / "dynamo-kv")
 
     async def run() -> list[dict[str, Any]]:
-        loop = asyncio.get_running_loop()
-        worker = dynamo_core.DistributedRuntime(loop, "file", "tcp", event_plane="zmq")
-        caller = dynamo_core.DistributedRuntime(loop, "file", "tcp", event_plane="zmq")
-        try:
-            ep = worker.endpoint(PATH)
-            handler = kvpilot.dynamo.cache_control_handler(
-                kvpilot_host.control_socket, kv_block_size=PAGE, worker_id=ep.connection_id()
-            )
-            serving = asyncio.ensure_future(ep.serve_endpoint(handler))
-            client = await caller.endpoint(PATH).client()
-            ids = await asyncio.wait_for(client.wait_for_instances(), 10)
-            assert ep.connection_id() in ids
-
-            async def ask(req: Any) -> dict[str, Any]:
-                replies = [r async for r in await client.direct(req, ep.connection_id())]
-                assert len(replies) == 1, replies
-                r = replies[0]
-                return r.data() if hasattr(r, "data") else r
-
-            out = [
+        async with cache_control_endpoint(
+            kvpilot_host.control_socket, PATH, PAGE, str(tmp_path / "dynamo-kv")
+        ) as ask:
+            return [
                 await ask({"action": "pin_prefix", "token_ids": tokens, "ttl_seconds": 300}),
                 await ask({"action": "pin_everything", "block_hashes": [1]}),
                 await ask(["not", "an", "object"]),
@@ -77,16 +61,8 @@ def test_cache_control_through_dynamo(kvpilot_host: Any, tmp_path: Any) -> None:
                 await ask({"action": "pin_prefix", "token_ids": [-1]}),
                 await ask({"action": "unpin_prefix", "token_ids": tokens}),
             ]
-            serving.cancel()
-            return out
-        finally:
-            worker.shutdown()
-            caller.shutdown()
 
-    try:
-        pinned, unknown, not_obj, oversized, bad_token, unpinned = asyncio.run(run())
-    finally:
-        os.environ.pop("DYN_FILE_KV", None)
+    pinned, unknown, not_obj, oversized, bad_token, unpinned = asyncio.run(run())
     assert pinned["status"] == "ok" and pinned["pinned_count"] == 3, pinned
     assert pinned["worker_id"] != ""
     for bad in (unknown, not_obj, oversized, bad_token):

@@ -2,7 +2,7 @@
 
 Each SGLang worker is SGLang 0.5.23's ``UnifiedRadixCache`` with its
 ``HybridCacheController`` and storage threads (its unified radix cache test
-kit, on CPU: tests/sglang_cpu.py names the three things replaced and why),
+kit, on CPU: tests/sglang_cpu.py names the four things replaced and why),
 with the kvpilot backend attached as SGLang's server attaches it
 (``--hicache-storage-backend dynamic``, ``interface_v1``). Producers and
 consumers run in separate processes (tests/sglang_worker.py) against one

@@ -6,6 +6,8 @@ kvpilot computes its block identity from the tokens behind SGLang's page
 keys, so the host's Dynamo events carry kvpilot's sequence hashes and
 Dynamo's own tokens hashes, and Dynamo's RadixTree (the indexer the router
 keeps per storage tier) scores the SGLang worker for the prefix it wrote.
+Dynamo's router then pins that prefix through the worker's cache_control
+endpoint, and kvpilot pins the pages the SGLang worker wrote.
 
 Runs in the main venv (ai-dynamo-runtime) and starts the SGLang worker with
 the SGLang venv's Python; skipped without either (make test-sglang has both).
@@ -13,6 +15,7 @@ the SGLang venv's Python; skipped without either (make test-sglang has both).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import time
@@ -24,7 +27,12 @@ dynamo_core = pytest.importorskip(
     "dynamo._core", reason="ai-dynamo-runtime is not installed (pip install ai-dynamo-runtime)"
 )
 
-from dynamo_wire import NatsSubscriber, msgpack_decoder, router_events  # noqa: E402
+from dynamo_wire import (  # noqa: E402
+    NatsSubscriber,
+    cache_control_endpoint,
+    msgpack_decoder,
+    router_events,
+)
 from ports import free_port  # noqa: E402
 from sglang_support import run_worker, seq, sglang_python  # noqa: E402
 
@@ -61,7 +69,7 @@ def _stored(events: list[dict[str, Any]], tier: str) -> list[dict[str, Any]]:
     ]
 
 
-def test_sglang_pages_score_the_worker_in_dynamo(kvpilot_host_factory: Any) -> None:
+def test_sglang_pages_score_the_worker_in_dynamo(kvpilot_host_factory: Any, tmp_path: Any) -> None:
     port = free_port()
     host = kvpilot_host_factory(
         worker_id=WORKER,
@@ -116,3 +124,35 @@ def test_sglang_pages_score_the_worker_in_dynamo(kvpilot_host_factory: Any) -> N
     assert [x["block_hash"] for x in blocks[6:8]] == want_s["sequence"]
     plain = dynamo_core.compute_block_hash_for_seq(salted["tokens"], PAGE)
     assert tree.find_matches(plain).scores == {}
+
+    # Dynamo's router pins the prefix of a request SGLang served through the
+    # worker's cache_control endpoint (kvpilot.dynamo's handler, served in a
+    # real Dynamo runtime): the pages the SGLang worker wrote are pinned in
+    # kvpilot's tiers, and unpinned the same way.
+    pinned, held, unpinned = _pin_through_dynamo(host, tmp_path, a["tokens"])
+    assert pinned["status"] == "ok" and pinned["pinned_count"] == 4, pinned
+    assert held >= 4
+    assert unpinned["status"] == "ok" and unpinned["unpinned_count"] == 4, unpinned
+
+
+def _pin_through_dynamo(
+    host: Any, tmp_path: Any, tokens: list[int]
+) -> tuple[dict[str, Any], int, dict[str, Any]]:
+    """pin_prefix of ``tokens`` through the worker's cache_control endpoint,
+    the pinned pages kvpilot then holds, and unpin_prefix the same way.
+    """
+    from kvpilot import ControlClient
+
+    path = f"{NS}.{COMPONENT}.cache_control"
+
+    async def run() -> tuple[dict[str, Any], int, dict[str, Any]]:
+        async with cache_control_endpoint(
+            host.control_socket, path, PAGE, str(tmp_path / "dynamo-kv")
+        ) as ask:
+            pinned = await ask({"action": "pin_prefix", "token_ids": tokens, "ttl_seconds": 300})
+            with ControlClient(host.control_socket) as ctl:
+                held = sum(t.pinned_pages for t in ctl.stats().tiers.values())
+            unpinned = await ask({"action": "unpin_prefix", "token_ids": tokens})
+            return pinned, held, unpinned
+
+    return asyncio.run(run())
