@@ -2,7 +2,7 @@
 ``kv_transfer_params`` reaches its client.
 
 ``test_readme_vllm_command_runs_as_written`` runs the README's command
-(its ``python`` this interpreter, MODEL the tiny chat Llama, its port a free
+(its ``python`` this interpreter, MODEL SmolLM2-135M-Instruct, its port a free
 one) from a directory whose ``kvpilot-data`` is a host's, and talks to it
 with the official ``openai`` SDK: a request's kvpilot report comes back,
 and a malformed kvpilot object is a 400 with the connector's message (the
@@ -35,8 +35,8 @@ pytest.importorskip("vllm")
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
-from vllm_support.chat_model import write_chat_llama
 
+from kvpilot.smollm2 import model_dir
 from kvpilot.vllm.middleware import refuse_malformed_params
 
 PAGE = 32
@@ -84,7 +84,7 @@ def readme_vllm(kvpilot_host_factory: Any, tmp_path: Path) -> Iterator[tuple[Any
     """The README's vLLM server before a host: the host, the server's base
     URL and its model name."""
     host = kvpilot_host_factory(index={"page_size": PAGE})
-    model = str(write_chat_llama(tmp_path / "chat-llama"))
+    model = str(model_dir())
     run = tmp_path / "run"
     run.mkdir()
     (run / "kvpilot-data").symlink_to(host.data_dir)
