@@ -75,18 +75,30 @@ class Replacement(_message.Message):
     def __init__(self, tokens: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Splice(_message.Message):
-    __slots__ = ("session", "start", "end", "replacement", "mode")
+    __slots__ = ("session", "start", "end", "replacement", "mode", "recompute")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
     REPLACEMENT_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
     session: str
     start: int
     end: int
     replacement: Replacement
     mode: str
-    def __init__(self, session: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., replacement: _Optional[_Union[Replacement, _Mapping]] = ..., mode: _Optional[str] = ...) -> None: ...
+    recompute: Recompute
+    def __init__(self, session: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., replacement: _Optional[_Union[Replacement, _Mapping]] = ..., mode: _Optional[str] = ..., recompute: _Optional[_Union[Recompute, _Mapping]] = ...) -> None: ...
+
+class Recompute(_message.Message):
+    __slots__ = ("first", "share", "max_kl")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    MAX_KL_FIELD_NUMBER: _ClassVar[int]
+    first: int
+    share: float
+    max_kl: float
+    def __init__(self, first: _Optional[int] = ..., share: _Optional[float] = ..., max_kl: _Optional[float] = ...) -> None: ...
 
 class Pin(_message.Message):
     __slots__ = ("session", "end", "ttl")
