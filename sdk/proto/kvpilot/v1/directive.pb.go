@@ -1173,9 +1173,13 @@ type Effect struct {
 	LeaseId string                 `protobuf:"bytes,5,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	Ttl     *durationpb.Duration   `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// Why blocks were skipped, one entry per reason; blocks add up to skipped.
-	Skips         []*Skip `protobuf:"bytes,7,rep,name=skips,proto3" json:"skips,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Skips []*Skip `protobuf:"bytes,7,rep,name=skips,proto3" json:"skips,omitempty"`
+	// A splice's kept tokens recomputed as planned, of the kept tokens after
+	// its first edit (sdk/directive.Effect).
+	RecomputedTokens int64 `protobuf:"varint,8,opt,name=recomputed_tokens,json=recomputedTokens,proto3" json:"recomputed_tokens,omitempty"`
+	RecomputeRegion  int64 `protobuf:"varint,9,opt,name=recompute_region,json=recomputeRegion,proto3" json:"recompute_region,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Effect) Reset() {
@@ -1255,6 +1259,20 @@ func (x *Effect) GetSkips() []*Skip {
 		return x.Skips
 	}
 	return nil
+}
+
+func (x *Effect) GetRecomputedTokens() int64 {
+	if x != nil {
+		return x.RecomputedTokens
+	}
+	return 0
+}
+
+func (x *Effect) GetRecomputeRegion() int64 {
+	if x != nil {
+		return x.RecomputeRegion
+	}
+	return 0
 }
 
 // Skip counts the blocks a verb left alone for one reason ("locked",
@@ -1470,7 +1488,7 @@ const file_kvpilot_v1_directive_proto_rawDesc = "" +
 	"\x05evict\x18\v \x01(\v2\x11.kvpilot.v1.EvictH\x00R\x05evict\x12,\n" +
 	"\x06resume\x18\f \x01(\v2\x12.kvpilot.v1.ResumeH\x00R\x06resume\x12)\n" +
 	"\x05share\x18\r \x01(\v2\x11.kvpilot.v1.ShareH\x00R\x05shareB\x06\n" +
-	"\x04verb\"\xdc\x01\n" +
+	"\x04verb\"\xb4\x02\n" +
 	"\x06Effect\x12\x16\n" +
 	"\x06blocks\x18\x01 \x01(\x03R\x06blocks\x12\x18\n" +
 	"\askipped\x18\x02 \x01(\x03R\askipped\x12\x18\n" +
@@ -1478,7 +1496,9 @@ const file_kvpilot_v1_directive_proto_rawDesc = "" +
 	"\x06tokens\x18\x04 \x01(\x03R\x06tokens\x12\x19\n" +
 	"\blease_id\x18\x05 \x01(\tR\aleaseId\x12+\n" +
 	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12&\n" +
-	"\x05skips\x18\a \x03(\v2\x10.kvpilot.v1.SkipR\x05skips\"6\n" +
+	"\x05skips\x18\a \x03(\v2\x10.kvpilot.v1.SkipR\x05skips\x12+\n" +
+	"\x11recomputed_tokens\x18\b \x01(\x03R\x10recomputedTokens\x12)\n" +
+	"\x10recompute_region\x18\t \x01(\x03R\x0frecomputeRegion\"6\n" +
 	"\x04Skip\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x16\n" +
 	"\x06blocks\x18\x02 \x01(\x03R\x06blocks\"\xa0\x01\n" +
