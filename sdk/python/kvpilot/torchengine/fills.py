@@ -165,5 +165,4 @@ class FillServer:
                 f"{len(o.prefix_page_slots)} prefix pages reach past position {o.position}"
             )
         with e.compute:
-            ch = recompute_order(e.paged, e.client.device, seq, o)
-        return Recomputed(tokens=len(ch.positions), estimate=ch.estimate)
+            return recompute_order(e.paged, e.client.device, seq, o)

@@ -4,44 +4,50 @@ After an amortize splice, every token after the edit keeps the K/V its first
 prefill computed. Layer 0 is exact once re-rotated (a layer-0 row depends
 on the token and its position only), but from layer 1 on each row carries
 what the token saw through attention, the removed text included, and the
-error compounds from layer to layer and from token to token: a token
-recomputed among stale neighbours inherits their staleness.
+error compounds from layer to layer and from token to token.
 
-What the benchmark measured on SmolLM2-135M-Instruct over real edits
-(``kvpilot bench splice-quality``): the relative K/V deviation of a kept
-token from a re-prefill, summed over layers, is largest right after the
-edit and decays with distance, except where the kept text leaned on the
-removed text all along (a repeated tool output: the deviation stays high
-for hundreds of tokens). Recomputing the first k tokens after the edit
-fixes them exactly (everything before them is fresh) and buys far more
-per token than recomputing the same number scattered by a shallow signal
-(CacheBlend's layer-1 key deviation), which fixes each token only in
-part.
+What ``kvpilot bench splice-quality`` measured on SmolLM2-135M-Instruct over
+real edits of agent sessions:
 
-So the engine recomputes in position order: ``share`` takes the first
-``share`` of the kept tokens after the first edit. The **quality guard**
-measures as it goes: it recomputes the candidates block by block
-(``BLOCK_SHARE`` of them, at least ``MIN_BLOCK``), and each block's own
-deviation (fresh rows against the stale ones they replace: exact, every
-layer) says how stale the tokens after it still are. Its estimate of the
-mean KL per token the splice leaves is ``GUARD_SCALE`` times the mean
-squared deviation of the last ``TAIL`` tokens recomputed, times the share
-of the context still stale (``estimate``); it stops at the first block
-whose estimate is within the budget. Past ``FALLBACK_SHARE`` of the
-candidates it recomputes all of them: a re-prefill of the tail.
+- A kept token's staleness (the relative distance of its K/V from a
+  re-prefill's, summed over layers and buffers) is largest right after the
+  edit and decays with distance, except where the kept text leaned on the
+  removed text all along (a repeated tool output stays stale for hundreds
+  of tokens).
+- Recomputing the first k tokens after the edit fixes them exactly
+  (everything before them is fresh) and buys far more per token than
+  recomputing as many tokens scattered by a shallow signal (CacheBlend's
+  layer-1 key deviation), which fixes each only in part: a token recomputed
+  among stale neighbours keeps most of their staleness.
+- That last fact is also a measurement: a token recomputed among stale
+  neighbours moves by a near-constant fraction of its true staleness
+  (``PROBE_RATIO``; 0.6 to 1.0 across tokens and cases). So recomputing a sparse
+  sample (the **probe**, every ``SAMPLE_EVERY``-th candidate) measures the
+  staleness of the whole tail before anything else is recomputed.
+- The mean KL per token of the next turn against a re-prefill follows the
+  staleness left: about ``GUARD_SCALE`` times the sum of squared staleness
+  of the tokens still stale, over the context's length (within a factor of
+  two either way).
 
-``recompute_order`` serves a sparse fill order on an arena. Every token is
-computed once, in position order: the order's own tokens (replacements and
-the kept tokens the host named) inside the blocks that run, the rest after
-them. Choosing every candidate in one pass (share 1) is a re-prefill of
+So ``share`` recomputes the first ``share`` of the kept tokens after the
+first edit, and the **quality guard** probes, estimates the KL each first k
+would leave (``estimates``), and recomputes the shortest first k, in
+blocks of ``BLOCK_SHARE``, whose estimate meets the budget: nothing more
+than the probe where staleness is low, more where it is high, and every
+kept token (a re-prefill of the tail) when more than ``FALLBACK_SHARE``
+would be needed.
+
+``Sparse`` runs a sparse fill order on an arena in those steps;
+``recompute_order`` is the engine's whole order. Recomputing every
+candidate without the guard is one pass from the edit on: a re-prefill of
 the edited tail, exactly.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -49,15 +55,16 @@ from kvpilot.engine_types import FillOrder
 from kvpilot.torchengine.forward import PagedModel
 from kvpilot.torchengine.paging import Rows, TensorSource, gather
 
-#: The guard recomputes this share of the candidates per block ...
-BLOCK_SHARE = 0.05
-#: ... and at least this many tokens.
-MIN_BLOCK = 32
-#: The estimate reads the deviation of the last this many tokens recomputed.
-TAIL = 32
-#: The guard's calibration (nats per token per unit of squared deviation
-#: per stale share of the context), fitted by kvpilot bench splice-quality.
+#: The probe recomputes every this many candidates.
+SAMPLE_EVERY = 32
+#: What a probed token's move is of its true staleness (the benchmark's
+#: median; see the module doc).
+PROBE_RATIO = 0.73
+#: The guard's calibration: estimated mean KL per token = GUARD_SCALE x
+#: (sum of squared staleness left) / (context length).
 GUARD_SCALE = 4.0e-4
+#: The guard recomputes in blocks of this share of the candidates.
+BLOCK_SHARE = 0.05
 #: Past this share of the candidates the guard recomputes them all.
 FALLBACK_SHARE = 0.5
 #: The budget the benchmark's ``guard`` arm runs at (mean KL per token),
@@ -68,25 +75,12 @@ DEFAULT_MAX_KL = 0.005
 @dataclass
 class Recomputed:
     """What a sparse fill order did: kept tokens recomputed (the candidates
-    chosen), and the guard's estimate of the mean KL per token left (0 when
-    the guard did not run).
+    chosen, the probe's included), and the guard's estimate of the mean KL
+    per token left (0 when the guard did not run or recomputed them all).
     """
 
     tokens: int = 0
     estimate: float = 0.0
-
-
-@dataclass
-class Choice:
-    """The candidates chosen (by position), the guard's estimate, the
-    deviations it measured (one per chosen candidate, in order; empty
-    without the guard), and how many tokens ran through the model.
-    """
-
-    positions: list[int] = field(default_factory=list)
-    estimate: float = 0.0
-    deviation: list[float] = field(default_factory=list)
-    computed: int = 0
 
 
 def row_deviation(
@@ -106,14 +100,43 @@ def row_deviation(
     return dev
 
 
-def estimate(tail_dev: torch.Tensor, stale: int, context: int) -> float:
-    """The guard's estimate of the mean KL per token against a re-prefill
-    when ``stale`` of the ``context`` tokens stay stale after recomputing a
-    block whose last tokens deviated by ``tail_dev`` (module doc).
+def interpolate(n: int, sampled: Sequence[int], values: torch.Tensor) -> torch.Tensor:
+    """Values for indices ``0..n-1`` from those at ``sampled`` (increasing):
+    linear between samples, flat past the ends.
     """
-    if stale <= 0 or context <= 0 or tail_dev.numel() == 0:
-        return 0.0
-    return GUARD_SCALE * float((tail_dev.double() ** 2).mean()) * stale / context
+    x = torch.arange(n, dtype=torch.float64)
+    xs = torch.as_tensor(list(sampled), dtype=torch.float64)
+    ys = values.double()
+    if len(xs) == 1:
+        return ys.expand(n).clone()
+    k = torch.searchsorted(xs, x, right=True).clamp(1, len(xs) - 1)
+    x0, x1, y0, y1 = xs[k - 1], xs[k], ys[k - 1], ys[k]
+    return y0 + ((x - x0) / (x1 - x0)).clamp(0, 1) * (y1 - y0)
+
+
+def estimates(staleness: torch.Tensor, context: int) -> torch.Tensor:
+    """The guard's estimate of the mean KL per token left when the first k
+    candidates are recomputed, for k = 0..n (``staleness`` per candidate, in
+    position order; ``context`` the context's length).
+    """
+    sq = staleness.double() ** 2
+    left = torch.cat((sq.flip(0).cumsum(0).flip(0), torch.zeros(1, dtype=torch.float64)))
+    return GUARD_SCALE * left / max(context, 1)
+
+
+def guard_count(est: torch.Tensor, max_kl: float) -> int:
+    """How many candidates the guard recomputes (``est`` from ``estimates``):
+    the first block boundary whose estimate meets ``max_kl``, or all of them
+    past ``FALLBACK_SHARE``.
+    """
+    n = len(est) - 1
+    block = max(1, math.ceil(BLOCK_SHARE * n))
+    for k in (*range(0, n, block), n):
+        if k > FALLBACK_SHARE * n:
+            return n
+        if est[k] <= max_kl:
+            return k
+    return n
 
 
 def merge(
@@ -130,93 +153,91 @@ def merge(
     return [by[p] for p in pos], pos
 
 
-class _Runner:
-    """Runs an order's tokens and chosen candidates in position order, in
-    passes, each covering every token up to its last position not run yet.
+class Sparse:
+    """A sparse fill order on an arena, run in steps (module doc): ``seq``
+    holds the rows of positions 0.. of the order's pages.
+
+    Attributes:
+        computed: tokens run through the model so far (probe included).
+        probed: candidate indices the probe recomputed.
     """
 
     def __init__(self, paged: PagedModel, arena: TensorSource, seq: Rows, o: FillOrder) -> None:
         self.paged, self.arena, self.seq = paged, arena, seq
-        positions = o.positions or list(range(o.position, o.position + len(o.tokens)))
-        self.own = sorted(zip(positions, o.tokens, strict=True))
-        self.next_own = 0
+        self.own_pos = list(o.positions or range(o.position, o.position + len(o.tokens)))
+        self.own_tok = list(o.tokens)
+        c = o.candidates
+        self.cand_pos = list(c.positions) if c is not None else []
+        self.cand_tok = list(c.tokens) if c is not None else []
         self.computed = 0
+        self.probed: list[int] = []
 
-    def run(self, cand_pos: Sequence[int], cand_tok: Sequence[int], upto: float) -> None:
-        """Runs the candidates given and the order's own tokens before
-        position ``upto`` not run yet.
-        """
-        own_pos, own_tok = [], []
-        while self.next_own < len(self.own) and self.own[self.next_own][0] < upto:
-            own_pos.append(self.own[self.next_own][0])
-            own_tok.append(self.own[self.next_own][1])
-            self.next_own += 1
-        toks, pos = merge(own_tok, own_pos, cand_tok, cand_pos)
-        self.paged.recompute(toks, pos, self.arena, self.seq)
-        self.computed += len(pos)
+    def _run(self, tokens: Sequence[int], positions: Sequence[int]) -> None:
+        self.paged.recompute(tokens, positions, self.arena, self.seq)
+        self.computed += len(positions)
 
-    def rows(self, positions: Sequence[int]) -> list[tuple[torch.Tensor, ...]]:
+    def _rows(self, positions: Sequence[int]) -> list[tuple[torch.Tensor, ...]]:
         at = Rows(self.seq.slot[list(positions)], self.seq.row[list(positions)])
         return [
             tuple(t.clone() for t in gather(self.arena, i, self.paged.nbufs, at))
             for i in range(self.paged.layers)
         ]
 
+    def run(self, k: int) -> None:
+        """One pass over the order's own tokens and the first ``k``
+        candidates (all of them: a re-prefill of the tail).
+        """
+        toks, pos = merge(self.own_tok, self.own_pos, self.cand_tok[:k], self.cand_pos[:k])
+        self._run(toks, pos)
 
-def recompute_order(
-    paged: PagedModel,
-    arena: TensorSource,
-    seq: Rows,
-    o: FillOrder,
-    *,
-    on_block: Callable[[int, float], None] | None = None,
-) -> Choice:
-    """Serves a sparse fill order on ``arena`` (module doc); ``seq`` holds the
-    rows of positions 0.. of the order's pages. Returns the candidates chosen.
+    def own(self) -> None:
+        """The order's own tokens alone (the probe attends to them)."""
+        self._run(self.own_tok, self.own_pos)
 
-    ``on_block`` is told, after each block the guard measured, how many
-    candidates are recomputed and its estimate (a benchmark reads the cache
-    there: the guard at every budget from one run).
-    """
-    run = _Runner(paged, arena, seq, o)
+    def probe(self) -> torch.Tensor:
+        """Recomputes every ``SAMPLE_EVERY``-th candidate among the stale
+        rest and returns every candidate's staleness: measured at the
+        samples (their move over ``PROBE_RATIO``), interpolated between.
+        """
+        n = len(self.cand_pos)
+        self.probed = list(range(0, n, SAMPLE_EVERY))
+        pos = [self.cand_pos[k] for k in self.probed]
+        stale = self._rows(pos)
+        self._run([self.cand_tok[k] for k in self.probed], pos)
+        moved = row_deviation(stale, self._rows(pos))
+        return interpolate(n, self.probed, moved / PROBE_RATIO)
+
+    def extend(self, done: int, k: int) -> None:
+        """Recomputes candidates ``[done, k)``, and the order's own tokens
+        among them, after the first ``done`` (and the own tokens before
+        them) are fresh.
+        """
+        lo, hi = self.cand_pos[done], self.cand_pos[k - 1]
+        own = [(p, t) for p, t in zip(self.own_pos, self.own_tok, strict=True) if lo <= p <= hi]
+        toks, pos = merge(
+            [t for _, t in own], [p for p, _ in own], self.cand_tok[done:k], self.cand_pos[done:k]
+        )
+        self._run(toks, pos)
+
+    def recomputed(self, k: int) -> int:
+        """Candidates with fresh rows once the first ``k`` are recomputed."""
+        return k + sum(1 for j in self.probed if j >= k)
+
+
+def recompute_order(paged: PagedModel, arena: TensorSource, seq: Rows, o: FillOrder) -> Recomputed:
+    """Serves a sparse fill order on ``arena`` (module doc)."""
+    s = Sparse(paged, arena, seq, o)
     c = o.candidates
-    ch = Choice()
-    n = len(c.positions) if c is not None else 0
+    n = len(s.cand_pos)
     if c is None or n == 0 or (c.share <= 0 and c.max_kl <= 0):
-        run.run([], [], math.inf)
-        ch.computed = run.computed
-        return ch
-    if c.max_kl <= 0:
-        k = min(n, max(0, round(c.share * c.region)))
-        run.run(c.positions[:k], c.tokens[:k], math.inf)
-        ch.positions, ch.computed = list(c.positions[:k]), run.computed
-        return ch
-    # The guard: blocks in position order, each measured as it is written.
-    context = max(c.positions[-1] + 1, 1)
-    block = max(MIN_BLOCK, math.ceil(BLOCK_SHARE * n))
-    k = max(0, min(n, round(c.share * c.region)))  # a share asked as well is a floor
-    if k:
-        run.run(c.positions[:k], c.tokens[:k], c.positions[k - 1] + 1)
-    est = math.inf
-    devs: list[float] = []
-    while k < n:
-        if k > FALLBACK_SHARE * n:
-            run.run(c.positions[k:], c.tokens[k:], math.inf)
-            k, est = n, 0.0
-            break
-        hi = min(n, k + block)
-        pos, tok = c.positions[k:hi], c.tokens[k:hi]
-        stale = run.rows(pos)
-        run.run(pos, tok, pos[-1] + 1)
-        dev = row_deviation(stale, run.rows(pos))
-        devs.extend(float(d) for d in dev)
-        k = hi
-        est = estimate(torch.as_tensor(devs[-TAIL:]), context - c.positions[k - 1] - 1, context)
-        if on_block is not None:
-            on_block(k, est)
-        if est <= c.max_kl:
-            break
-    run.run([], [], math.inf)
-    ch.positions, ch.estimate, ch.deviation = list(c.positions[:k]), 0.0 if k >= n else est, devs
-    ch.computed = run.computed
-    return ch
+        s.run(0)
+        return Recomputed()
+    floor = min(n, round(c.share * c.region))
+    if c.max_kl <= 0 or floor >= n:
+        s.run(floor)
+        return Recomputed(tokens=floor)
+    s.own()
+    est = estimates(s.probe(), c.positions[-1] + 1)
+    k = max(floor, guard_count(est, c.max_kl))
+    s.run(k)
+    return Recomputed(tokens=s.recomputed(k), estimate=0.0 if k >= n else float(est[k]))
