@@ -36,6 +36,8 @@ type Config struct {
 	Control Control   `koanf:"control"`
 	Engine  Engine    `koanf:"engine"`
 	Gateway Gateway   `koanf:"gateway"`
+	// Splice says what splices recompute of the tokens they keep.
+	Splice Splice `koanf:"splice"`
 	// Model, when set, opens the pools at start with this layout; without
 	// it the pools open when an engine registers its layout.
 	Model         Model         `koanf:"model"`
@@ -374,6 +376,7 @@ func Default() Config {
 		},
 		Control: Control{RateBurst: 1000},
 		Gateway: DefaultGateway(),
+		Splice:  Splice{Tenants: map[string]SpliceTenant{}},
 		Engine:  Engine{LoadBackDeadline: 2 * time.Second, RequestTTL: 10 * time.Minute, MaxSessions: 65536},
 		Model:   Model{Attention: "mha", DType: "bf16", RopeStyle: ""},
 		Pools: Pools{DeviceBackend: "auto", DiskFsync: "batch", PersistOnStop: 10 * time.Second,

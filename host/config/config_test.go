@@ -121,6 +121,11 @@ func TestInvalidNamesTheKey(t *testing.T) {
 		{"redis without addrs", "pools:\n  remote_backend: redis\n", nil, "pools.remote_redis.addrs"},
 		{"redis bad addr", "pools:\n  remote_backend: redis\n  remote_redis: {addrs: [localhost]}\n", nil, "pools.remote_redis.addrs[0]"},
 		{"command replicas", "nats:\n  command_replicas: 7\n", nil, "nats.command_replicas"},
+		{"recompute share", "splice:\n  recompute: {share: 1.5}\n", nil, "splice.recompute.share"},
+		{"recompute first", "", []string{"KVPILOT_SPLICE__RECOMPUTE__FIRST=-2"}, "splice.recompute.first"},
+		{"guard budget", "splice:\n  max_kl: -0.01\n", nil, "splice.max_kl"},
+		{"tenant budget", "splice:\n  tenants: {acme: {max_kl: -1}}\n", nil, "splice.tenants.acme.max_kl"},
+		{"tenant typo", "splice:\n  tenants: {acme: {maxkl: 1}}\n", nil, "maxkl"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := ""
@@ -340,5 +345,28 @@ func TestRefusalsSpeakTheOperatorsWords(t *testing.T) {
 				t.Errorf("%q %v: %q says %q", c.file, c.env, msg, bad)
 			}
 		}
+	}
+}
+
+// TestSpliceRulesPerTenant: a tenant's splice settings override the host's
+// key by key.
+func TestSpliceRulesPerTenant(t *testing.T) {
+	path := writeFile(t, "splice:\n  recompute: {first: 64}\n  max_kl: 0.005\n  tenants:\n    acme: {recompute: {share: 0.2}}\n    bulk: {max_kl: 0, recompute: {first: 0}}\n")
+	c, err := Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tenant, want := range map[string]SpliceRule{
+		"":      {First: 64, MaxKL: 0.005},
+		"other": {First: 64, MaxKL: 0.005},
+		"acme":  {First: 64, Share: 0.2, MaxKL: 0.005},
+		"bulk":  {},
+	} {
+		if got := c.Splice.For(tenant); got != want {
+			t.Errorf("tenant %q: %+v, want %+v", tenant, got, want)
+		}
+	}
+	if rules := c.Splice.Rules(); len(rules) != 3 || rules[2].Any() {
+		t.Errorf("rules %+v: want the host's, acme's and bulk's (nothing)", rules)
 	}
 }

@@ -71,6 +71,7 @@ func (c Config) Validate() error {
 		}
 	}
 	c.validateGateway(bad)
+	c.validateSplice(bad)
 	if c.Tiers.Device.CapacityPages == 0 {
 		bad("tiers.device.capacity_pages", "the device tier cannot be disabled")
 	}

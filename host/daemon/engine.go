@@ -46,6 +46,7 @@ func (d *Daemon) buildEngine() error {
 		OnRegister:       d.onRegister,
 		OnPoolsClose:     d.detachPools,
 		AutoSplice:       d.cfg.Index.AutoSplice,
+		CheckRecompute:   d.checkRecompute,
 	}
 	if c.pools != nil {
 		l, _, err := d.cfg.Layout()

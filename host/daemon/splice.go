@@ -73,6 +73,9 @@ func (d *Daemon) onRegister(reg engine.Registration, p *engine.Pools) {
 		OnFillError: func(session string, err error) {
 			d.log.Warn("splice fill failed; the session re-prefills from its first replacement", "session", session, "error", err)
 		},
+		Recompute:   reg.Recompute,
+		Rule:        spliceRule(d.cfg.Splice),
+		OnRecompute: d.onRecompute,
 	})
 	if err != nil {
 		_ = closeKernels()

@@ -100,7 +100,7 @@ func TestFillWithoutAStreamFails(t *testing.T) {
 	h := startHost(t, enginetest.Options{})
 	dial(t, h.Socket, gqa(16))
 	start := time.Now()
-	err := h.Service.Fill(ctxT(t), enginetestFill("s", 32, []uint32{5}, []uint32{3}))
+	_, err := h.Service.Fill(ctxT(t), enginetestFill("s", 32, []uint32{5}, []uint32{3}))
 	if e, ok := errcode.As(err); !ok || e.Code != errcode.Unavailable || time.Since(start) > 10*time.Second {
 		t.Fatalf("fill with no stream: %v after %v", err, time.Since(start))
 	}

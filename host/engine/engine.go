@@ -119,6 +119,11 @@ type Config struct {
 	// OnPoolsClose is called before the service closes pools it opened (a
 	// layout change, or Close), so the host detaches what uses them.
 	OnPoolsClose func(*Pools)
+	// CheckRecompute, when set, judges a registration against the host's
+	// recompute settings (splice.recompute, splice.max_kl): an engine that
+	// cannot do what they ask is refused, never silently served without.
+	// recompute says whether the engine serves sparse fill orders.
+	CheckRecompute func(mode Mode, recompute bool) error
 	// AutoSplice runs session diff before every Match (index.auto_splice):
 	// a request that edits its session's cached history gets the cache
 	// spliced to match. It needs an installed splicer.

@@ -6,36 +6,37 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvpilot/kvpilot/host/splice"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
-// FillOrder asks the engine to prefill Tokens at positions
-// [Position, Position+len(Tokens)) of a session, attending to the prefix in
-// PrefixPageSlots, writing their K/V into PageSlots from row FirstOffset of
-// the first page. Splice produces these for non-empty replacements.
-type FillOrder struct {
-	Session, Tenant string
-	Position        int
-	Tokens          []uint32
-	PageSlots       []uint32
-	FirstOffset     int
-	PrefixPageSlots []uint32
-}
+// FillOrder is the splicer's order (splice.FillOrder): the replacement
+// tokens a splice needs prefilled, and on an engine that recomputes, the
+// kept tokens to prefill again.
+type FillOrder = splice.FillOrder
+
+// FillResult is the engine's report of a completed order.
+type FillResult = splice.FillResult
 
 // PendingFill is a fill order on its way to the engine, or waiting for the
 // engine to complete it.
 type PendingFill struct {
 	ID    string
 	Order FillOrder
-	done  chan error // buffered: the first result wins
+	done  chan fillDone // buffered: the first result wins
+}
+
+type fillDone struct {
+	res FillResult
+	err error
 }
 
 // Fail completes the order with err (its stream could not send it).
-func (p *PendingFill) Fail(err error) { p.finish(err) }
+func (p *PendingFill) Fail(err error) { p.finish(FillResult{}, err) }
 
-func (p *PendingFill) finish(err error) {
+func (p *PendingFill) finish(res FillResult, err error) {
 	select {
-	case p.done <- err:
+	case p.done <- fillDone{res, err}:
 	default:
 	}
 }
@@ -94,7 +95,7 @@ func (h *fillHub) closeAll() {
 	close(h.closed)
 	h.closed = make(chan struct{})
 	for id, p := range h.waiting {
-		p.finish(errcode.New(errcode.Unavailable, "fill order %s: the engine's registration ended", id))
+		p.finish(FillResult{}, errcode.New(errcode.Unavailable, "fill order %s: the engine's registration ended", id))
 		delete(h.waiting, id)
 	}
 	for {
@@ -108,22 +109,27 @@ func (h *fillHub) closeAll() {
 
 // Fill sends o to the registered engine's fill stream and waits until the
 // engine reports it done (CompleteFill), ctx ends, or the registration ends.
-func (s *Service) Fill(ctx context.Context, o FillOrder) error {
+// A sparse order goes only to an engine that registered recompute.
+func (s *Service) Fill(ctx context.Context, o FillOrder) (FillResult, error) {
 	s.mu.Lock()
 	live := s.reg != nil
+	recomputes := live && s.reg.recompute
 	s.stats.FillOrders++
 	s.mu.Unlock()
 	if !live {
-		return errcode.New(errcode.Unavailable, "no engine is registered to fill")
+		return FillResult{}, errcode.New(errcode.Unavailable, "no engine is registered to fill")
+	}
+	if (len(o.Positions) > 0 || o.Candidates != nil) && !recomputes {
+		return FillResult{}, errcode.New(errcode.RecomputeUnsupported, "the engine did not register recompute: it serves no sparse fill orders")
 	}
 	h := s.fills
 	h.mu.Lock()
 	if err := h.awaitStream(ctx); err != nil {
-		return err
+		return FillResult{}, err
 	}
 	h.next++
 	id := "f" + strconv.FormatUint(h.next, 10)
-	p := &PendingFill{ID: id, Order: o, done: make(chan error, 1)}
+	p := &PendingFill{ID: id, Order: o, done: make(chan fillDone, 1)}
 	h.waiting[id] = p
 	h.mu.Unlock()
 	defer func() {
@@ -134,13 +140,13 @@ func (s *Service) Fill(ctx context.Context, o FillOrder) error {
 	select {
 	case h.queue <- p:
 	case <-ctx.Done():
-		return errcode.Wrap(errcode.DeadlineExceeded, ctx.Err(), "fill order %s not taken by the engine", id)
+		return FillResult{}, errcode.Wrap(errcode.DeadlineExceeded, ctx.Err(), "fill order %s not taken by the engine", id)
 	}
 	select {
-	case err := <-p.done:
-		return err
+	case d := <-p.done:
+		return d.res, d.err
 	case <-ctx.Done():
-		return errcode.Wrap(errcode.DeadlineExceeded, ctx.Err(), "fill order %s not completed", id)
+		return FillResult{}, errcode.Wrap(errcode.DeadlineExceeded, ctx.Err(), "fill order %s not completed", id)
 	}
 }
 
@@ -191,8 +197,8 @@ func (f *FillStream) Next(ctx context.Context) (*PendingFill, error) {
 }
 
 // CompleteFill reports the engine's outcome of fill order id: done when
-// ok, or failed for why.
-func (s *Service) CompleteFill(regID, id string, ok bool, why string) error {
+// ok (with what it recomputed), or failed for why.
+func (s *Service) CompleteFill(regID, id string, ok bool, why string, res FillResult) error {
 	s.mu.Lock()
 	_, err := s.registrationOf(regID)
 	s.mu.Unlock()
@@ -207,11 +213,11 @@ func (s *Service) CompleteFill(regID, id string, ok bool, why string) error {
 	if p == nil {
 		return errcode.New(errcode.UnknownRequest, "fill order %.64q is not waiting", id)
 	}
-	var res error
 	if !ok {
-		res = errcode.New(errcode.Unavailable, "the engine could not fill order %s: %.200s", id, why)
+		p.finish(FillResult{}, errcode.New(errcode.Unavailable, "the engine could not fill order %s: %.200s", id, why))
+		return nil
 	}
-	p.finish(res)
+	p.finish(res, nil)
 	return nil
 }
 

@@ -115,7 +115,7 @@ func TestFillOrders(t *testing.T) {
 		})
 	}()
 	order := enginetestFill("s", 32, []uint32{5, 6, 7}, []uint32{3})
-	if err := h.Service.Fill(ctxT(t), order); err != nil {
+	if _, err := h.Service.Fill(ctxT(t), order); err != nil {
 		t.Fatal(err)
 	}
 	o := <-got
@@ -123,7 +123,7 @@ func TestFillOrders(t *testing.T) {
 		t.Fatalf("order received: %+v", o)
 	}
 	order.Position = 99
-	if err := h.Service.Fill(ctxT(t), order); err == nil || !strings.Contains(err.Error(), "no room") {
+	if _, err := h.Service.Fill(ctxT(t), order); err == nil || !strings.Contains(err.Error(), "no room") {
 		t.Fatalf("failed fill: %v", err)
 	}
 	cancel()

@@ -20,7 +20,10 @@ type registration struct {
 	rope     *rope.Rotary // nil without a RoPE slice
 	ropeCfg  rope.Config
 	mode     Mode
-	created  time.Time
+	// recompute: the engine serves sparse fill orders and ranks a
+	// splice's kept tokens (RegisterRequest.recompute).
+	recompute bool
+	created   time.Time
 }
 
 // Registration is what the service knows about the live registration.
@@ -34,10 +37,14 @@ type Registration struct {
 	RopeConfig rope.Config
 	// Mode is arena or connector (mode.go).
 	Mode Mode
+	// Recompute: the engine recomputes a splice's kept tokens (sparse fill
+	// orders with candidates it ranks).
+	Recompute bool
 }
 
 func (r *registration) public() Registration {
-	return Registration{ID: r.id, EngineID: r.engineID, Layout: r.layout.Clone(), Rotary: r.rope, RopeConfig: r.ropeCfg, Mode: r.mode}
+	return Registration{ID: r.id, EngineID: r.engineID, Layout: r.layout.Clone(), Rotary: r.rope, RopeConfig: r.ropeCfg, Mode: r.mode,
+		Recompute: r.recompute}
 }
 
 // Registration returns the live registration, if any.
@@ -73,6 +80,9 @@ type RegisterArgs struct {
 	Mode   Mode
 	// Reset forgets the cached pages (and allows another layout).
 	Reset bool
+	// Recompute: the engine serves sparse fill orders and ranks a splice's
+	// kept tokens for recompute.
+	Recompute bool
 }
 
 // Registered answers a registration.
@@ -109,6 +119,11 @@ func (s *Service) register(a RegisterArgs) (Registered, error) {
 	l := a.Layout
 	if ps := s.cfg.Index.PageSize(); l.PageSize != ps {
 		return Registered{}, errcode.New(errcode.InvalidLayout, "page_size %d: this host's index pages are %d tokens (index.page_size)", l.PageSize, ps)
+	}
+	if f := s.cfg.CheckRecompute; f != nil {
+		if err := f(a.Mode, a.Recompute); err != nil {
+			return Registered{}, err
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -168,11 +183,12 @@ func (s *Service) register(a RegisterArgs) (Registered, error) {
 			return Registered{}, err // pools configured at start with a GPU arena
 		}
 	}
-	reg := &registration{id: randomID(12), engineID: a.EngineID, uid: a.UID, layout: l, rope: a.Rotary, ropeCfg: a.Rope, mode: a.Mode, created: s.cfg.Now()}
+	reg := &registration{id: randomID(12), engineID: a.EngineID, uid: a.UID, layout: l, rope: a.Rotary, ropeCfg: a.Rope, mode: a.Mode,
+		recompute: a.Recompute, created: s.cfg.Now()}
 	s.reg = reg
 	s.stats.Registrations++
 	s.cfg.Log.Info("engine registered", "engine_id", reg.engineID, "registration", reg.id, "mode", a.Mode, "layout", l.String(),
-		"fingerprint", l.Fingerprint(), "reattached", reattached, "uid", a.UID)
+		"fingerprint", l.Fingerprint(), "reattached", reattached, "uid", a.UID, "recompute", a.Recompute)
 	return s.registeredLocked(reattached, false), nil
 }
 

@@ -25,8 +25,8 @@ func (s *Service) SpliceSessions() splice.Sessions { return spliceSessions{s} }
 
 // SpliceFill is the splicer's Config.Fill: the order goes to the engine's
 // fill stream and the call returns when the engine completed it.
-func (s *Service) SpliceFill(ctx context.Context, o splice.FillOrder) error {
-	return s.Fill(ctx, FillOrder(o))
+func (s *Service) SpliceFill(ctx context.Context, o splice.FillOrder) (splice.FillResult, error) {
+	return s.Fill(ctx, o)
 }
 
 type spliceSessions struct{ s *Service }

@@ -28,6 +28,7 @@ var codes = []struct {
 	{splice.ErrUnknownSession, errcode.UnknownSession},
 	{splice.ErrCapacity, errcode.CapacityExhausted},
 	{splice.ErrNoDevice, errcode.Unavailable},
+	{splice.ErrRecompute, errcode.RecomputeUnsupported},
 	{cache.ErrSpliceSpan, errcode.InvalidSpan},
 	{cache.ErrSpliceOverlap, errcode.OverlappingSpans},
 	{cache.ErrSpliceSink, errcode.SinkProtected},

@@ -131,6 +131,7 @@ var sentinels = map[string]error{
 	"splice.ErrNoDevice":           splice.ErrNoDevice,
 	"splice.ErrCapacity":           splice.ErrCapacity,
 	"splice.ErrFill":               splice.ErrFill,
+	"splice.ErrRecompute":          splice.ErrRecompute,
 }
 
 // sentinelNames returns "pkg.ErrX" for each exported Err* var in dir's

@@ -303,6 +303,16 @@ type spliceOp struct {
 	repl     []uint32
 	textRepl bool
 	dirMode  directive.Mode
+	// recompute is the directive's own (nil: the tenant's configured one).
+	recompute *splice.Recompute
+}
+
+// recomputeOf is a directive's recompute in the splicer's terms.
+func recomputeOf(r *directive.Recompute) *splice.Recompute {
+	if r == nil {
+		return nil
+	}
+	return &splice.Recompute{First: int(min(r.First, 1<<30)), Share: r.Share, MaxKL: r.MaxKL}
 }
 
 func (o *spliceOp) check(tc *turnCheck, st *turnState) *errcode.Error {
@@ -314,7 +324,8 @@ func (o *spliceOp) check(tc *turnCheck, st *turnState) *errcode.Error {
 		return errcode.New(errcode.NotSupportedYet, "%s: text replacements need the engine's tokenizer; send the replacement as token ids", o.verb)
 	}
 	g := st.group(snap)
-	g.edits = append(g.edits, splice.Edit{Start: int(o.start), End: int(o.end), Replacement: o.repl, Mode: tc.e.modeOf(o.dirMode)})
+	g.edits = append(g.edits, splice.Edit{Start: int(o.start), End: int(o.end), Replacement: o.repl, Mode: tc.e.modeOf(o.dirMode),
+		Recompute: o.recompute})
 	g.ops = append(g.ops, o)
 	return nil
 }

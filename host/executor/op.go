@@ -194,7 +194,7 @@ var verbOps = map[directive.Verb]func(d directive.Directive) op{
 	directive.VerbSplice: func(d directive.Directive) op {
 		sp := d.(directive.Splice)
 		return &spliceOp{span: span{sp.Session, sp.Start, sp.End}, repl: sp.Replacement.Tokens,
-			textRepl: sp.Replacement.Text != "", dirMode: sp.Mode}
+			textRepl: sp.Replacement.Text != "", dirMode: sp.Mode, recompute: recomputeOf(sp.Recompute)}
 	},
 	directive.VerbEvict: func(d directive.Directive) op {
 		ev := d.(directive.Evict)

@@ -199,11 +199,15 @@ func applySplices(ix *cache.Index, st *turnState) *errcode.Error {
 			g.job.Cancel()
 		}
 		res := g.job.Result()
-		for _, o := range g.ops {
+		for k, o := range g.ops {
 			eff := &o.base().eff
 			eff.Blocks += res.NewPages
 			eff.Skip(directive.SkipShared, res.Shared)
 			eff.Tokens += int64(res.MovedRows + res.InPlace*ix.PageSize())
+			if rc := res.Recompute; k == 0 && rc.Region > 0 {
+				// One splice per session: its first directive reports it.
+				eff.RecomputedTokens, eff.RecomputeRegion = int64(rc.Planned), int64(rc.Region)
+			}
 		}
 		if err != nil && first == nil {
 			first = errcode.Wrap(errcode.Internal, err, "splice").At(g.ops[0].base().index)

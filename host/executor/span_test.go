@@ -63,11 +63,11 @@ func newSpanEnv(t *testing.T, devPages int, mod ...func(*Config)) *spanEnv {
 		}
 	}
 	se.sp, err = splice.New(splice.Config{Index: g, Device: dev, Sessions: se.sess, Free: free,
-		Fill: func(_ context.Context, o splice.FillOrder) error {
+		Fill: func(_ context.Context, o splice.FillOrder) (splice.FillResult, error) {
 			se.mu.Lock()
 			defer se.mu.Unlock()
 			se.fills = append(se.fills, o)
-			return nil
+			return splice.FillResult{}, nil
 		}})
 	if err != nil {
 		t.Fatal(err)

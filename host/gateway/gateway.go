@@ -87,6 +87,10 @@ type Config struct {
 	// Engine, when set, lets the front door splice its edits on an engine
 	// that serves no fill orders (prefill.go).
 	Engine Engine
+	// RecomputeFirst is a tenant's splice.recompute.first: on an Engine
+	// that needs the front door's prefill, that request runs that many
+	// tokens past the replacement, so the splice keeps them fresh (nil: 0).
+	RecomputeFirst func(tenant string) int
 	// MaxBodyBytes bounds a request body (default 32 MiB).
 	MaxBodyBytes int64
 	Log          hclog.Logger
@@ -167,6 +171,9 @@ type turn struct {
 	sess   session
 	out    Outcome
 	breaks []breakpoint
+	// recomputed counts kept tokens the front door's prefill request
+	// computed afresh past a splice's replacement (prefill.go).
+	recomputed int
 }
 
 // prepare binds the tenant, resolves the session and applies the edits.
@@ -265,6 +272,10 @@ func (s *Server) pin(ctx context.Context, t *turn) {
 // context_management).
 type extension struct {
 	AppliedEdits []Applied `json:"applied_edits"`
+	// RecomputedTokens counts the tokens after this request's new edit that
+	// the front door had the engine prefill again before splicing (the
+	// rest of the replacement's page and splice.recompute.first).
+	RecomputedTokens int `json:"recomputed_tokens,omitempty"`
 }
 
 func (t *turn) report() extension {
@@ -272,5 +283,5 @@ func (t *turn) report() extension {
 	if applied == nil {
 		applied = []Applied{}
 	}
-	return extension{AppliedEdits: applied}
+	return extension{AppliedEdits: applied, RecomputedTokens: t.recomputed}
 }

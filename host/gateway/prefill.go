@@ -26,7 +26,9 @@ import (
 //  3. it sends the engine a prefill-only request (POST /v1/completions,
 //     the token IDs new[:B] as the prompt, max_tokens 1, the tenant but no
 //     session in kv_transfer_params) where B is the first page boundary at
-//     or after F: the engine computes the replacement's pages whole and the
+//     or after F plus the tenant's splice.recompute.first (Config.
+//     RecomputeFirst; within the prompt's last page): the engine computes
+//     the replacement's pages, and the kept tokens up to B afresh, and the
 //     connector saves them (it saves full prompt pages only) before the
 //     response comes back;
 //  4. it submits a Splice of the session: the splicer adopts the pages the
@@ -84,6 +86,12 @@ func (s *Server) prefillEdits(ctx context.Context, t *turn, raw map[string]json.
 	if end >= len(toks) {
 		return // the request's own prefill reaches no kept token
 	}
+	if first := s.recomputeFirst(t.tenant); first > 0 {
+		// The kept tokens right after the edit are the stalest: prefilled
+		// here, the splice adopts them fresh (never the prompt's last page,
+		// which the request itself prefills).
+		end = max(end, min((f+first+page-1)/page*page, (len(toks)-1)/page*page))
+	}
 	prefilled := 0
 	if end > e.Start/page*page {
 		if err := s.prefill(ctx, raw["model"], toks[:end], t.tenant); err != nil {
@@ -102,7 +110,15 @@ func (s *Server) prefillEdits(ctx context.Context, t *turn, raw map[string]json.
 		return
 	}
 	s.countEngineSplice(outcomeSpliced, prefilled)
+	t.recomputed = end - f
 	log.Debug("edit spliced", "start", e.Start, "end", e.End, "replacement", len(e.Replacement), "prefilled_to", end, "kept", cached-e.End)
+}
+
+func (s *Server) recomputeFirst(tenant string) int {
+	if s.cfg.RecomputeFirst == nil {
+		return 0
+	}
+	return s.cfg.RecomputeFirst(tenant)
 }
 
 // tokenize asks the engine for the prompt tokens of the chat request raw.

@@ -101,12 +101,16 @@ func (r *recordedDirectives) Submit(_ context.Context, _ string, ds []directive.
 	return directive.TurnReply{Status: directive.StatusOK}
 }
 
-func startConnectorGateway(t *testing.T, up *connectorUpstream, old []uint32) (*recordedDirectives, *metrics.Gateway, string) {
+func startConnectorGateway(t *testing.T, up *connectorUpstream, old []uint32, first ...int) (*recordedDirectives, *metrics.Gateway, string) {
 	t.Helper()
 	us := httptestServer(t, up)
 	dirs := &recordedDirectives{}
 	m := &metrics.New().Gateway
-	g := New(Config{Upstream: us + "/v1", Timeout: 2 * time.Second, Engine: connectorEngine{old: old}, Metrics: m}, dirs)
+	cfg := Config{Upstream: us + "/v1", Timeout: 2 * time.Second, Engine: connectorEngine{old: old}, Metrics: m}
+	if len(first) > 0 {
+		cfg.RecomputeFirst = func(string) int { return first[0] }
+	}
+	g := New(cfg, dirs)
 	return dirs, m, httptestServer(t, g.Handler())
 }
 
@@ -171,6 +175,39 @@ func TestConnectorEditIsPrefilledThenSpliced(t *testing.T) {
 	}
 	if n := counted(t, m.PrefilledTokens); n != float64(len(prompt)-int(sp.Start)/prefillPage*prefillPage) {
 		t.Fatalf("%v prefilled tokens counted for a %d-token prefill from %d", n, len(prompt), sp.Start)
+	}
+}
+
+// With splice.recompute.first the prefill request runs that many tokens
+// past the replacement (to a page boundary, never into the prompt's last
+// page), so the splice adopts them fresh; the response says how many.
+func TestConnectorRecomputeFirstExtendsThePrefill(t *testing.T) {
+	history := conversation(1)
+	history = append(history, chat.Message{Role: "user", Content: "now explain what the output says, at length, line by line"})
+	old := render(history)
+	next := append(slices.Clone(history), chat.Message{Role: "assistant", Content: "it lists files"},
+		chat.Message{Role: "user", Content: "thanks"})
+	up := &connectorUpstream{fakeUpstream: fakeUpstream{mode: "ok"}}
+	const first = 20
+	dirs, _, gw := startConnectorGateway(t, up, old, first)
+	code, b := post(t, gw+"/v1/chat/completions", clearBody(t, next), SessionHeader, "s1")
+	if code != 200 || len(dirs.turns) != 1 {
+		t.Fatalf("%d %s, directives %v", code, b, dirs.turns)
+	}
+	sp := dirs.turns[0][0].(directive.Splice)
+	f := int(sp.Start) + len(sp.Replacement.Tokens)
+	prompt := up.prompts[0]
+	if want := (f + first + prefillPage - 1) / prefillPage * prefillPage; len(prompt) != want {
+		t.Fatalf("prefill of %d tokens, want %d: the first page boundary at or after %d + %d", len(prompt), want, f, first)
+	}
+	if sp.Recompute != nil {
+		t.Fatalf("the splice asks recompute %+v of an engine that cannot: the prefill did it", *sp.Recompute)
+	}
+	var resp struct {
+		ContextManagement extension `json:"context_management"`
+	}
+	if err := json.Unmarshal([]byte(b), &resp); err != nil || resp.ContextManagement.RecomputedTokens != len(prompt)-f {
+		t.Fatalf("context_management %+v (%v), want recomputed_tokens %d", resp.ContextManagement, err, len(prompt)-f)
 	}
 }
 

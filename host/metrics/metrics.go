@@ -66,6 +66,8 @@ type Metrics struct {
 	EventWatchersOverflowed prometheus.Counter
 	// Gateway is the front door's (gateway.go).
 	Gateway Gateway
+	// Splice is what splices recompute (splice.go).
+	Splice Splice
 }
 
 // Label values of EngineTokens' kind.
@@ -94,6 +96,7 @@ func New() *Metrics {
 	m.newEngine()
 	m.newPluginsAndEvents()
 	m.newGateway()
+	m.newSplice()
 	r.MustRegister(m.PinRejections, m.Directives, m.DirectiveLatency, m.RateLimited,
 		m.TransferBytes, m.TransferLatency, m.TransferFailures,
 		m.EngineTokens, m.LoadBackLatency, m.EngineRequests,

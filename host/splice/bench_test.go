@@ -58,7 +58,7 @@ func BenchmarkSplice32K(b *testing.B) {
 				}
 			}
 			sp, err := New(Config{Index: guarded.New(ix), Device: dev, Sessions: sess, Free: free,
-				Fill: func(context.Context, FillOrder) error { return nil }})
+				Fill: func(context.Context, FillOrder) (FillResult, error) { return FillResult{}, nil }})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -31,6 +31,8 @@ type Result struct {
 	MovedBytes, RotatedBytes int64
 	// Fills counts fill orders; FillTokens their tokens.
 	Fills, FillTokens int
+	// Recompute is what the splice recomputes of its kept tokens.
+	Recompute RecomputeResult
 }
 
 // Job is one session's splice between Plan and Finish.
@@ -46,6 +48,9 @@ type Job struct {
 	locked  uint64
 	hasLock bool
 	res     Result
+	// orders are the fill orders to send once applied: one per
+	// replacement, or one sparse order when the job recomputes.
+	orders []FillOrder
 }
 
 // Plan plans a splice of the snapshotted session and reserves its fresh
@@ -57,6 +62,11 @@ func (s *Splicer) Plan(ix *cache.Index, snap Snapshot, edits []Edit) (*Job, erro
 		return nil, ErrNoDevice
 	}
 	sess := snap.Session
+	rule, explicit := s.rule(sess.Tenant, edits)
+	rule, err := s.checkRecompute(rule, explicit)
+	if err != nil {
+		return nil, fmt.Errorf("splice session %q: %w", sess.ID, err)
+	}
 	req := cache.SpliceRequest{Tenant: sess.Tenant, Tokens: sess.Tokens, Salt: s.cfg.Salt(sess.Tenant),
 		SinkTokens: s.cfg.SinkTokens, SharedLeaves: snap.Leaves, NoFills: s.cfg.Fill == nil}
 	for _, e := range edits {
@@ -81,6 +91,8 @@ func (s *Splicer) Plan(ix *cache.Index, snap Snapshot, edits []Edit) (*Job, erro
 		}
 	}
 	j.res = s.result(sess.ID, plan)
+	j.planOrders(rule)
+	j.res.Fills = len(j.orders)
 	return j, nil
 }
 
@@ -140,7 +152,7 @@ func (j *Job) Apply(ix *cache.Index) error {
 	j.freeDevice(commit.Unused)
 	if err != nil {
 		j.freeDevice(j.restLocs())
-		j.plan.Fills, j.res.Fills, j.res.FillTokens = nil, 0, 0
+		j.plan.Fills, j.orders, j.res.Fills, j.res.FillTokens = nil, nil, 0, 0
 		return fmt.Errorf("splice session %q: commit: %w", j.snap.Session.ID, err)
 	}
 	if j.pendingFills() {
@@ -148,7 +160,7 @@ func (j *Job) Apply(ix *cache.Index) error {
 			j.locked = p.Hashes.Sequence[at-1]
 			if _, err := ix.Lock(p.Tenant, j.locked); err != nil {
 				j.freeDevice(j.restLocs())
-				j.plan.Fills = nil
+				j.plan.Fills, j.orders = nil, nil
 				return fmt.Errorf("splice session %q: lock the branch for its fills: %w", j.snap.Session.ID, err)
 			}
 			j.hasLock = true
@@ -173,6 +185,7 @@ func (j *Job) abort(ix *cache.Index, kerr error) error {
 	}
 	j.freeDevice(locs)
 	j.plan = &cut
+	j.orders = nil
 	j.res.CachedTokens, j.res.NewPages, j.res.InPlace, j.res.Fills = cut.CachedTokens, 0, 0, 0
 	return fmt.Errorf("splice session %q: kernels: %w", j.snap.Session.ID, errors.Join(kerr, err))
 }
@@ -198,7 +211,7 @@ func (j *Job) freeDevice(locs []uint64) {
 	_ = j.s.cfg.Device.Pool.Free(slots...)
 }
 
-func (j *Job) pendingFills() bool { return j.applied && len(j.plan.Fills) > 0 }
+func (j *Job) pendingFills() bool { return j.applied && len(j.orders) > 0 }
 
 // committedTokens is how much of the edited sequence the index holds now.
 func (j *Job) committedTokens() int {
@@ -227,21 +240,16 @@ func (s *Splicer) complete(j *Job) {
 func (s *Splicer) runFills(ctx context.Context, j *Job) error {
 	p := j.plan
 	var err error
-	for _, f := range p.Fills {
-		o := FillOrder{Session: j.snap.Session.ID, Tenant: p.Tenant, Position: f.Position, Tokens: f.Tokens, FirstOffset: f.FirstOffset}
-		for _, l := range p.PrefixLocs {
-			o.PrefixPageSlots = append(o.PrefixPageSlots, uint32(l))
-		}
-		for _, pg := range p.Pages[:f.FirstPage] {
-			o.PrefixPageSlots = append(o.PrefixPageSlots, uint32(pg.Loc))
-		}
-		for _, pg := range p.Pages[f.FirstPage : f.FirstPage+f.PageCount] {
-			o.PageSlots = append(o.PageSlots, uint32(pg.Loc))
-		}
-		if err = s.cfg.Fill(ctx, o); err != nil {
+	for _, o := range j.orders {
+		var fr FillResult
+		if fr, err = s.cfg.Fill(ctx, o); err != nil {
 			err = fmt.Errorf("splice session %q: fill of %d tokens at %d: %w: %w", o.Session, len(o.Tokens), o.Position, ErrFill, err)
 			break
 		}
+		j.res.Recompute.addFill(o, fr)
+	}
+	if j.res.Recompute.Done && s.cfg.OnRecompute != nil {
+		s.cfg.OnRecompute(j.snap.Session.ID, j.res.Recompute)
 	}
 	var commit cache.SpliceCommit
 	s.cfg.Index.Do(func(ix *cache.Index) {
@@ -268,6 +276,6 @@ func (s *Splicer) runFills(ctx context.Context, j *Job) error {
 		cur.Cached = cached
 		s.cfg.Sessions.SetSession(cur)
 	}
-	j.plan.Fills = nil
+	j.plan.Fills, j.orders = nil, nil
 	return err
 }

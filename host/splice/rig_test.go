@@ -43,6 +43,10 @@ type rigOpts struct {
 	pages  int
 	sink   int
 	noFill bool
+	// recompute: the engine serves sparse orders; rule is the tenant's
+	// configured recompute.
+	recompute bool
+	rule      Recompute
 }
 
 const (
@@ -86,7 +90,8 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	}
 	r := &rig{t: t, lay: arena.Layout(), arena: arena, ix: ix, clock: clock, rot: rot,
 		sess: NewMemorySessions(rigPage, nil)}
-	cfg := Config{Index: guarded.New(ix), Device: dev, Sessions: r.sess, SinkTokens: o.sink, Free: r.free}
+	cfg := Config{Index: guarded.New(ix), Device: dev, Sessions: r.sess, SinkTokens: o.sink, Free: r.free,
+		Recompute: o.recompute, Rule: func(string) Recompute { return o.rule }}
 	if !o.noFill {
 		cfg.Fill = r.fill
 	}
@@ -108,16 +113,37 @@ func (r *rig) free(fs []cache.Freed) {
 
 // fill is the engine's side of a fill order: it writes the replacement's
 // rows at their positions, as a prefill would.
-func (r *rig) fill(_ context.Context, o FillOrder) error {
+func (r *rig) fill(_ context.Context, o FillOrder) (FillResult, error) {
 	r.fills = append(r.fills, o)
 	if r.failFill {
-		return fmt.Errorf("engine refused")
+		return FillResult{}, fmt.Errorf("engine refused")
 	}
+	if len(o.Positions) == 0 && o.Candidates == nil {
+		for k, tok := range o.Tokens {
+			row := o.FirstOffset + k
+			r.writeToken(uint64(o.PageSlots[row/rigPage]), row%rigPage, tok, o.Position+k)
+		}
+		return FillResult{}, nil
+	}
+	// A sparse order: each token at its position, in the order's pages.
+	pages := append(slices.Clone(o.PrefixPageSlots), o.PageSlots...)
+	put := func(tok uint32, pos int) { r.writeToken(uint64(pages[pos/rigPage]), pos%rigPage, tok, pos) }
 	for k, tok := range o.Tokens {
-		row := o.FirstOffset + k
-		r.writeToken(uint64(o.PageSlots[row/rigPage]), row%rigPage, tok, o.Position+k)
+		put(tok, int(o.Positions[k]))
 	}
-	return nil
+	var res FillResult
+	if c := o.Candidates; c != nil {
+		// The rig's ranking is the candidates' order; the guard takes all.
+		n := int(math.Round(c.Share * float64(c.Region)))
+		if c.MaxKL > 0 || n > len(c.Positions) {
+			n = len(c.Positions)
+		}
+		for k := range n {
+			put(c.Tokens[k], int(c.Positions[k]))
+		}
+		res.Recomputed = n
+	}
+	return res, nil
 }
 
 // hvec is h(token): the un-rotated rotary slice of a key.

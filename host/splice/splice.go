@@ -80,14 +80,23 @@ type Edit struct {
 	Start, End  int
 	Replacement []uint32
 	Mode        Mode
+	// Recompute, when set, is this edit's own recompute (a directive's);
+	// nil takes the tenant's configured one (Config.Rule).
+	Recompute *Recompute
 }
 
 // FillOrder asks the engine to prefill Tokens at positions [Position,
 // Position+len(Tokens)) of the session's edited sequence, attending to the
 // pages in PrefixPageSlots and to the first FirstOffset rows of
 // PageSlots[0], and to write their K/V into PageSlots from row FirstOffset
-// of the first page on. Its fields are those of the engine service's
-// FillOrder, so one converts to the other.
+// of the first page on. The engine service sends it as it is
+// (engine.FillOrder is this type).
+//
+// A sparse order (an engine that recomputes) sets Positions: Tokens[k]
+// sits at Positions[k] (increasing, Positions[0] == Position), PageSlots run
+// from the page of Position to the page of the last position, and each
+// token attends to every row before its own. Candidates, when set, are
+// kept tokens the engine may recompute as well, by its own ranking.
 type FillOrder struct {
 	Session, Tenant string
 	Position        int
@@ -95,6 +104,31 @@ type FillOrder struct {
 	PageSlots       []uint32
 	FirstOffset     int
 	PrefixPageSlots []uint32
+	Positions       []uint32
+	Candidates      *Candidates
+}
+
+// Candidates are a splice's kept tokens after its first edit that its
+// sparse order does not name, all inside the order's pages: the engine
+// recomputes Share of Region of them by its staleness ranking, or, with
+// MaxKL (the quality guard), as many as its estimate of the mean KL per
+// token against a re-prefill needs (all of them when nothing less will).
+// Region counts every kept token after the first edit, the order's
+// included.
+type Candidates struct {
+	Positions []uint32
+	Tokens    []uint32
+	Share     float64
+	MaxKL     float64
+	Region    int
+}
+
+// FillResult is the engine's report of a completed order: kept tokens it
+// recomputed from the Candidates, and the guard's estimate of the mean KL
+// per token left (0 when the guard did not run).
+type FillResult struct {
+	Recomputed  int
+	EstimatedKL float64
 }
 
 // Config configures a Splicer.
@@ -113,7 +147,7 @@ type Config struct {
 	// Fill sends a fill order to the engine and returns once it is written
 	// (the engine service's Fill). Nil: no engine fills, and a splice's
 	// branch ends before its first replacement row.
-	Fill func(ctx context.Context, o FillOrder) error
+	Fill func(ctx context.Context, o FillOrder) (FillResult, error)
 	// FillTimeout bounds the fills of one splice (default 2 minutes).
 	FillTimeout time.Duration
 	// Free receives the slots of released pages (any tier) for the pools
@@ -122,6 +156,14 @@ type Config struct {
 	Free func([]cache.Freed)
 	// OnFillError is told when a splice's fills fail in the background.
 	OnFillError func(session string, err error)
+	// Recompute: the engine serves sparse fill orders and ranks kept
+	// tokens (its registration said so).
+	Recompute bool
+	// Rule is a tenant's configured recompute (splice.recompute,
+	// splice.max_kl); nil: none.
+	Rule func(tenant string) Recompute
+	// OnRecompute is told what a splice recomputed once its order is done.
+	OnRecompute func(session string, r RecomputeResult)
 }
 
 // Splicer executes splices. It is safe for concurrent use.

@@ -51,6 +51,8 @@ func pyKind(t reflect.Type) (string, bool) {
 		return "replacement", true
 	case reflect.TypeOf([]BlockKey(nil)):
 		return "block_keys", true
+	case reflect.TypeOf((*Recompute)(nil)):
+		return "recompute", true
 	}
 	switch t.Kind() {
 	case reflect.String:

@@ -94,6 +94,12 @@ func (s *replyScanner) result() Result {
 		s.unmarshaler(&e.TTL)
 		s.ok = s.ok && e.TTL != 0
 	}
+	if s.opt(`,"recomputed_tokens":`) {
+		e.RecomputedTokens = s.nonZero()
+	}
+	if s.opt(`,"recompute_region":`) {
+		e.RecomputeRegion = s.nonZero()
+	}
 	s.lit("}}")
 	return r
 }

@@ -116,6 +116,14 @@ func (e Effect) appendJSON(b []byte) []byte {
 			b, _ = appendMarshaled(b, e.TTL) // a Duration's string never fails to encode
 		}
 	}
+	if e.RecomputedTokens != 0 {
+		b = append(b, `,"recomputed_tokens":`...)
+		b = strconv.AppendInt(b, e.RecomputedTokens, 10)
+	}
+	if e.RecomputeRegion != 0 {
+		b = append(b, `,"recompute_region":`...)
+		b = strconv.AppendInt(b, e.RecomputeRegion, 10)
+	}
 	return append(b, '}')
 }
 

@@ -21,6 +21,12 @@ type Effect struct {
 	LeaseID string `json:"lease_id,omitempty"`
 	// TTL is the TTL granted after the host's default and clamps.
 	TTL TTL `json:"ttl_seconds,omitempty"`
+	// RecomputedTokens counts the kept tokens a splice recomputes as
+	// planned when the reply is written (those after each edit, and the
+	// engine's share), of RecomputeRegion kept tokens after its first edit.
+	// The quality guard's own choice comes later, from the engine.
+	RecomputedTokens int64 `json:"recomputed_tokens,omitempty"`
+	RecomputeRegion  int64 `json:"recompute_region,omitempty"`
 }
 
 // SkipReason says why a verb left a block alone.

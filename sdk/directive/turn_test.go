@@ -1,6 +1,8 @@
 package directive
 
 import (
+	"errors"
+	"math"
 	"testing"
 
 	"github.com/kvpilot/kvpilot/sdk/errcode"
@@ -88,5 +90,32 @@ func TestVerbsComplete(t *testing.T) {
 	}
 	if !VerbSplice.IsSpan() || VerbCache.IsSpan() {
 		t.Error("IsSpan wrong")
+	}
+}
+
+func TestSpliceRecomputeValidate(t *testing.T) {
+	sp := func(r *Recompute, m Mode) Splice {
+		return Splice{Session: "s", Start: 4, End: 9, Recompute: r, Mode: m}
+	}
+	for _, tc := range []struct {
+		d  Splice
+		ok bool
+	}{
+		{sp(&Recompute{First: 64, Share: 0.2, MaxKL: 0.005}, ""), true},
+		{sp(&Recompute{}, ModeForget), true}, // empty: nothing asked
+		{sp(&Recompute{First: -1}, ""), false},
+		{sp(&Recompute{Share: 1.5}, ""), false},
+		{sp(&Recompute{Share: math.NaN()}, ""), false},
+		{sp(&Recompute{MaxKL: -0.1}, ""), false},
+		{sp(&Recompute{MaxKL: math.Inf(1)}, ""), false},
+		{sp(&Recompute{First: 8}, ModeForget), false},
+	} {
+		err := tc.d.Validate(Limits{})
+		if (err == nil) != tc.ok {
+			t.Errorf("%+v: got %v, want ok=%v", *tc.d.Recompute, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, errcode.ErrBadRequest) {
+			t.Errorf("%+v: %v is not bad_request", *tc.d.Recompute, err)
+		}
 	}
 }

@@ -50,13 +50,14 @@ const (
 	TenantMismatch   Code = "tenant_mismatch"
 	PermissionDenied Code = "permission_denied"
 
-	NotSupportedYet  Code = "not_supported_yet"
-	TurnAborted      Code = "turn_aborted"
-	BlockLocked      Code = "block_locked"
-	Unavailable      Code = "unavailable"
-	DeadlineExceeded Code = "deadline_exceeded"
-	LayoutConflict   Code = "layout_conflict"
-	Misconfigured    Code = "misconfigured"
+	NotSupportedYet      Code = "not_supported_yet"
+	TurnAborted          Code = "turn_aborted"
+	BlockLocked          Code = "block_locked"
+	Unavailable          Code = "unavailable"
+	DeadlineExceeded     Code = "deadline_exceeded"
+	LayoutConflict       Code = "layout_conflict"
+	Misconfigured        Code = "misconfigured"
+	RecomputeUnsupported Code = "recompute_unsupported"
 
 	Internal Code = "internal"
 )
@@ -178,6 +179,9 @@ var registry = []Entry{
 	{Misconfigured, 6007, 9, // FailedPrecondition
 		"the host's configuration cannot serve this",
 		"sending again will not help: the host's operator must change the configuration key the detail names (kvpilot serve --check reports it) and restart the host"},
+	{RecomputeUnsupported, 6008, 9, // FailedPrecondition
+		"the engine cannot recompute a splice's kept tokens",
+		"drop the directive's recompute, or set splice.recompute and splice.max_kl to 0 for this host and tenant, or run an engine that registers recompute (kvpilot.torchengine); nothing was changed"},
 
 	{Internal, 9001, 13, // Internal
 		"internal error",
@@ -186,44 +190,45 @@ var registry = []Entry{
 
 // Sentinels for errors.Is, one per code.
 var (
-	ErrBadRequest          = &Error{Code: BadRequest, Index: -1}
-	ErrPayloadTooLarge     = &Error{Code: PayloadTooLarge, Index: -1}
-	ErrUnknownVerb         = &Error{Code: UnknownVerb, Index: -1}
-	ErrTooMany             = &Error{Code: TooMany, Index: -1}
-	ErrPromptTooLong       = &Error{Code: PromptTooLong, Index: -1}
-	ErrInvalidHash         = &Error{Code: InvalidHash, Index: -1}
-	ErrInvalidTTL          = &Error{Code: InvalidTTL, Index: -1}
-	ErrInvalidTier         = &Error{Code: InvalidTier, Index: -1}
-	ErrInvalidSpan         = &Error{Code: InvalidSpan, Index: -1}
-	ErrOverlappingSpans    = &Error{Code: OverlappingSpans, Index: -1}
-	ErrSinkProtected       = &Error{Code: SinkProtected, Index: -1}
-	ErrInvalidPriority     = &Error{Code: InvalidPriority, Index: -1}
-	ErrInvalidLease        = &Error{Code: InvalidLease, Index: -1}
-	ErrMissingField        = &Error{Code: MissingField, Index: -1}
-	ErrInvalidLayout       = &Error{Code: InvalidLayout, Index: -1}
-	ErrInvalidSlot         = &Error{Code: InvalidSlot, Index: -1}
-	ErrWrongTransport      = &Error{Code: WrongTransport, Index: -1}
-	ErrUnknownBlock        = &Error{Code: UnknownBlock, Index: -1}
-	ErrUnknownSession      = &Error{Code: UnknownSession, Index: -1}
-	ErrUnknownLease        = &Error{Code: UnknownLease, Index: -1}
-	ErrLeaseExists         = &Error{Code: LeaseExists, Index: -1}
-	ErrWrongWorker         = &Error{Code: WrongWorker, Index: -1}
-	ErrUnknownRequest      = &Error{Code: UnknownRequest, Index: -1}
-	ErrUnknownRegistration = &Error{Code: UnknownRegistration, Index: -1}
-	ErrPinBudgetExhausted  = &Error{Code: PinBudgetExhausted, Index: -1}
-	ErrTenantQuota         = &Error{Code: TenantQuota, Index: -1}
-	ErrRateLimited         = &Error{Code: RateLimited, Index: -1}
-	ErrCapacityExhausted   = &Error{Code: CapacityExhausted, Index: -1}
-	ErrTenantMismatch      = &Error{Code: TenantMismatch, Index: -1}
-	ErrPermissionDenied    = &Error{Code: PermissionDenied, Index: -1}
-	ErrNotSupportedYet     = &Error{Code: NotSupportedYet, Index: -1}
-	ErrTurnAborted         = &Error{Code: TurnAborted, Index: -1}
-	ErrBlockLocked         = &Error{Code: BlockLocked, Index: -1}
-	ErrUnavailable         = &Error{Code: Unavailable, Index: -1}
-	ErrDeadlineExceeded    = &Error{Code: DeadlineExceeded, Index: -1}
-	ErrLayoutConflict      = &Error{Code: LayoutConflict, Index: -1}
-	ErrMisconfigured       = &Error{Code: Misconfigured, Index: -1}
-	ErrInternal            = &Error{Code: Internal, Index: -1}
+	ErrBadRequest           = &Error{Code: BadRequest, Index: -1}
+	ErrPayloadTooLarge      = &Error{Code: PayloadTooLarge, Index: -1}
+	ErrUnknownVerb          = &Error{Code: UnknownVerb, Index: -1}
+	ErrTooMany              = &Error{Code: TooMany, Index: -1}
+	ErrPromptTooLong        = &Error{Code: PromptTooLong, Index: -1}
+	ErrInvalidHash          = &Error{Code: InvalidHash, Index: -1}
+	ErrInvalidTTL           = &Error{Code: InvalidTTL, Index: -1}
+	ErrInvalidTier          = &Error{Code: InvalidTier, Index: -1}
+	ErrInvalidSpan          = &Error{Code: InvalidSpan, Index: -1}
+	ErrOverlappingSpans     = &Error{Code: OverlappingSpans, Index: -1}
+	ErrSinkProtected        = &Error{Code: SinkProtected, Index: -1}
+	ErrInvalidPriority      = &Error{Code: InvalidPriority, Index: -1}
+	ErrInvalidLease         = &Error{Code: InvalidLease, Index: -1}
+	ErrMissingField         = &Error{Code: MissingField, Index: -1}
+	ErrInvalidLayout        = &Error{Code: InvalidLayout, Index: -1}
+	ErrInvalidSlot          = &Error{Code: InvalidSlot, Index: -1}
+	ErrWrongTransport       = &Error{Code: WrongTransport, Index: -1}
+	ErrUnknownBlock         = &Error{Code: UnknownBlock, Index: -1}
+	ErrUnknownSession       = &Error{Code: UnknownSession, Index: -1}
+	ErrUnknownLease         = &Error{Code: UnknownLease, Index: -1}
+	ErrLeaseExists          = &Error{Code: LeaseExists, Index: -1}
+	ErrWrongWorker          = &Error{Code: WrongWorker, Index: -1}
+	ErrUnknownRequest       = &Error{Code: UnknownRequest, Index: -1}
+	ErrUnknownRegistration  = &Error{Code: UnknownRegistration, Index: -1}
+	ErrPinBudgetExhausted   = &Error{Code: PinBudgetExhausted, Index: -1}
+	ErrTenantQuota          = &Error{Code: TenantQuota, Index: -1}
+	ErrRateLimited          = &Error{Code: RateLimited, Index: -1}
+	ErrCapacityExhausted    = &Error{Code: CapacityExhausted, Index: -1}
+	ErrTenantMismatch       = &Error{Code: TenantMismatch, Index: -1}
+	ErrPermissionDenied     = &Error{Code: PermissionDenied, Index: -1}
+	ErrNotSupportedYet      = &Error{Code: NotSupportedYet, Index: -1}
+	ErrTurnAborted          = &Error{Code: TurnAborted, Index: -1}
+	ErrBlockLocked          = &Error{Code: BlockLocked, Index: -1}
+	ErrUnavailable          = &Error{Code: Unavailable, Index: -1}
+	ErrDeadlineExceeded     = &Error{Code: DeadlineExceeded, Index: -1}
+	ErrLayoutConflict       = &Error{Code: LayoutConflict, Index: -1}
+	ErrMisconfigured        = &Error{Code: Misconfigured, Index: -1}
+	ErrRecomputeUnsupported = &Error{Code: RecomputeUnsupported, Index: -1}
+	ErrInternal             = &Error{Code: Internal, Index: -1}
 )
 
 // byGRPCStatus is what a gRPC status reads as when its message carries no

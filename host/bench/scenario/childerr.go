@@ -14,7 +14,7 @@ import (
 // 'torch'"), and the command that installs what it lacked.
 type ChildError struct {
 	Python string
-	Module string // the driver it ran with -m (kvbench.realmodel)
+	Module string // the driver it ran with -m (a kvbench module)
 	Err    error  // the exit
 	Last   string // the last error line on its stderr; "" when none
 	// Install is what to run when a module was missing: the lock's pins
@@ -35,7 +35,7 @@ func (e *ChildError) Unwrap() error { return e.Err }
 // missing, else where the child's whole output is.
 func (e *ChildError) Hint() string {
 	if e.Install != "" {
-		return "install what the real-model engine needs: " + e.Install
+		return "install what the benchmark's Python side needs: " + e.Install
 	}
 	return "run again with -v to see the Python side's whole output"
 }

@@ -14,11 +14,15 @@ type Bar struct {
 	Value float64
 }
 
-// Chart is one panel of a plot: a bar per arm of one measure.
+// Chart is one panel of a plot: a bar per arm of one measure, or, with
+// Series, one curve per method (plotcurve.go).
 type Chart struct {
 	Title string
 	Unit  string
 	Bars  []Bar
+	// Series, when set, draws curves instead of bars; XUnit names X.
+	Series []Series
+	XUnit  string
 }
 
 // Report is what every scenario returns: JSON for machines (the value
@@ -44,6 +48,17 @@ func WriteSVG(w io.Writer, title string, charts []Chart) error {
 	for i, c := range charts {
 		x0 := i*panelW + left
 		plotW := panelW - left - 20
+		label := c.Title
+		if c.Unit != "" {
+			label += " (" + c.Unit + ")"
+		}
+		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle" font-weight="bold">%s</text>`+"\n", x0+plotW/2, top-10, html.EscapeString(label))
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", x0, top, x0, top+panelH)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", x0, top+panelH, x0+plotW, top+panelH)
+		if len(c.Series) > 0 {
+			writeCurves(&b, c, x0, top, plotW, panelH)
+			continue
+		}
 		peak := 0.0
 		for _, bar := range c.Bars {
 			if !math.IsNaN(bar.Value) && !math.IsInf(bar.Value, 0) {
@@ -53,13 +68,6 @@ func WriteSVG(w io.Writer, title string, charts []Chart) error {
 		if peak <= 0 {
 			peak = 1
 		}
-		label := c.Title
-		if c.Unit != "" {
-			label += " (" + c.Unit + ")"
-		}
-		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle" font-weight="bold">%s</text>`+"\n", x0+plotW/2, top-10, html.EscapeString(label))
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", x0, top, x0, top+panelH)
-		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", x0, top+panelH, x0+plotW, top+panelH)
 		n := max(1, len(c.Bars))
 		slot := plotW / n
 		for j, bar := range c.Bars {

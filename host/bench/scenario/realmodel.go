@@ -1,17 +1,12 @@
 package scenario
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os/exec"
 	"strconv"
 	"text/tabwriter"
-	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/kvpilot/kvpilot/host/config"
 )
@@ -90,23 +85,7 @@ func RunRealModel(ctx context.Context, o RealModelOptions) (*RealModelReport, er
 	if o.PageSize <= 0 {
 		o.PageSize = 16
 	}
-	py, err := FindPython(o.Python)
-	if err != nil {
-		return nil, err
-	}
-	log := hclog.NewNullLogger()
-	if o.Stderr != nil {
-		log = hclog.New(&hclog.LoggerOptions{Name: "host", Output: o.Stderr, Level: hclog.Warn})
-	}
-	rig, err := StartRig(ctx, RigOptions{PageSize: o.PageSize, DevicePages: 2048, HostPages: 4096, HostOnly: true, Log: log,
-		Adjust: func(c *config.Config) { c.Index.SinkTokens = 0 }})
-	if err != nil {
-		return nil, err
-	}
-	defer rig.Close()
-
-	args := []string{"-m", realModelDriver, "--engine-socket", rig.Config.EngineSocket(),
-		"--control-socket", rig.Daemon.ControlSocket(), "--page-size", strconv.Itoa(o.PageSize)}
+	args := []string{"--page-size", strconv.Itoa(o.PageSize)}
 	if o.Traces != "" {
 		args = append(args, "--traces", o.Traces)
 	}
@@ -116,23 +95,13 @@ func RunRealModel(ctx context.Context, o RealModelOptions) (*RealModelReport, er
 	if o.Model != "" {
 		args = append(args, "--model", o.Model)
 	}
-	args = append(args, o.Args...)
-	cmd := exec.CommandContext(ctx, py, args...)
-	if cmd.Env, err = PythonEnv(); err != nil {
+	out, err := pyHostRun{Python: o.Python, Module: realModelDriver, Args: append(args, o.Args...), Stderr: o.Stderr,
+		Rig: RigOptions{PageSize: o.PageSize, DevicePages: 2048, HostPages: 4096,
+			Adjust: func(c *config.Config) { c.Index.SinkTokens = 0 }}}.run(ctx)
+	if err != nil {
 		return nil, err
 	}
-	var out bytes.Buffer
-	errTail := &tail{max: 16 << 10}
-	cmd.Stdout = &out
-	cmd.Stderr = errTail
-	if o.Stderr != nil {
-		cmd.Stderr = io.MultiWriter(o.Stderr, errTail)
-	}
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Run(); err != nil {
-		return nil, childError(py, realModelDriver, err, errTail.String())
-	}
-	return parseRealModel(out.Bytes())
+	return parseRealModel(out)
 }
 
 func parseRealModel(b []byte) (*RealModelReport, error) {

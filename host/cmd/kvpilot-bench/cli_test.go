@@ -54,7 +54,7 @@ func TestRealModelWithoutTorchSaysWhatToInstall(t *testing.T) {
 	root, _ := filepath.Abs("../../..")
 	for _, want := range []string{
 		"kvpilot bench: bench real-model: " + py + " -m kvbench.realmodel: exit status 1: ModuleNotFoundError: No module named 'torch'\n",
-		"  hint: install what the real-model engine needs: " + py + " -m pip install --no-deps -r " + filepath.Join(root, "sdk/python/requirements.txt"),
+		"  hint: install what the benchmark's Python side needs: " + py + " -m pip install --no-deps -r " + filepath.Join(root, "sdk/python/requirements.txt"),
 	} {
 		if code != 1 || !strings.Contains(errs, want) {
 			t.Errorf("status %d, stderr:\n%s\nwant it to hold %q", code, errs, want)

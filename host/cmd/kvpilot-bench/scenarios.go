@@ -97,6 +97,25 @@ var scenarios = []benchScenario{
 		Flags: rotateFlags,
 	},
 	{
+		Name:     "splice-quality",
+		Summary:  "what a splice costs a trained model's answers on real edits: splice, recompute and the quality guard vs a re-prefill",
+		Synopsis: "[--cases N] [--case NAME]... [--context-tokens N] [--max-kl B] [--python PATH]",
+		Help: "Starts a host and runs kvbench.splicequality (host/bench/python) against it:\n" +
+			"SmolLM2-135M-Instruct (fp32, from PyPI) on real edits of the agent traces\n" +
+			"($KVPILOT_TRACES, else examples/traces): a truncated tool output, stripped\n" +
+			"reasoning, cleared tool uses. The next assistant turn of each session is scored\n" +
+			"by teacher forcing against a re-prefill of the edited context: mean and worst\n" +
+			"KL per token, top-1 and first-token agreement, perplexity ratio, share of the\n" +
+			"edited region recomputed. Arms: control (a two-chunk cache, exactly 0),\n" +
+			"reprefill, splice, splice_gap, recompute_first_<k>, CacheBlend's\n" +
+			"recompute_deviation_<r>, the guard at its default budget, no_edit. Cases are\n" +
+			"named trace#session@turn:kind; --case runs one. Targets: the guard saves\n" +
+			">= 70% of the re-prefill with mean KL <= 0.008 and top-1 >= 97%, and its curve\n" +
+			"is a third below CacheBlend's at <= 20% recomputed.",
+		Plot:  true,
+		Flags: spliceQualityFlags,
+	},
+	{
 		Name:     "splice-replay",
 		Summary:  "build a conversation, edit an early turn's topic word, replay it: cache-off, radix, splice",
 		Synopsis: "[--trace FILE] [--turns N] [--edit-turn N] [--model gqa|mla]",

@@ -28,6 +28,7 @@ var allVerbs = []directive.Directive{
 	directive.Splice{Session: "s", Start: 4, End: 9, Replacement: directive.Replacement{Tokens: []uint32{1, 2}}, Mode: directive.ModeForget},
 	directive.Splice{Session: "s", Start: 4, End: 9, Replacement: directive.Replacement{Text: "[cut]"}},
 	directive.Splice{Session: "s", Start: 4, End: 9},
+	directive.Splice{Session: "s", Start: 4, End: 9, Recompute: &directive.Recompute{First: 64, Share: 0.15, MaxKL: 0.005}},
 	directive.Pin{Session: "s", End: 64, TTL: directive.TTLOf(time.Minute)},
 	directive.Retain{Session: "s", Start: 1, End: 64, Priority: 70, Duration: directive.TTLOf(time.Minute)},
 	directive.Evict{Session: "s", Start: 10, End: 20, Mode: directive.ModeAmortize},

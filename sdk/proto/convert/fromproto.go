@@ -54,7 +54,8 @@ func ResultFromProto(m *pb.DirectiveResult) directive.Result {
 	e := m.GetEffect()
 	r := directive.Result{
 		Index: int(m.GetIndex()), Verb: directive.Verb(m.GetVerb()), Status: directive.StatusError, Error: ErrorFromProto(m.GetError()),
-		Effect: directive.Effect{Blocks: int(e.GetBlocks()), Skipped: int(e.GetSkipped()), Missing: int(e.GetMissing()), Tokens: e.GetTokens(), LeaseID: e.GetLeaseId()},
+		Effect: directive.Effect{Blocks: int(e.GetBlocks()), Skipped: int(e.GetSkipped()), Missing: int(e.GetMissing()), Tokens: e.GetTokens(), LeaseID: e.GetLeaseId(),
+			RecomputedTokens: e.GetRecomputedTokens(), RecomputeRegion: e.GetRecomputeRegion()},
 	}
 	if m.GetOk() {
 		r.Status = directive.StatusOK

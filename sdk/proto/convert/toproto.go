@@ -36,7 +36,8 @@ func ResultToProto(r directive.Result) *pb.DirectiveResult {
 	e := r.Effect
 	out := &pb.DirectiveResult{
 		Index: int32(r.Index), Verb: string(r.Verb), Ok: r.OK(), Error: ErrorToProto(r.Error),
-		Effect: &pb.Effect{Blocks: int64(e.Blocks), Skipped: int64(e.Skipped), Missing: int64(e.Missing), Tokens: e.Tokens, LeaseId: e.LeaseID},
+		Effect: &pb.Effect{Blocks: int64(e.Blocks), Skipped: int64(e.Skipped), Missing: int64(e.Missing), Tokens: e.Tokens, LeaseId: e.LeaseID,
+			RecomputedTokens: e.RecomputedTokens, RecomputeRegion: e.RecomputeRegion},
 	}
 	if e.TTL != 0 {
 		out.Effect.Ttl = durationpb.New(e.TTL.Duration())

@@ -501,6 +501,19 @@ class Misconfigured(UnavailableError):
     hint = "sending again will not help: the host's operator must change the configuration key the detail names (kvpilot serve --check reports it) and restart the host"
 
 
+class RecomputeUnsupported(UnavailableError):
+    """recompute_unsupported (6008): the engine cannot recompute a splice's kept tokens.
+
+    Hint: drop the directive's recompute, or set splice.recompute and splice.max_kl to 0 for this host and tenant, or run an engine that registers recompute (kvpilot.torchengine); nothing was changed
+    """
+
+    code = "recompute_unsupported"
+    number = 6008
+    grpc_code = 9
+    message = "the engine cannot recompute a splice's kept tokens"
+    hint = "drop the directive's recompute, or set splice.recompute and splice.max_kl to 0 for this host and tenant, or run an engine that registers recompute (kvpilot.torchengine); nothing was changed"
+
+
 class Internal(InternalError):
     """internal (9001): internal error.
 
@@ -553,6 +566,7 @@ REGISTRY: dict[str, type[KvpilotError]] = {
     "deadline_exceeded": DeadlineExceeded,
     "layout_conflict": LayoutConflict,
     "misconfigured": Misconfigured,
+    "recompute_unsupported": RecomputeUnsupported,
     "internal": Internal,
 }
 

@@ -87,6 +87,7 @@ VERBS: dict[str, Verb] = {
             Field("end", "end", "int", True),
             Field("replacement", "replacement", "replacement", False),
             Field("mode", "mode", "str", False),
+            Field("recompute", "recompute", "recompute", False),
         ),
     ),
     "Pin": Verb(

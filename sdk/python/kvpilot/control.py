@@ -84,6 +84,10 @@ class Effect:
     #: Why blocks were skipped: reason ("locked", "pinned", "leased",
     #: "shared", ...) to blocks; they add up to ``skipped``.
     skips: dict[str, int] = field(default_factory=dict)
+    #: A splice's kept tokens recomputed as planned (those after each edit
+    #: and the engine's share), of ``recompute_region`` after its first edit.
+    recomputed_tokens: int = 0
+    recompute_region: int = 0
 
 
 @dataclass(frozen=True)
@@ -214,6 +218,8 @@ def _effect(m: directive_pb2.Effect) -> Effect:
         lease_id=m.lease_id,
         ttl_seconds=from_duration(m.ttl) if m.HasField("ttl") else None,
         skips={k.reason: k.blocks for k in m.skips},
+        recomputed_tokens=m.recomputed_tokens,
+        recompute_region=m.recompute_region,
     )
 
 

@@ -150,15 +150,29 @@ def splice(
     tokens: Sequence[int] | None = None,
     text: str = "",
     mode: str = "",
+    recompute_first: int = 0,
+    recompute_share: float = 0.0,
+    max_kl: float = 0.0,
 ) -> pb.Directive:
     """Splice: replace token positions ``[start, end)`` of a session's cached
     sequence by ``tokens`` or ``text`` (neither: remove them). ``mode`` is
     "", "amortize" or "forget".
+
+    The recompute arguments ask for kept tokens to be prefilled again with
+    the edited context (amortize only; any of them set overrides the host's
+    ``splice.recompute`` and ``splice.max_kl``): the first
+    ``recompute_first`` tokens after each edit, a ``recompute_share`` of the
+    kept tokens after the first edit chosen by the engine's staleness
+    signal, and the quality guard's budget ``max_kl`` (mean KL per token
+    against a re-prefill).
     """
     rep = pb.Replacement(tokens=list(tokens or ()), text=text)
-    return pb.Directive(
-        splice=pb.Splice(session=session, start=start, end=end, replacement=rep, mode=mode)
-    )
+    m = pb.Splice(session=session, start=start, end=end, replacement=rep, mode=mode)
+    if recompute_first or recompute_share or max_kl:
+        m.recompute.CopyFrom(
+            pb.Recompute(first=recompute_first, share=recompute_share, max_kl=max_kl)
+        )
+    return pb.Directive(splice=m)
 
 
 def pin(session: str, end: int, ttl: TTLValue | None = None) -> pb.Directive:
@@ -269,6 +283,22 @@ def _read_replacement(msg: Any, field: str, v: Any) -> None:
     rep.text = v.get("text") or ""
 
 
+def _read_recompute(msg: Any, field: str, v: Any) -> None:
+    if not isinstance(v, Mapping):
+        raise TypeError(f"{v!r} is not an object of first, share and max_kl")
+    extra = set(v) - {"first", "share", "max_kl"}
+    if extra:
+        raise ValueError(f"unknown field(s) {', '.join(sorted(extra))}")
+    rc = getattr(msg, field)
+    rc.SetInParent()
+    _read_int(rc, "first", v.get("first", 0))
+    for k in ("share", "max_kl"):
+        x = v.get(k, 0.0)
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise TypeError(f"{k} {x!r} is not a number")
+        setattr(rc, k, float(x))
+
+
 def _read_block_keys(msg: Any, field: str, v: Any) -> None:
     getattr(msg, field).extend(str(k) for k in v)
 
@@ -279,6 +309,7 @@ _READERS: dict[str, Callable[[Any, str, Any], None]] = {
     "ttl": _set_ttl,
     "replacement": _read_replacement,
     "block_keys": _read_block_keys,
+    "recompute": _read_recompute,
     "str": _read_str,
     "int": _read_int,
     "bool": _read_bool,

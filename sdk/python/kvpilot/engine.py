@@ -47,6 +47,7 @@ from kvpilot.engine_types import (
     FillOrder,
     FinishResult,
     MatchResult,
+    RecomputeCandidates,
     Registration,
     Usage,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "CommitResult",
     "EngineClient",
     "FillOrder",
+    "RecomputeCandidates",
     "FinishResult",
     "MatchResult",
     "Registration",
@@ -136,6 +138,10 @@ class EngineClient:
         on_reregister: called with the new Registration after the client
             registered again because the host restarted; the engine drops
             whatever it kept about slots.
+        recompute: the engine serves sparse fill orders and ranks a splice's
+            kept tokens for recompute (``FillOrder.positions`` and
+            ``candidates``); a host configured to recompute refuses an
+            engine without it.
         logger: where to log (default ``logging.getLogger("kvpilot.engine")``).
 
     Raises KvpilotError subclasses: ``InvalidLayout`` for a bad layout,
@@ -154,6 +160,7 @@ class EngineClient:
         reset_cache: bool = False,
         timeout: float = 10.0,
         on_reregister: Callable[[Registration], None] | None = None,
+        recompute: bool = False,
         logger: logging.Logger | None = None,
     ) -> None:
         layout.validate()
@@ -166,6 +173,7 @@ class EngineClient:
         self.mode = mode
         self.timeout = timeout
         self.on_reregister = on_reregister
+        self.recompute = recompute
         self.log = logger or logging.getLogger("kvpilot.engine")
         self._reset_cache = reset_cache
 
@@ -261,6 +269,7 @@ class EngineClient:
             layers=lay.layers,
             reset_cache=reset,
             mode=_MODES[self.mode],
+            recompute=self.recompute,
             buffers=[
                 engine_pb2.KVBuffer(name=b.name, heads=b.heads, head_dim=b.head_dim)
                 for b in lay.buffers
@@ -625,15 +634,28 @@ class EngineClient:
         )
 
     def complete_fill(
-        self, order_id: str, ok: bool = True, error: str = "", *, timeout: float | None = None
+        self,
+        order_id: str,
+        ok: bool = True,
+        error: str = "",
+        *,
+        recomputed: int = 0,
+        estimated_kl: float = 0.0,
+        timeout: float | None = None,
     ) -> None:
         """Reports a fill order's outcome: its tokens were written (ok), or
-        why not.
+        why not; ``recomputed`` kept tokens were prefilled again, and the
+        quality guard estimated ``estimated_kl`` left.
         """
         self._call(
             self._stub.CompleteFill,
             lambda reg: engine_pb2.CompleteFillRequest(
-                registration_id=reg, order_id=order_id, ok=ok, error=error
+                registration_id=reg,
+                order_id=order_id,
+                ok=ok,
+                error=error,
+                recomputed=recomputed,
+                estimated_kl=estimated_kl,
             ),
             retry=False,
             timeout=timeout,
@@ -668,6 +690,16 @@ class EngineClient:
                         page_slots=list(o.page_slots),
                         first_offset=o.first_offset,
                         prefix_page_slots=list(o.prefix_page_slots),
+                        positions=list(o.positions),
+                        candidates=RecomputeCandidates(
+                            positions=list(o.candidates.positions),
+                            tokens=list(o.candidates.tokens),
+                            share=o.candidates.share,
+                            max_kl=o.candidates.max_kl,
+                            region=o.candidates.region,
+                        )
+                        if o.HasField("candidates")
+                        else None,
                     )
             except grpc.RpcError as e:
                 if self._closed:

@@ -143,13 +143,41 @@ class FinishResult:
 
 
 @dataclass(frozen=True)
+class RecomputeCandidates:
+    """Kept tokens of a splice an engine may recompute beside a fill order's
+    own tokens (an engine registered with ``recompute``).
+
+    ``positions`` and ``tokens`` are the candidates (kept tokens after the
+    first edit that the order does not name, all in the order's pages);
+    ``region`` counts every kept token after the first edit, the order's
+    included. The engine recomputes ``share`` of ``region`` (those its
+    staleness signal ranks first), and, with ``max_kl`` (the quality
+    guard), as many as its estimate of the mean KL per token against a
+    re-prefill needs to stay within it: all of them when nothing less will.
+    """
+
+    positions: list[int]
+    tokens: list[int]
+    share: float = 0.0
+    max_kl: float = 0.0
+    region: int = 0
+
+
+@dataclass(frozen=True)
 class FillOrder:
-    """Prefill work the host asks for (a splice replacement).
+    """Prefill work the host asks for (a splice replacement, and the kept
+    tokens a splice recomputes).
 
     Prefill ``tokens`` at positions ``[position, position + len(tokens))`` of
     the session's sequence, attending to the prefix held in
     ``prefix_page_slots``, and write their K/V into ``page_slots`` starting
     ``first_offset`` rows into the first page; then ``complete_fill``.
+
+    A sparse order sets ``positions`` (``tokens[k]`` sits at
+    ``positions[k]``): ``page_slots`` then run from the page of ``position``
+    to the page of the last position, and each token attends to every row
+    before its own, just written or kept. ``candidates`` (or None) are kept
+    tokens to choose among as well.
     """
 
     order_id: str
@@ -160,3 +188,10 @@ class FillOrder:
     page_slots: list[int]
     first_offset: int
     prefix_page_slots: list[int]
+    positions: list[int] = field(default_factory=list)
+    candidates: RecomputeCandidates | None = None
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the order names positions or candidates."""
+        return bool(self.positions) or self.candidates is not None

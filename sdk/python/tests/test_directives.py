@@ -57,6 +57,16 @@ def test_constructors() -> None:
     assert d.verb_of(m) == "Pin" and m.pin.end == 64 and m.pin.ttl.seconds == 300
     m = d.splice("s", 4, 9, tokens=[1, 2], mode="forget")
     assert m.splice.replacement.tokens == [1, 2] and m.splice.mode == "forget"
+    assert not m.splice.HasField("recompute")
+    m = d.splice("s", 4, 9, recompute_first=64, max_kl=0.005)
+    rc = m.splice.recompute
+    assert (rc.first, rc.share, rc.max_kl) == (64, 0.0, 0.005)
+    m = d.from_dict({"type": "Splice", "session": "s", "start": 4, "end": 9,
+                     "recompute": {"share": 0.25}})  # fmt: skip
+    assert m.splice.recompute.share == 0.25
+    with pytest.raises(BadRequest):
+        d.from_dict({"type": "Splice", "session": "s", "start": 4, "end": 9,
+                     "recompute": {"firts": 3}})  # fmt: skip
     m = d.pause(["0x1", 2], lease_id="l")
     assert list(m.pause.block_hashes) == [1, 2] and not m.pause.HasField("ttl")
     assert d.renew_lease("l", 60).renew_lease.new_ttl.seconds == 60

@@ -450,7 +450,10 @@ type Splice struct {
 	End         int64                  `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
 	Replacement *Replacement           `protobuf:"bytes,4,opt,name=replacement,proto3" json:"replacement,omitempty"`
 	// "", "amortize" or "forget".
-	Mode          string `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	Mode string `protobuf:"bytes,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Kept tokens to prefill again with the edited context (amortize only);
+	// unset: the host's splice.recompute and splice.max_kl.
+	Recompute     *Recompute `protobuf:"bytes,6,opt,name=recompute,proto3" json:"recompute,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -520,6 +523,79 @@ func (x *Splice) GetMode() string {
 	return ""
 }
 
+func (x *Splice) GetRecompute() *Recompute {
+	if x != nil {
+		return x.Recompute
+	}
+	return nil
+}
+
+// Recompute says which tokens a splice keeps are prefilled again.
+type Recompute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first tokens after each edit.
+	First int64 `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	// A fraction (0..1) of the kept tokens after the first edit, ranked by
+	// the engine's staleness signal.
+	Share float64 `protobuf:"fixed64,2,opt,name=share,proto3" json:"share,omitempty"`
+	// The quality guard's budget: mean KL per token against a re-prefill,
+	// which the engine estimates and meets. 0: no guard.
+	MaxKl         float64 `protobuf:"fixed64,3,opt,name=max_kl,json=maxKl,proto3" json:"max_kl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Recompute) Reset() {
+	*x = Recompute{}
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Recompute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Recompute) ProtoMessage() {}
+
+func (x *Recompute) ProtoReflect() protoreflect.Message {
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Recompute.ProtoReflect.Descriptor instead.
+func (*Recompute) Descriptor() ([]byte, []int) {
+	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Recompute) GetFirst() int64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *Recompute) GetShare() float64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
+func (x *Recompute) GetMaxKl() float64 {
+	if x != nil {
+		return x.MaxKl
+	}
+	return 0
+}
+
 type Pin struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -531,7 +607,7 @@ type Pin struct {
 
 func (x *Pin) Reset() {
 	*x = Pin{}
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[9]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +619,7 @@ func (x *Pin) String() string {
 func (*Pin) ProtoMessage() {}
 
 func (x *Pin) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[9]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +632,7 @@ func (x *Pin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pin.ProtoReflect.Descriptor instead.
 func (*Pin) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{9}
+	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Pin) GetSession() string {
@@ -593,7 +669,7 @@ type Retain struct {
 
 func (x *Retain) Reset() {
 	*x = Retain{}
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[10]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +681,7 @@ func (x *Retain) String() string {
 func (*Retain) ProtoMessage() {}
 
 func (x *Retain) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[10]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +694,7 @@ func (x *Retain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retain.ProtoReflect.Descriptor instead.
 func (*Retain) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{10}
+	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Retain) GetSession() string {
@@ -668,7 +744,7 @@ type Evict struct {
 
 func (x *Evict) Reset() {
 	*x = Evict{}
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[11]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +756,7 @@ func (x *Evict) String() string {
 func (*Evict) ProtoMessage() {}
 
 func (x *Evict) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[11]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +769,7 @@ func (x *Evict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Evict.ProtoReflect.Descriptor instead.
 func (*Evict) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{11}
+	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Evict) GetSession() string {
@@ -733,7 +809,7 @@ type Resume struct {
 
 func (x *Resume) Reset() {
 	*x = Resume{}
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[12]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +821,7 @@ func (x *Resume) String() string {
 func (*Resume) ProtoMessage() {}
 
 func (x *Resume) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[12]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +834,7 @@ func (x *Resume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resume.ProtoReflect.Descriptor instead.
 func (*Resume) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{12}
+	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Resume) GetLeaseId() string {
@@ -780,7 +856,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[13]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +868,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[13]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +881,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{13}
+	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Share) GetSession() string {
@@ -853,7 +929,7 @@ type Directive struct {
 
 func (x *Directive) Reset() {
 	*x = Directive{}
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[14]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +941,7 @@ func (x *Directive) String() string {
 func (*Directive) ProtoMessage() {}
 
 func (x *Directive) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[14]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +954,7 @@ func (x *Directive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Directive.ProtoReflect.Descriptor instead.
 func (*Directive) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{14}
+	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Directive) GetVerb() isDirective_Verb {
@@ -1097,14 +1173,18 @@ type Effect struct {
 	LeaseId string                 `protobuf:"bytes,5,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	Ttl     *durationpb.Duration   `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// Why blocks were skipped, one entry per reason; blocks add up to skipped.
-	Skips         []*Skip `protobuf:"bytes,7,rep,name=skips,proto3" json:"skips,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Skips []*Skip `protobuf:"bytes,7,rep,name=skips,proto3" json:"skips,omitempty"`
+	// A splice's kept tokens recomputed as planned, of the kept tokens after
+	// its first edit (sdk/directive.Effect).
+	RecomputedTokens int64 `protobuf:"varint,8,opt,name=recomputed_tokens,json=recomputedTokens,proto3" json:"recomputed_tokens,omitempty"`
+	RecomputeRegion  int64 `protobuf:"varint,9,opt,name=recompute_region,json=recomputeRegion,proto3" json:"recompute_region,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Effect) Reset() {
 	*x = Effect{}
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[15]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1196,7 @@ func (x *Effect) String() string {
 func (*Effect) ProtoMessage() {}
 
 func (x *Effect) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[15]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1209,7 @@ func (x *Effect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Effect.ProtoReflect.Descriptor instead.
 func (*Effect) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{15}
+	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Effect) GetBlocks() int64 {
@@ -1181,6 +1261,20 @@ func (x *Effect) GetSkips() []*Skip {
 	return nil
 }
 
+func (x *Effect) GetRecomputedTokens() int64 {
+	if x != nil {
+		return x.RecomputedTokens
+	}
+	return 0
+}
+
+func (x *Effect) GetRecomputeRegion() int64 {
+	if x != nil {
+		return x.RecomputeRegion
+	}
+	return 0
+}
+
 // Skip counts the blocks a verb left alone for one reason ("locked",
 // "pinned", "leased", "shared", ...: sdk/directive.SkipReason).
 type Skip struct {
@@ -1193,7 +1287,7 @@ type Skip struct {
 
 func (x *Skip) Reset() {
 	*x = Skip{}
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[16]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1299,7 @@ func (x *Skip) String() string {
 func (*Skip) ProtoMessage() {}
 
 func (x *Skip) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[16]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1312,7 @@ func (x *Skip) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Skip.ProtoReflect.Descriptor instead.
 func (*Skip) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{16}
+	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Skip) GetReason() string {
@@ -1250,7 +1344,7 @@ type DirectiveResult struct {
 
 func (x *DirectiveResult) Reset() {
 	*x = DirectiveResult{}
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[17]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1356,7 @@ func (x *DirectiveResult) String() string {
 func (*DirectiveResult) ProtoMessage() {}
 
 func (x *DirectiveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_directive_proto_msgTypes[17]
+	mi := &file_kvpilot_v1_directive_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1369,7 @@ func (x *DirectiveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectiveResult.ProtoReflect.Descriptor instead.
 func (*DirectiveResult) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{17}
+	return file_kvpilot_v1_directive_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DirectiveResult) GetIndex() int32 {
@@ -1345,13 +1439,18 @@ const file_kvpilot_v1_directive_proto_rawDesc = "" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\"9\n" +
 	"\vReplacement\x12\x16\n" +
 	"\x06tokens\x18\x01 \x03(\rR\x06tokens\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text\"\x99\x01\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"\xce\x01\n" +
 	"\x06Splice\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x03R\x05start\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\x03R\x03end\x129\n" +
 	"\vreplacement\x18\x04 \x01(\v2\x17.kvpilot.v1.ReplacementR\vreplacement\x12\x12\n" +
-	"\x04mode\x18\x05 \x01(\tR\x04mode\"^\n" +
+	"\x04mode\x18\x05 \x01(\tR\x04mode\x123\n" +
+	"\trecompute\x18\x06 \x01(\v2\x15.kvpilot.v1.RecomputeR\trecompute\"N\n" +
+	"\tRecompute\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\x03R\x05first\x12\x14\n" +
+	"\x05share\x18\x02 \x01(\x01R\x05share\x12\x15\n" +
+	"\x06max_kl\x18\x03 \x01(\x01R\x05maxKl\"^\n" +
 	"\x03Pin\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x03R\x03end\x12+\n" +
@@ -1389,7 +1488,7 @@ const file_kvpilot_v1_directive_proto_rawDesc = "" +
 	"\x05evict\x18\v \x01(\v2\x11.kvpilot.v1.EvictH\x00R\x05evict\x12,\n" +
 	"\x06resume\x18\f \x01(\v2\x12.kvpilot.v1.ResumeH\x00R\x06resume\x12)\n" +
 	"\x05share\x18\r \x01(\v2\x11.kvpilot.v1.ShareH\x00R\x05shareB\x06\n" +
-	"\x04verb\"\xdc\x01\n" +
+	"\x04verb\"\xb4\x02\n" +
 	"\x06Effect\x12\x16\n" +
 	"\x06blocks\x18\x01 \x01(\x03R\x06blocks\x12\x18\n" +
 	"\askipped\x18\x02 \x01(\x03R\askipped\x12\x18\n" +
@@ -1397,7 +1496,9 @@ const file_kvpilot_v1_directive_proto_rawDesc = "" +
 	"\x06tokens\x18\x04 \x01(\x03R\x06tokens\x12\x19\n" +
 	"\blease_id\x18\x05 \x01(\tR\aleaseId\x12+\n" +
 	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12&\n" +
-	"\x05skips\x18\a \x03(\v2\x10.kvpilot.v1.SkipR\x05skips\"6\n" +
+	"\x05skips\x18\a \x03(\v2\x10.kvpilot.v1.SkipR\x05skips\x12+\n" +
+	"\x11recomputed_tokens\x18\b \x01(\x03R\x10recomputedTokens\x12)\n" +
+	"\x10recompute_region\x18\t \x01(\x03R\x0frecomputeRegion\"6\n" +
 	"\x04Skip\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x16\n" +
 	"\x06blocks\x18\x02 \x01(\x03R\x06blocks\"\xa0\x01\n" +
@@ -1420,7 +1521,7 @@ func file_kvpilot_v1_directive_proto_rawDescGZIP() []byte {
 	return file_kvpilot_v1_directive_proto_rawDescData
 }
 
-var file_kvpilot_v1_directive_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_kvpilot_v1_directive_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_kvpilot_v1_directive_proto_goTypes = []any{
 	(*Warm)(nil),                // 0: kvpilot.v1.Warm
 	(*Prune)(nil),               // 1: kvpilot.v1.Prune
@@ -1431,47 +1532,49 @@ var file_kvpilot_v1_directive_proto_goTypes = []any{
 	(*RevokeLease)(nil),         // 6: kvpilot.v1.RevokeLease
 	(*Replacement)(nil),         // 7: kvpilot.v1.Replacement
 	(*Splice)(nil),              // 8: kvpilot.v1.Splice
-	(*Pin)(nil),                 // 9: kvpilot.v1.Pin
-	(*Retain)(nil),              // 10: kvpilot.v1.Retain
-	(*Evict)(nil),               // 11: kvpilot.v1.Evict
-	(*Resume)(nil),              // 12: kvpilot.v1.Resume
-	(*Share)(nil),               // 13: kvpilot.v1.Share
-	(*Directive)(nil),           // 14: kvpilot.v1.Directive
-	(*Effect)(nil),              // 15: kvpilot.v1.Effect
-	(*Skip)(nil),                // 16: kvpilot.v1.Skip
-	(*DirectiveResult)(nil),     // 17: kvpilot.v1.DirectiveResult
-	(*durationpb.Duration)(nil), // 18: google.protobuf.Duration
-	(*Error)(nil),               // 19: kvpilot.v1.Error
+	(*Recompute)(nil),           // 9: kvpilot.v1.Recompute
+	(*Pin)(nil),                 // 10: kvpilot.v1.Pin
+	(*Retain)(nil),              // 11: kvpilot.v1.Retain
+	(*Evict)(nil),               // 12: kvpilot.v1.Evict
+	(*Resume)(nil),              // 13: kvpilot.v1.Resume
+	(*Share)(nil),               // 14: kvpilot.v1.Share
+	(*Directive)(nil),           // 15: kvpilot.v1.Directive
+	(*Effect)(nil),              // 16: kvpilot.v1.Effect
+	(*Skip)(nil),                // 17: kvpilot.v1.Skip
+	(*DirectiveResult)(nil),     // 18: kvpilot.v1.DirectiveResult
+	(*durationpb.Duration)(nil), // 19: google.protobuf.Duration
+	(*Error)(nil),               // 20: kvpilot.v1.Error
 }
 var file_kvpilot_v1_directive_proto_depIdxs = []int32{
-	18, // 0: kvpilot.v1.Cache.ttl:type_name -> google.protobuf.Duration
-	18, // 1: kvpilot.v1.Pause.ttl:type_name -> google.protobuf.Duration
-	18, // 2: kvpilot.v1.RenewLease.new_ttl:type_name -> google.protobuf.Duration
+	19, // 0: kvpilot.v1.Cache.ttl:type_name -> google.protobuf.Duration
+	19, // 1: kvpilot.v1.Pause.ttl:type_name -> google.protobuf.Duration
+	19, // 2: kvpilot.v1.RenewLease.new_ttl:type_name -> google.protobuf.Duration
 	7,  // 3: kvpilot.v1.Splice.replacement:type_name -> kvpilot.v1.Replacement
-	18, // 4: kvpilot.v1.Pin.ttl:type_name -> google.protobuf.Duration
-	18, // 5: kvpilot.v1.Retain.duration:type_name -> google.protobuf.Duration
-	0,  // 6: kvpilot.v1.Directive.warm:type_name -> kvpilot.v1.Warm
-	1,  // 7: kvpilot.v1.Directive.prune:type_name -> kvpilot.v1.Prune
-	2,  // 8: kvpilot.v1.Directive.cache:type_name -> kvpilot.v1.Cache
-	3,  // 9: kvpilot.v1.Directive.think:type_name -> kvpilot.v1.Think
-	4,  // 10: kvpilot.v1.Directive.pause:type_name -> kvpilot.v1.Pause
-	5,  // 11: kvpilot.v1.Directive.renew_lease:type_name -> kvpilot.v1.RenewLease
-	6,  // 12: kvpilot.v1.Directive.revoke_lease:type_name -> kvpilot.v1.RevokeLease
-	8,  // 13: kvpilot.v1.Directive.splice:type_name -> kvpilot.v1.Splice
-	9,  // 14: kvpilot.v1.Directive.pin:type_name -> kvpilot.v1.Pin
-	10, // 15: kvpilot.v1.Directive.retain:type_name -> kvpilot.v1.Retain
-	11, // 16: kvpilot.v1.Directive.evict:type_name -> kvpilot.v1.Evict
-	12, // 17: kvpilot.v1.Directive.resume:type_name -> kvpilot.v1.Resume
-	13, // 18: kvpilot.v1.Directive.share:type_name -> kvpilot.v1.Share
-	18, // 19: kvpilot.v1.Effect.ttl:type_name -> google.protobuf.Duration
-	16, // 20: kvpilot.v1.Effect.skips:type_name -> kvpilot.v1.Skip
-	15, // 21: kvpilot.v1.DirectiveResult.effect:type_name -> kvpilot.v1.Effect
-	19, // 22: kvpilot.v1.DirectiveResult.error:type_name -> kvpilot.v1.Error
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	9,  // 4: kvpilot.v1.Splice.recompute:type_name -> kvpilot.v1.Recompute
+	19, // 5: kvpilot.v1.Pin.ttl:type_name -> google.protobuf.Duration
+	19, // 6: kvpilot.v1.Retain.duration:type_name -> google.protobuf.Duration
+	0,  // 7: kvpilot.v1.Directive.warm:type_name -> kvpilot.v1.Warm
+	1,  // 8: kvpilot.v1.Directive.prune:type_name -> kvpilot.v1.Prune
+	2,  // 9: kvpilot.v1.Directive.cache:type_name -> kvpilot.v1.Cache
+	3,  // 10: kvpilot.v1.Directive.think:type_name -> kvpilot.v1.Think
+	4,  // 11: kvpilot.v1.Directive.pause:type_name -> kvpilot.v1.Pause
+	5,  // 12: kvpilot.v1.Directive.renew_lease:type_name -> kvpilot.v1.RenewLease
+	6,  // 13: kvpilot.v1.Directive.revoke_lease:type_name -> kvpilot.v1.RevokeLease
+	8,  // 14: kvpilot.v1.Directive.splice:type_name -> kvpilot.v1.Splice
+	10, // 15: kvpilot.v1.Directive.pin:type_name -> kvpilot.v1.Pin
+	11, // 16: kvpilot.v1.Directive.retain:type_name -> kvpilot.v1.Retain
+	12, // 17: kvpilot.v1.Directive.evict:type_name -> kvpilot.v1.Evict
+	13, // 18: kvpilot.v1.Directive.resume:type_name -> kvpilot.v1.Resume
+	14, // 19: kvpilot.v1.Directive.share:type_name -> kvpilot.v1.Share
+	19, // 20: kvpilot.v1.Effect.ttl:type_name -> google.protobuf.Duration
+	17, // 21: kvpilot.v1.Effect.skips:type_name -> kvpilot.v1.Skip
+	16, // 22: kvpilot.v1.DirectiveResult.effect:type_name -> kvpilot.v1.Effect
+	20, // 23: kvpilot.v1.DirectiveResult.error:type_name -> kvpilot.v1.Error
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_kvpilot_v1_directive_proto_init() }
@@ -1480,7 +1583,7 @@ func file_kvpilot_v1_directive_proto_init() {
 		return
 	}
 	file_kvpilot_v1_common_proto_init()
-	file_kvpilot_v1_directive_proto_msgTypes[14].OneofWrappers = []any{
+	file_kvpilot_v1_directive_proto_msgTypes[15].OneofWrappers = []any{
 		(*Directive_Warm)(nil),
 		(*Directive_Prune)(nil),
 		(*Directive_Cache)(nil),
@@ -1501,7 +1604,7 @@ func file_kvpilot_v1_directive_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvpilot_v1_directive_proto_rawDesc), len(file_kvpilot_v1_directive_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -481,7 +481,12 @@ type RegisterRequest struct {
 	// cached, the pools are reopened for the new one.
 	ResetCache bool `protobuf:"varint,10,opt,name=reset_cache,json=resetCache,proto3" json:"reset_cache,omitempty"`
 	// Arena (the default) or connector mode.
-	Mode          EngineMode `protobuf:"varint,11,opt,name=mode,proto3,enum=kvpilot.v1.EngineMode" json:"mode,omitempty"`
+	Mode EngineMode `protobuf:"varint,11,opt,name=mode,proto3,enum=kvpilot.v1.EngineMode" json:"mode,omitempty"`
+	// The engine recomputes kept tokens of a splice: it serves sparse fill
+	// orders (FillOrder.positions) and ranks candidates by its own staleness
+	// signal (FillOrder.candidates). A host configured to recompute
+	// (splice.recompute, splice.max_kl) refuses an engine without it.
+	Recompute     bool `protobuf:"varint,12,opt,name=recompute,proto3" json:"recompute,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -591,6 +596,13 @@ func (x *RegisterRequest) GetMode() EngineMode {
 		return x.Mode
 	}
 	return EngineMode_ENGINE_MODE_UNSPECIFIED
+}
+
+func (x *RegisterRequest) GetRecompute() bool {
+	if x != nil {
+		return x.Recompute
+	}
+	return false
 }
 
 // PoolHandle describes one tier's arena for the engine to map.
@@ -1900,6 +1912,13 @@ func (x *FillOrdersRequest) GetRegistrationId() string {
 // [position, position+len(tokens)) of a session's sequence, attending to
 // the prefix in prefix_page_slots, and to write their K/V into page_slots
 // starting first_offset rows into the first page.
+//
+// A sparse order (an engine that registered recompute) sets positions:
+// tokens[k] sits at positions[k] (increasing, the first equal to position),
+// page_slots run from the page holding position to the page holding the
+// last one, and each token attends to every row before its own, whether
+// it was just written or kept by the splice. Candidates are kept tokens
+// the engine may add to the order by its staleness signal.
 type FillOrder struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	OrderId         string                 `protobuf:"bytes,1,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
@@ -1910,6 +1929,8 @@ type FillOrder struct {
 	PageSlots       []uint32               `protobuf:"varint,6,rep,packed,name=page_slots,json=pageSlots,proto3" json:"page_slots,omitempty"`
 	FirstOffset     uint32                 `protobuf:"varint,7,opt,name=first_offset,json=firstOffset,proto3" json:"first_offset,omitempty"`
 	PrefixPageSlots []uint32               `protobuf:"varint,8,rep,packed,name=prefix_page_slots,json=prefixPageSlots,proto3" json:"prefix_page_slots,omitempty"`
+	Positions       []uint32               `protobuf:"varint,9,rep,packed,name=positions,proto3" json:"positions,omitempty"`
+	Candidates      *RecomputeCandidates   `protobuf:"bytes,10,opt,name=candidates,proto3" json:"candidates,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -2000,19 +2021,121 @@ func (x *FillOrder) GetPrefixPageSlots() []uint32 {
 	return nil
 }
 
+func (x *FillOrder) GetPositions() []uint32 {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
+func (x *FillOrder) GetCandidates() *RecomputeCandidates {
+	if x != nil {
+		return x.Candidates
+	}
+	return nil
+}
+
+// RecomputeCandidates are a splice's kept tokens after its first edit that
+// an order did not name, in the order's pages, and how many to recompute:
+// share of them by the engine's ranking, or as many as it takes to bring
+// the engine's estimate of the mean KL per token against a re-prefill
+// within max_kl (the quality guard; all of them when nothing less will).
+type RecomputeCandidates struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Positions []uint32               `protobuf:"varint,1,rep,packed,name=positions,proto3" json:"positions,omitempty"`
+	Tokens    []uint32               `protobuf:"varint,2,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	Share     float64                `protobuf:"fixed64,3,opt,name=share,proto3" json:"share,omitempty"`
+	MaxKl     float64                `protobuf:"fixed64,4,opt,name=max_kl,json=maxKl,proto3" json:"max_kl,omitempty"`
+	// The kept tokens after the first edit, the order's included: what
+	// share is a fraction of.
+	Region        uint32 `protobuf:"varint,5,opt,name=region,proto3" json:"region,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecomputeCandidates) Reset() {
+	*x = RecomputeCandidates{}
+	mi := &file_kvpilot_v1_engine_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecomputeCandidates) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecomputeCandidates) ProtoMessage() {}
+
+func (x *RecomputeCandidates) ProtoReflect() protoreflect.Message {
+	mi := &file_kvpilot_v1_engine_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecomputeCandidates.ProtoReflect.Descriptor instead.
+func (*RecomputeCandidates) Descriptor() ([]byte, []int) {
+	return file_kvpilot_v1_engine_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RecomputeCandidates) GetPositions() []uint32 {
+	if x != nil {
+		return x.Positions
+	}
+	return nil
+}
+
+func (x *RecomputeCandidates) GetTokens() []uint32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *RecomputeCandidates) GetShare() float64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
+func (x *RecomputeCandidates) GetMaxKl() float64 {
+	if x != nil {
+		return x.MaxKl
+	}
+	return 0
+}
+
+func (x *RecomputeCandidates) GetRegion() uint32 {
+	if x != nil {
+		return x.Region
+	}
+	return 0
+}
+
 type CompleteFillRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	RegistrationId string                 `protobuf:"bytes,1,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
 	OrderId        string                 `protobuf:"bytes,2,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
 	Ok             bool                   `protobuf:"varint,3,opt,name=ok,proto3" json:"ok,omitempty"`
 	Error          string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Kept tokens recomputed (the order's positions past the replacements,
+	// and the candidates the engine chose).
+	Recomputed uint32 `protobuf:"varint,5,opt,name=recomputed,proto3" json:"recomputed,omitempty"`
+	// The guard's estimate of the mean KL per token left (when it ran).
+	EstimatedKl   float64 `protobuf:"fixed64,6,opt,name=estimated_kl,json=estimatedKl,proto3" json:"estimated_kl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompleteFillRequest) Reset() {
 	*x = CompleteFillRequest{}
-	mi := &file_kvpilot_v1_engine_proto_msgTypes[23]
+	mi := &file_kvpilot_v1_engine_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2147,7 @@ func (x *CompleteFillRequest) String() string {
 func (*CompleteFillRequest) ProtoMessage() {}
 
 func (x *CompleteFillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_engine_proto_msgTypes[23]
+	mi := &file_kvpilot_v1_engine_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2160,7 @@ func (x *CompleteFillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteFillRequest.ProtoReflect.Descriptor instead.
 func (*CompleteFillRequest) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_engine_proto_rawDescGZIP(), []int{23}
+	return file_kvpilot_v1_engine_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CompleteFillRequest) GetRegistrationId() string {
@@ -2068,6 +2191,20 @@ func (x *CompleteFillRequest) GetError() string {
 	return ""
 }
 
+func (x *CompleteFillRequest) GetRecomputed() uint32 {
+	if x != nil {
+		return x.Recomputed
+	}
+	return 0
+}
+
+func (x *CompleteFillRequest) GetEstimatedKl() float64 {
+	if x != nil {
+		return x.EstimatedKl
+	}
+	return 0
+}
+
 type CompleteFillResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2076,7 +2213,7 @@ type CompleteFillResponse struct {
 
 func (x *CompleteFillResponse) Reset() {
 	*x = CompleteFillResponse{}
-	mi := &file_kvpilot_v1_engine_proto_msgTypes[24]
+	mi := &file_kvpilot_v1_engine_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2225,7 @@ func (x *CompleteFillResponse) String() string {
 func (*CompleteFillResponse) ProtoMessage() {}
 
 func (x *CompleteFillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvpilot_v1_engine_proto_msgTypes[24]
+	mi := &file_kvpilot_v1_engine_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2238,7 @@ func (x *CompleteFillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteFillResponse.ProtoReflect.Descriptor instead.
 func (*CompleteFillResponse) Descriptor() ([]byte, []int) {
-	return file_kvpilot_v1_engine_proto_rawDescGZIP(), []int{24}
+	return file_kvpilot_v1_engine_proto_rawDescGZIP(), []int{25}
 }
 
 var File_kvpilot_v1_engine_proto protoreflect.FileDescriptor
@@ -2136,7 +2273,7 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\n" +
 	"RopeConfig\x12\x12\n" +
 	"\x04base\x18\x01 \x01(\x01R\x04base\x121\n" +
-	"\ascaling\x18\x02 \x01(\v2\x17.kvpilot.v1.RopeScalingR\ascaling\"\x8f\x03\n" +
+	"\ascaling\x18\x02 \x01(\v2\x17.kvpilot.v1.RopeScalingR\ascaling\"\xad\x03\n" +
 	"\x0fRegisterRequest\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\rR\n" +
 	"apiVersion\x12\x1b\n" +
@@ -2152,7 +2289,8 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\vreset_cache\x18\n" +
 	" \x01(\bR\n" +
 	"resetCache\x12*\n" +
-	"\x04mode\x18\v \x01(\x0e2\x16.kvpilot.v1.EngineModeR\x04mode\"\x91\x02\n" +
+	"\x04mode\x18\v \x01(\x0e2\x16.kvpilot.v1.EngineModeR\x04mode\x12\x1c\n" +
+	"\trecompute\x18\f \x01(\bR\trecompute\"\x91\x02\n" +
 	"\n" +
 	"PoolHandle\x12$\n" +
 	"\x04tier\x18\x01 \x01(\x0e2\x10.kvpilot.v1.TierR\x04tier\x12\x12\n" +
@@ -2270,7 +2408,7 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x05 \x01(\x04R\x05ttlMs\x12.\n" +
 	"\tpin_error\x18\x06 \x01(\v2\x11.kvpilot.v1.ErrorR\bpinError\"<\n" +
 	"\x11FillOrdersRequest\x12'\n" +
-	"\x0fregistration_id\x18\x01 \x01(\tR\x0eregistrationId\"\xfa\x01\n" +
+	"\x0fregistration_id\x18\x01 \x01(\tR\x0eregistrationId\"\xd9\x02\n" +
 	"\tFillOrder\x12\x19\n" +
 	"\border_id\x18\x01 \x01(\tR\aorderId\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12\x16\n" +
@@ -2280,12 +2418,27 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\n" +
 	"page_slots\x18\x06 \x03(\rR\tpageSlots\x12!\n" +
 	"\ffirst_offset\x18\a \x01(\rR\vfirstOffset\x12*\n" +
-	"\x11prefix_page_slots\x18\b \x03(\rR\x0fprefixPageSlots\"\x7f\n" +
+	"\x11prefix_page_slots\x18\b \x03(\rR\x0fprefixPageSlots\x12\x1c\n" +
+	"\tpositions\x18\t \x03(\rR\tpositions\x12?\n" +
+	"\n" +
+	"candidates\x18\n" +
+	" \x01(\v2\x1f.kvpilot.v1.RecomputeCandidatesR\n" +
+	"candidates\"\x90\x01\n" +
+	"\x13RecomputeCandidates\x12\x1c\n" +
+	"\tpositions\x18\x01 \x03(\rR\tpositions\x12\x16\n" +
+	"\x06tokens\x18\x02 \x03(\rR\x06tokens\x12\x14\n" +
+	"\x05share\x18\x03 \x01(\x01R\x05share\x12\x15\n" +
+	"\x06max_kl\x18\x04 \x01(\x01R\x05maxKl\x12\x16\n" +
+	"\x06region\x18\x05 \x01(\rR\x06region\"\xc2\x01\n" +
 	"\x13CompleteFillRequest\x12'\n" +
 	"\x0fregistration_id\x18\x01 \x01(\tR\x0eregistrationId\x12\x19\n" +
 	"\border_id\x18\x02 \x01(\tR\aorderId\x12\x0e\n" +
 	"\x02ok\x18\x03 \x01(\bR\x02ok\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\x16\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1e\n" +
+	"\n" +
+	"recomputed\x18\x05 \x01(\rR\n" +
+	"recomputed\x12!\n" +
+	"\festimated_kl\x18\x06 \x01(\x01R\vestimatedKl\"\x16\n" +
 	"\x14CompleteFillResponse*P\n" +
 	"\x10EngineApiVersion\x12\"\n" +
 	"\x1eENGINE_API_VERSION_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -2319,7 +2472,7 @@ func file_kvpilot_v1_engine_proto_rawDescGZIP() []byte {
 }
 
 var file_kvpilot_v1_engine_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_kvpilot_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_kvpilot_v1_engine_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_kvpilot_v1_engine_proto_goTypes = []any{
 	(EngineApiVersion)(0),        // 0: kvpilot.v1.EngineApiVersion
 	(EngineMode)(0),              // 1: kvpilot.v1.EngineMode
@@ -2346,10 +2499,11 @@ var file_kvpilot_v1_engine_proto_goTypes = []any{
 	(*FinishResponse)(nil),       // 22: kvpilot.v1.FinishResponse
 	(*FillOrdersRequest)(nil),    // 23: kvpilot.v1.FillOrdersRequest
 	(*FillOrder)(nil),            // 24: kvpilot.v1.FillOrder
-	(*CompleteFillRequest)(nil),  // 25: kvpilot.v1.CompleteFillRequest
-	(*CompleteFillResponse)(nil), // 26: kvpilot.v1.CompleteFillResponse
-	(Tier)(0),                    // 27: kvpilot.v1.Tier
-	(*Error)(nil),                // 28: kvpilot.v1.Error
+	(*RecomputeCandidates)(nil),  // 25: kvpilot.v1.RecomputeCandidates
+	(*CompleteFillRequest)(nil),  // 26: kvpilot.v1.CompleteFillRequest
+	(*CompleteFillResponse)(nil), // 27: kvpilot.v1.CompleteFillResponse
+	(Tier)(0),                    // 28: kvpilot.v1.Tier
+	(*Error)(nil),                // 29: kvpilot.v1.Error
 }
 var file_kvpilot_v1_engine_proto_depIdxs = []int32{
 	4,  // 0: kvpilot.v1.RopeConfig.scaling:type_name -> kvpilot.v1.RopeScaling
@@ -2357,7 +2511,7 @@ var file_kvpilot_v1_engine_proto_depIdxs = []int32{
 	3,  // 2: kvpilot.v1.RegisterRequest.rope_slice:type_name -> kvpilot.v1.RopeSlice
 	5,  // 3: kvpilot.v1.RegisterRequest.rope:type_name -> kvpilot.v1.RopeConfig
 	1,  // 4: kvpilot.v1.RegisterRequest.mode:type_name -> kvpilot.v1.EngineMode
-	27, // 5: kvpilot.v1.PoolHandle.tier:type_name -> kvpilot.v1.Tier
+	28, // 5: kvpilot.v1.PoolHandle.tier:type_name -> kvpilot.v1.Tier
 	7,  // 6: kvpilot.v1.RegisterResponse.pools:type_name -> kvpilot.v1.PoolHandle
 	1,  // 7: kvpilot.v1.RegisterResponse.mode:type_name -> kvpilot.v1.EngineMode
 	9,  // 8: kvpilot.v1.ChatMessage.span:type_name -> kvpilot.v1.TokenSpan
@@ -2365,28 +2519,29 @@ var file_kvpilot_v1_engine_proto_depIdxs = []int32{
 	10, // 10: kvpilot.v1.MatchRequest.messages:type_name -> kvpilot.v1.ChatMessage
 	19, // 11: kvpilot.v1.FinishRequest.usage:type_name -> kvpilot.v1.Usage
 	20, // 12: kvpilot.v1.FinishRequest.cache_control:type_name -> kvpilot.v1.CacheControl
-	28, // 13: kvpilot.v1.FinishResponse.pin_error:type_name -> kvpilot.v1.Error
-	6,  // 14: kvpilot.v1.Engine.Register:input_type -> kvpilot.v1.RegisterRequest
-	11, // 15: kvpilot.v1.Engine.Match:input_type -> kvpilot.v1.MatchRequest
-	13, // 16: kvpilot.v1.Engine.Allocate:input_type -> kvpilot.v1.AllocateRequest
-	15, // 17: kvpilot.v1.Engine.Commit:input_type -> kvpilot.v1.CommitRequest
-	17, // 18: kvpilot.v1.Engine.Release:input_type -> kvpilot.v1.ReleaseRequest
-	21, // 19: kvpilot.v1.Engine.Finish:input_type -> kvpilot.v1.FinishRequest
-	23, // 20: kvpilot.v1.Engine.FillOrders:input_type -> kvpilot.v1.FillOrdersRequest
-	25, // 21: kvpilot.v1.Engine.CompleteFill:input_type -> kvpilot.v1.CompleteFillRequest
-	8,  // 22: kvpilot.v1.Engine.Register:output_type -> kvpilot.v1.RegisterResponse
-	12, // 23: kvpilot.v1.Engine.Match:output_type -> kvpilot.v1.MatchResponse
-	14, // 24: kvpilot.v1.Engine.Allocate:output_type -> kvpilot.v1.AllocateResponse
-	16, // 25: kvpilot.v1.Engine.Commit:output_type -> kvpilot.v1.CommitResponse
-	18, // 26: kvpilot.v1.Engine.Release:output_type -> kvpilot.v1.ReleaseResponse
-	22, // 27: kvpilot.v1.Engine.Finish:output_type -> kvpilot.v1.FinishResponse
-	24, // 28: kvpilot.v1.Engine.FillOrders:output_type -> kvpilot.v1.FillOrder
-	26, // 29: kvpilot.v1.Engine.CompleteFill:output_type -> kvpilot.v1.CompleteFillResponse
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	29, // 13: kvpilot.v1.FinishResponse.pin_error:type_name -> kvpilot.v1.Error
+	25, // 14: kvpilot.v1.FillOrder.candidates:type_name -> kvpilot.v1.RecomputeCandidates
+	6,  // 15: kvpilot.v1.Engine.Register:input_type -> kvpilot.v1.RegisterRequest
+	11, // 16: kvpilot.v1.Engine.Match:input_type -> kvpilot.v1.MatchRequest
+	13, // 17: kvpilot.v1.Engine.Allocate:input_type -> kvpilot.v1.AllocateRequest
+	15, // 18: kvpilot.v1.Engine.Commit:input_type -> kvpilot.v1.CommitRequest
+	17, // 19: kvpilot.v1.Engine.Release:input_type -> kvpilot.v1.ReleaseRequest
+	21, // 20: kvpilot.v1.Engine.Finish:input_type -> kvpilot.v1.FinishRequest
+	23, // 21: kvpilot.v1.Engine.FillOrders:input_type -> kvpilot.v1.FillOrdersRequest
+	26, // 22: kvpilot.v1.Engine.CompleteFill:input_type -> kvpilot.v1.CompleteFillRequest
+	8,  // 23: kvpilot.v1.Engine.Register:output_type -> kvpilot.v1.RegisterResponse
+	12, // 24: kvpilot.v1.Engine.Match:output_type -> kvpilot.v1.MatchResponse
+	14, // 25: kvpilot.v1.Engine.Allocate:output_type -> kvpilot.v1.AllocateResponse
+	16, // 26: kvpilot.v1.Engine.Commit:output_type -> kvpilot.v1.CommitResponse
+	18, // 27: kvpilot.v1.Engine.Release:output_type -> kvpilot.v1.ReleaseResponse
+	22, // 28: kvpilot.v1.Engine.Finish:output_type -> kvpilot.v1.FinishResponse
+	24, // 29: kvpilot.v1.Engine.FillOrders:output_type -> kvpilot.v1.FillOrder
+	27, // 30: kvpilot.v1.Engine.CompleteFill:output_type -> kvpilot.v1.CompleteFillResponse
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_kvpilot_v1_engine_proto_init() }
@@ -2401,7 +2556,7 @@ func file_kvpilot_v1_engine_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvpilot_v1_engine_proto_rawDesc), len(file_kvpilot_v1_engine_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

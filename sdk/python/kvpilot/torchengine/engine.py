@@ -15,7 +15,8 @@ recomputed against the rows before it and nothing is written. The whole
 request runs under ``EngineClient.run_request``, so a host restart in the
 middle of it runs it again from its match.
 
-Fill orders (splice replacements) are served on a background thread by
+Fill orders (splice replacements, and the kept tokens a splice recomputes,
+kvpilot.torchengine.staleness) are served on a background thread by
 ``FillServer(engine).start()`` (kvpilot.torchengine.fills, which imports this
 module, never the reverse). Model work is serialised by one lock, so
 requests from several threads and fills never interleave their forward
@@ -120,6 +121,8 @@ class TorchEngine:
             reset_cache=reset_cache,
             timeout=timeout,
             on_reregister=self._reregistered,
+            # Sparse fill orders and the staleness ranking (FillServer).
+            recompute=True,
         )
         log.info(
             "registered %s: %d layers, page size %d, %s, rope %s (registration %s)",

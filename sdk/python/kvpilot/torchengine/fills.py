@@ -10,6 +10,14 @@ in ``prefix_page_slots`` and the first ``first_offset`` rows of
 downstream tokens and are not touched. The engine answers with
 ``complete_fill``; the host then commits the new branch.
 
+A sparse order (the engine registered ``recompute``) names the position of
+each token, and may carry candidates: kept tokens the splice moved, whose
+K/V still reflect the text it removed. ``kvpilot.torchengine.staleness``
+chooses among them (a share by the engine's staleness signal, or as many as
+the quality guard's budget needs), and one pass of
+``PagedModel.recompute`` writes the order's tokens and the chosen ones,
+each attending to every row before it.
+
 ``FillServer`` runs that loop on a daemon thread until the engine's client
 closes, counting what it served.
 """
@@ -23,6 +31,7 @@ import time
 from kvpilot.engine_types import FillOrder
 from kvpilot.torchengine.engine import TorchEngine
 from kvpilot.torchengine.paging import Rows
+from kvpilot.torchengine.staleness import Recomputed, recompute_order
 
 log = logging.getLogger("kvpilot.torchengine.fills")
 
@@ -34,7 +43,10 @@ class FillServer:
         orders: orders completed successfully.
         tokens: replacement tokens prefilled for them.
         failures: orders answered with an error.
+        recomputed: kept tokens recomputed (sparse orders).
         last_error: the last failure's message.
+        last_estimate: the quality guard's last estimate of the mean KL per
+            token a splice left (0 when the guard did not run).
         busy_ms: wall time spent prefilling.
     """
 
@@ -43,7 +55,9 @@ class FillServer:
         self.orders = 0
         self.tokens = 0
         self.failures = 0
+        self.recomputed = 0
         self.last_error = ""
+        self.last_estimate = 0.0
         self.busy_ms = 0.0
         self._cv = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="kvpilot-fills", daemon=True)
@@ -73,15 +87,22 @@ class FillServer:
         try:
             for o in c.fill_orders():
                 err = ""
+                done = Recomputed()
                 t0 = time.perf_counter()
                 try:
-                    self.fill(o)
+                    done = self.fill(o)
                 except Exception as e:  # reported to the host, which drops the branch
                     err = f"{type(e).__name__}: {e}"
                     log.warning("fill order %s failed: %s", o.order_id, err)
                 ms = (time.perf_counter() - t0) * 1e3
                 try:
-                    c.complete_fill(o.order_id, ok=not err, error=err)
+                    c.complete_fill(
+                        o.order_id,
+                        ok=not err,
+                        error=err,
+                        recomputed=done.tokens,
+                        estimated_kl=done.estimate,
+                    )
                 except Exception as e:
                     err = err or f"complete_fill: {e}"
                     log.warning("fill order %s: complete_fill failed: %s", o.order_id, e)
@@ -93,6 +114,8 @@ class FillServer:
                     else:
                         self.orders += 1
                         self.tokens += len(o.tokens)
+                        self.recomputed += done.tokens
+                        self.last_estimate = done.estimate
                     self._cv.notify_all()
                 log.debug(
                     "fill order %s: %d tokens at %d (%s) in %.1f ms",
@@ -106,8 +129,12 @@ class FillServer:
             if not c.closed:
                 log.error("fill order stream ended: %s", e)
 
-    def fill(self, o: FillOrder) -> None:
-        """Prefills one order's tokens into its pages (see the module doc)."""
+    def fill(self, o: FillOrder) -> Recomputed:
+        """Prefills one order's tokens into its pages (see the module doc);
+        returns what a sparse order recomputed.
+        """
+        if o.sparse:
+            return self._fill_sparse(o)
         e = self.engine
         ps = e.page_size
         if not o.page_slots:
@@ -122,3 +149,20 @@ class FillServer:
         dest = Rows.span(o.page_slots, ps, o.first_offset, len(o.tokens))
         with e.compute:
             e.paged.forward(o.tokens, o.position, e.client.device, prefix, dest, logits=False)
+        return Recomputed()
+
+    def _fill_sparse(self, o: FillOrder) -> Recomputed:
+        e = self.engine
+        ps = e.page_size
+        pages = o.prefix_page_slots + o.page_slots
+        seq = Rows.span(pages, ps, 0, len(pages) * ps)
+        if o.positions and len(o.positions) != len(o.tokens):
+            raise ValueError(f"{len(o.tokens)} tokens but {len(o.positions)} positions")
+        if o.positions and o.positions[0] < o.position:
+            raise ValueError(f"position {o.positions[0]} is before the order's {o.position}")
+        if len(o.prefix_page_slots) * ps > o.position:
+            raise ValueError(
+                f"{len(o.prefix_page_slots)} prefix pages reach past position {o.position}"
+            )
+        with e.compute:
+            return recompute_order(e.paged, e.client.device, seq, o)

@@ -9,6 +9,12 @@ their cached positions) and to the new tokens' own rows, causally; the new
 rows are written into the arena at the addresses given. Long runs go in
 chunks, each attending to the rows the earlier chunks wrote.
 
+``PagedModel.recompute`` is the same pass over chosen positions of a
+sequence already in the arena (a splice's replacement and the kept tokens
+it recomputes): each token's rows are overwritten at its position, and it
+attends to every row up to its own, fresh for the tokens recomputed before
+it and as they are for the others.
+
 The decoder layer structure assumed (and checked at construction) is the
 pre-norm residual block Llama, Qwen2 and DeepSeek-V3 share.
 """
@@ -58,15 +64,17 @@ class PagedModel:
         dest: Rows | None,
         *,
         logits: bool = True,
+        every: bool = False,
     ) -> torch.Tensor | None:
         """Runs ``tokens`` at positions ``start, start + 1, ...``.
 
-        ``context`` addresses the rows of the tokens before them (positions
-        ``0 .. len(context) - 1``, all visible to every new token); ``dest``
-        where each new token's rows go, or None to write nothing (recomputing
-        the last token of a fully cached prompt; at most one chunk). Returns
-        the fp32 logits of the last token, or None when ``logits`` is False
-        (a fill).
+        ``context`` addresses the rows of the tokens before them (all visible
+        to every new token, whatever positions their keys were rotated to);
+        ``dest`` where each new token's rows go, or None to write nothing
+        (recomputing the last token of a fully cached prompt; at most one
+        chunk). Returns the fp32 logits of the last token (of every token,
+        ``[len(tokens), vocab]``, with ``every``), or None when ``logits`` is
+        False (a fill).
         """
         n = len(tokens)
         if dest is None and n > self.chunk:
@@ -77,6 +85,7 @@ class PagedModel:
             return None
         ids = torch.as_tensor(list(tokens), dtype=torch.long)
         h: torch.Tensor | None = None
+        hs = []
         done = 0
         while done < n:
             m = min(self.chunk, n - done)
@@ -85,11 +94,72 @@ class PagedModel:
                 part = Rows(dest.slot[done : done + m], dest.row[done : done + m])
                 prior = Rows(dest.slot[:done], dest.row[:done])
             h = self._chunk(ids[done : done + m], start + done, arena, context + prior, part)
+            if every and logits:
+                hs.append(self.tm.model.lm_head(h)[0].float())
             done += m
         assert h is not None
         if not logits:
             return None
+        if every:
+            return torch.cat(hs)
         return self.tm.model.lm_head(h[:, -1:])[0, -1].float()
+
+    @torch.no_grad()
+    def recompute(
+        self,
+        tokens: Sequence[int],
+        positions: Sequence[int],
+        arena: TensorSource,
+        seq: Rows,
+        *,
+        logits: bool = False,
+        layers: int | None = None,
+    ) -> torch.Tensor | None:
+        """Runs ``tokens`` at ``positions`` (strictly increasing) over the
+        rows of a sequence: ``seq`` addresses position p at ``seq[p]`` and
+        must reach past the last position. In every layer each token's rows
+        are written at its position, and it attends to the rows of every
+        position up to its own (see the module doc). Returns the fp32 logits
+        of every token (``[len(tokens), vocab]``) when ``logits``, else None.
+
+        ``layers`` stops after that many layers (a probe) and returns the
+        hidden states entering the next one, ``[1, len(tokens), hidden]``
+        (one chunk at most).
+        """
+        n = len(tokens)
+        if n != len(positions):
+            raise ValueError(f"{n} tokens but {len(positions)} positions")
+        if n == 0:
+            return None
+        pos = torch.as_tensor(list(positions), dtype=torch.long)
+        if bool((pos[1:] <= pos[:-1]).any()) or int(pos[0]) < 0:
+            raise ValueError("positions must be non-negative and strictly increasing")
+        if int(pos[-1]) >= len(seq):
+            raise ValueError(f"position {int(pos[-1])} is past the {len(seq)} rows given")
+        if layers is not None and n > self.chunk:
+            raise ValueError(f"a probe of {n} tokens: at most {self.chunk}")
+        ids = torch.as_tensor(list(tokens), dtype=torch.long)
+        out = []
+        for done in range(0, n, self.chunk):
+            p = pos[done : done + self.chunk]
+            last = int(p[-1]) + 1
+            ctx = Rows(seq.slot[:last], seq.row[:last])
+            dest = Rows(seq.slot[p], seq.row[p])
+            mask = torch.arange(last)[None, :] <= p[:, None]
+            x = self.inner.embed_tokens(ids[done : done + self.chunk][None])
+            cos, sin = self.inner.rotary_emb(x, p[None])
+            for i, layer in enumerate(self.inner.layers):
+                if layers is not None and i >= layers:
+                    return x
+                attn = layer.self_attn
+                q, rows = self.adapter.project(attn, layer.input_layernorm(x), cos, sin)
+                scatter(arena, i, dest, rows)
+                past = gather(arena, i, self.nbufs, ctx)
+                x = x + self.adapter.attend(attn, q, past, mask)
+                x = x + layer.mlp(layer.post_attention_layernorm(x))
+            if logits:
+                out.append(self.tm.model.lm_head(self.inner.norm(x))[0].float())
+        return torch.cat(out) if logits else None
 
     def _chunk(
         self, ids: torch.Tensor, start: int, arena: TensorSource, context: Rows, dest: Rows | None

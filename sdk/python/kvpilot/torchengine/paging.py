@@ -102,3 +102,10 @@ class LocalArena:
     def tensor(self, layer: int, buf: int) -> torch.Tensor:
         """The ``[slots, page_size, heads, head_dim]`` tensor of (layer, buf)."""
         return self._t[layer][buf]
+
+    def clone(self) -> LocalArena:
+        """An independent copy of the arena and its rows."""
+        out = LocalArena(self.layout, 0)
+        out.slots = self.slots
+        out._t = [[t.clone() for t in bufs] for bufs in self._t]
+        return out

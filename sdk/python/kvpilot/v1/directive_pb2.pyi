@@ -75,18 +75,30 @@ class Replacement(_message.Message):
     def __init__(self, tokens: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class Splice(_message.Message):
-    __slots__ = ("session", "start", "end", "replacement", "mode")
+    __slots__ = ("session", "start", "end", "replacement", "mode", "recompute")
     SESSION_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
     REPLACEMENT_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
     session: str
     start: int
     end: int
     replacement: Replacement
     mode: str
-    def __init__(self, session: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., replacement: _Optional[_Union[Replacement, _Mapping]] = ..., mode: _Optional[str] = ...) -> None: ...
+    recompute: Recompute
+    def __init__(self, session: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., replacement: _Optional[_Union[Replacement, _Mapping]] = ..., mode: _Optional[str] = ..., recompute: _Optional[_Union[Recompute, _Mapping]] = ...) -> None: ...
+
+class Recompute(_message.Message):
+    __slots__ = ("first", "share", "max_kl")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    MAX_KL_FIELD_NUMBER: _ClassVar[int]
+    first: int
+    share: float
+    max_kl: float
+    def __init__(self, first: _Optional[int] = ..., share: _Optional[float] = ..., max_kl: _Optional[float] = ...) -> None: ...
 
 class Pin(_message.Message):
     __slots__ = ("session", "end", "ttl")
@@ -171,7 +183,7 @@ class Directive(_message.Message):
     def __init__(self, warm: _Optional[_Union[Warm, _Mapping]] = ..., prune: _Optional[_Union[Prune, _Mapping]] = ..., cache: _Optional[_Union[Cache, _Mapping]] = ..., think: _Optional[_Union[Think, _Mapping]] = ..., pause: _Optional[_Union[Pause, _Mapping]] = ..., renew_lease: _Optional[_Union[RenewLease, _Mapping]] = ..., revoke_lease: _Optional[_Union[RevokeLease, _Mapping]] = ..., splice: _Optional[_Union[Splice, _Mapping]] = ..., pin: _Optional[_Union[Pin, _Mapping]] = ..., retain: _Optional[_Union[Retain, _Mapping]] = ..., evict: _Optional[_Union[Evict, _Mapping]] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ..., share: _Optional[_Union[Share, _Mapping]] = ...) -> None: ...
 
 class Effect(_message.Message):
-    __slots__ = ("blocks", "skipped", "missing", "tokens", "lease_id", "ttl", "skips")
+    __slots__ = ("blocks", "skipped", "missing", "tokens", "lease_id", "ttl", "skips", "recomputed_tokens", "recompute_region")
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_FIELD_NUMBER: _ClassVar[int]
     MISSING_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +191,8 @@ class Effect(_message.Message):
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     SKIPS_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_REGION_FIELD_NUMBER: _ClassVar[int]
     blocks: int
     skipped: int
     missing: int
@@ -186,7 +200,9 @@ class Effect(_message.Message):
     lease_id: str
     ttl: _duration_pb2.Duration
     skips: _containers.RepeatedCompositeFieldContainer[Skip]
-    def __init__(self, blocks: _Optional[int] = ..., skipped: _Optional[int] = ..., missing: _Optional[int] = ..., tokens: _Optional[int] = ..., lease_id: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., skips: _Optional[_Iterable[_Union[Skip, _Mapping]]] = ...) -> None: ...
+    recomputed_tokens: int
+    recompute_region: int
+    def __init__(self, blocks: _Optional[int] = ..., skipped: _Optional[int] = ..., missing: _Optional[int] = ..., tokens: _Optional[int] = ..., lease_id: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., skips: _Optional[_Iterable[_Union[Skip, _Mapping]]] = ..., recomputed_tokens: _Optional[int] = ..., recompute_region: _Optional[int] = ...) -> None: ...
 
 class Skip(_message.Message):
     __slots__ = ("reason", "blocks")

@@ -81,7 +81,7 @@ class RopeConfig(_message.Message):
     def __init__(self, base: _Optional[float] = ..., scaling: _Optional[_Union[RopeScaling, _Mapping]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("api_version", "engine_id", "model", "page_size", "dtype", "layers", "buffers", "rope_slice", "rope", "reset_cache", "mode")
+    __slots__ = ("api_version", "engine_id", "model", "page_size", "dtype", "layers", "buffers", "rope_slice", "rope", "reset_cache", "mode", "recompute")
     API_VERSION_FIELD_NUMBER: _ClassVar[int]
     ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -93,6 +93,7 @@ class RegisterRequest(_message.Message):
     ROPE_FIELD_NUMBER: _ClassVar[int]
     RESET_CACHE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
     api_version: int
     engine_id: str
     model: str
@@ -104,7 +105,8 @@ class RegisterRequest(_message.Message):
     rope: RopeConfig
     reset_cache: bool
     mode: EngineMode
-    def __init__(self, api_version: _Optional[int] = ..., engine_id: _Optional[str] = ..., model: _Optional[str] = ..., page_size: _Optional[int] = ..., dtype: _Optional[str] = ..., layers: _Optional[int] = ..., buffers: _Optional[_Iterable[_Union[KVBuffer, _Mapping]]] = ..., rope_slice: _Optional[_Union[RopeSlice, _Mapping]] = ..., rope: _Optional[_Union[RopeConfig, _Mapping]] = ..., reset_cache: _Optional[bool] = ..., mode: _Optional[_Union[EngineMode, str]] = ...) -> None: ...
+    recompute: bool
+    def __init__(self, api_version: _Optional[int] = ..., engine_id: _Optional[str] = ..., model: _Optional[str] = ..., page_size: _Optional[int] = ..., dtype: _Optional[str] = ..., layers: _Optional[int] = ..., buffers: _Optional[_Iterable[_Union[KVBuffer, _Mapping]]] = ..., rope_slice: _Optional[_Union[RopeSlice, _Mapping]] = ..., rope: _Optional[_Union[RopeConfig, _Mapping]] = ..., reset_cache: _Optional[bool] = ..., mode: _Optional[_Union[EngineMode, str]] = ..., recompute: _Optional[bool] = ...) -> None: ...
 
 class PoolHandle(_message.Message):
     __slots__ = ("tier", "kind", "size_bytes", "slots", "arrangement", "cuda_ipc", "pinned", "device_ordinal", "staging")
@@ -337,7 +339,7 @@ class FillOrdersRequest(_message.Message):
     def __init__(self, registration_id: _Optional[str] = ...) -> None: ...
 
 class FillOrder(_message.Message):
-    __slots__ = ("order_id", "session", "tenant", "position", "tokens", "page_slots", "first_offset", "prefix_page_slots")
+    __slots__ = ("order_id", "session", "tenant", "position", "tokens", "page_slots", "first_offset", "prefix_page_slots", "positions", "candidates")
     ORDER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -346,6 +348,8 @@ class FillOrder(_message.Message):
     PAGE_SLOTS_FIELD_NUMBER: _ClassVar[int]
     FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PREFIX_PAGE_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     order_id: str
     session: str
     tenant: str
@@ -354,19 +358,39 @@ class FillOrder(_message.Message):
     page_slots: _containers.RepeatedScalarFieldContainer[int]
     first_offset: int
     prefix_page_slots: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, order_id: _Optional[str] = ..., session: _Optional[str] = ..., tenant: _Optional[str] = ..., position: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., page_slots: _Optional[_Iterable[int]] = ..., first_offset: _Optional[int] = ..., prefix_page_slots: _Optional[_Iterable[int]] = ...) -> None: ...
+    positions: _containers.RepeatedScalarFieldContainer[int]
+    candidates: RecomputeCandidates
+    def __init__(self, order_id: _Optional[str] = ..., session: _Optional[str] = ..., tenant: _Optional[str] = ..., position: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., page_slots: _Optional[_Iterable[int]] = ..., first_offset: _Optional[int] = ..., prefix_page_slots: _Optional[_Iterable[int]] = ..., positions: _Optional[_Iterable[int]] = ..., candidates: _Optional[_Union[RecomputeCandidates, _Mapping]] = ...) -> None: ...
+
+class RecomputeCandidates(_message.Message):
+    __slots__ = ("positions", "tokens", "share", "max_kl", "region")
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    MAX_KL_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    positions: _containers.RepeatedScalarFieldContainer[int]
+    tokens: _containers.RepeatedScalarFieldContainer[int]
+    share: float
+    max_kl: float
+    region: int
+    def __init__(self, positions: _Optional[_Iterable[int]] = ..., tokens: _Optional[_Iterable[int]] = ..., share: _Optional[float] = ..., max_kl: _Optional[float] = ..., region: _Optional[int] = ...) -> None: ...
 
 class CompleteFillRequest(_message.Message):
-    __slots__ = ("registration_id", "order_id", "ok", "error")
+    __slots__ = ("registration_id", "order_id", "ok", "error", "recomputed", "estimated_kl")
     REGISTRATION_ID_FIELD_NUMBER: _ClassVar[int]
     ORDER_ID_FIELD_NUMBER: _ClassVar[int]
     OK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTED_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_KL_FIELD_NUMBER: _ClassVar[int]
     registration_id: str
     order_id: str
     ok: bool
     error: str
-    def __init__(self, registration_id: _Optional[str] = ..., order_id: _Optional[str] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+    recomputed: int
+    estimated_kl: float
+    def __init__(self, registration_id: _Optional[str] = ..., order_id: _Optional[str] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ..., recomputed: _Optional[int] = ..., estimated_kl: _Optional[float] = ...) -> None: ...
 
 class CompleteFillResponse(_message.Message):
     __slots__ = ()

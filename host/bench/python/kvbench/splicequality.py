@@ -1,0 +1,385 @@
+r"""The Python side of ``kvpilot bench splice-quality``: what a splice costs
+the model's answers, and what recompute and the quality guard buy back.
+
+Against an already running kvpilot host, on SmolLM2-135M-Instruct in fp32
+(kvpilot.smollm2, the trained model from PyPI), for every case of
+kvbench.editcases (a real edit of a real agent session: a truncated tool
+output, stripped reasoning, cleared tool uses), the next assistant turn of
+the session is scored by teacher forcing against a re-prefill of the edited
+context (kvbench.qualityscore).
+
+Arms, and which path each takes. The product's arms go through the host as
+a deployment does: the torchengine registered in arena mode with recompute
+(kvpilot.torchengine), a Splice directive on the Control socket, the host's
+plan, copy-on-write and RoPE re-rotation with kvpilot's kernels, the fill
+orders the engine serves (kvpilot.torchengine.staleness), and the rows read
+back from the host's arena. The reference and the methods kvpilot does not
+ship are measurements, computed in torch by the engine's own passes on the
+rows the host cached (kvbench.qualityarms):
+
+- ``control`` (host): the splice with every kept token recomputed (the
+  guard's fallback, a re-prefill of the tail): the cache is built in two
+  chunks, the original prefill's rows before the edit and one recompute
+  pass after it. It must equal the reference exactly: KL 0 shows the
+  host's path adds no error of its own, so every other arm's figure is the
+  edit's.
+- ``reprefill`` (torch): the reference.
+- ``splice`` (host): amortize, nothing recomputed; its layer-0 keys are
+  checked against the model's own at their new positions.
+- ``splice_gap`` (torch): the same splice without re-rotation.
+- ``recompute_first_<k>`` (host): ``recompute: {first: k}``.
+- ``recompute_deviation_<r>`` (torch): CacheBlend's selection, the top r of
+  the edited region by layer-1 key deviation.
+- ``guard`` (host): ``recompute: {max_kl: B}`` at the default budget
+  (kvpilot.torchengine.staleness.DEFAULT_MAX_KL).
+- ``no_edit`` (torch): the original context, unedited.
+
+The curves (``curves`` and ``--plot``): mean KL against the share of the
+edited region recomputed, per method. The guard's run is traced once per
+case in torch (the trajectory: the cache after each block it recomputes,
+scored), which gives the first-k curve at every block and the guard at
+any budget (it stops at the first block whose estimate meets it); the host
+arms check it (the host's guard and first-k arms land on the same figures).
+
+The original prefill of each case is computed once, through the host, and
+shared by every arm; the plain splice's rows, read back once, are the base
+of every torch arm that edits.
+
+Usage::
+
+    python -m kvbench.splicequality --engine-socket S --control-socket C \
+        [--traces DIR] [--cases N] [--case NAME ...] [--context-tokens 2560]
+
+It prints exactly one JSON object on stdout; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kvbench import qualityarms as arms
+from kvbench import qualityreport
+from kvbench.editcases import Case, build_cases, check_case
+from kvbench.localcache import LocalCache, read_cached_layers
+from kvbench.qualityscore import Score, score
+from kvbench.traces import find_traces_dir
+from kvpilot import directives
+from kvpilot.control import ControlClient
+from kvpilot.smollm2 import model_dir
+from kvpilot.torchengine import models
+from kvpilot.torchengine.contract import check_splice
+from kvpilot.torchengine.engine import TorchEngine
+from kvpilot.torchengine.fills import FillServer
+from kvpilot.torchengine.staleness import DEFAULT_MAX_KL, SAMPLE_EVERY
+
+log = logging.getLogger("kvbench.splicequality")
+
+FIRST_K = (16, 64, 256)
+DEVIATION_SHARES = (0.05, 0.15, 0.30)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module doc)."""
+    ap = argparse.ArgumentParser(
+        prog="python -m kvbench.splicequality", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument("--engine-socket", required=True, help="the host's engine socket")
+    ap.add_argument("--control-socket", required=True, help="the host's control socket")
+    ap.add_argument(
+        "--traces",
+        default="",
+        help="agent traces (default $KVPILOT_TRACES, else the repository's examples/traces)",
+    )
+    ap.add_argument("--cases", type=int, default=0, help="run the first N cases (0: all)")
+    ap.add_argument("--case", action="append", default=[], help="run this case (repeatable)")
+    ap.add_argument("--context-tokens", type=int, default=2560, help="longest context")
+    ap.add_argument("--max-kl", type=float, default=DEFAULT_MAX_KL, help="the guard's budget")
+    ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--tenant", default="", help="tenant of every request and directive")
+    ap.add_argument("--log-level", default="INFO")
+    return ap.parse_args(argv)
+
+
+def select_cases(args: argparse.Namespace, tok: Any) -> list[Case]:
+    """The cases to run: ``--case`` names, else the first ``--cases``."""
+    traces = find_traces_dir(args.traces)
+    if traces is None:
+        raise SystemExit("bench: pass --traces DIR (the agent traces), or set KVPILOT_TRACES")
+    cases = build_cases(tok, Path(traces), budget=args.context_tokens)
+    for c in cases:
+        check_case(c)
+    if args.case:
+        by = {c.name: c for c in cases}
+        missing = [n for n in args.case if n not in by]
+        if missing:
+            names = "\n  ".join(by)
+            raise SystemExit(f"bench: no case {', '.join(missing)}; the cases are:\n  {names}")
+        return [by[n] for n in args.case]
+    return cases[: args.cases] if args.cases > 0 else cases
+
+
+class Runner:
+    """One host session of the benchmark: the engine, its fills, the
+    Control client, and what every case scored.
+    """
+
+    def __init__(self, args: argparse.Namespace, tm: models.TinyModel) -> None:
+        self.args = args
+        self.tm = tm
+        self.e = TorchEngine(
+            tm, args.engine_socket, page_size=args.page_size, engine_id="bench-splice-quality"
+        )
+        self.fills = FillServer(self.e).start()
+        self.cc = ControlClient(args.control_socket, source="bench-splice-quality")
+        self.results: list[qualityreport.CaseResult] = []
+        self.sessions: list[tuple[str, int]] = []  # the case's sessions and their lengths
+        self.checks: dict[str, Any] = {
+            "control_max_abs_logit_diff": 0.0,
+            "rotation_cases": 0,
+            "rotation_failures": [],
+            "host_guard_matches_trajectory": True,
+        }
+
+    def close(self) -> None:
+        """Closes the engine and the client."""
+        self.cc.close()
+        self.e.close()
+
+    def local(self, rows: list[tuple[torch.Tensor, ...]], n: int, capacity: int) -> LocalCache:
+        """A LocalCache holding ``rows`` of positions ``[0, n)``."""
+        lc = LocalCache(self.e.paged, self.e.layout, capacity)
+        lc.put([tuple(b[:n] for b in layer) for layer in rows], range(n))
+        return lc
+
+    def host_arm(
+        self, c: Case, lay: arms.Layout, name: str, capacity: int, **recompute: Any
+    ) -> tuple[LocalCache, int, float]:
+        """Splices ``c`` through the host as session ``<case>/<name>`` with
+        ``recompute`` (directives.splice's arguments); returns the edited
+        context's cache read back, the kept tokens recomputed (the host's
+        named ones and the engine's choice) and the guard's estimate.
+        """
+        e, tenant = self.e, self.args.tenant
+        sess = f"{c.name}/{name}"
+        e.prefill(c.original, session=sess, tenant=tenant)
+        failures, rec0 = self.fills.failures, self.fills.recomputed
+        ds = [
+            directives.splice(sess, ed.start, ed.end, tokens=list(ed.replacement), **recompute)
+            for ed in c.edits
+        ]
+        res = self.cc.apply(ds, tenant=tenant)
+        named = res.results[0].effect.recomputed_tokens if recompute.get("recompute_first") else 0
+        got = e.wait_cached(c.edited, lay.cached, tenant=tenant, timeout=600)
+        if self.fills.failures != failures:
+            raise RuntimeError(f"{sess}: fill failed: {self.fills.last_error}")
+        if got != lay.cached:
+            raise RuntimeError(f"{sess}: the host caches {got} edited tokens, {lay.cached} planned")
+        n, rows = read_cached_layers(e, c.edited, tenant=tenant)
+        lc = self.local(rows, n, capacity)
+        # The next arm's splice must build its own branch: pages of the
+        # edited sequence already cached would be adopted as they are. The
+        # rest of the session goes when the case ends (forget).
+        self.cc.apply(
+            [directives.evict(sess, lay.first, len(c.edited), mode="forget")], tenant=tenant
+        )
+        self.sessions.append((sess, lay.first))
+        return lc, named + self.fills.recomputed - rec0, self.fills.last_estimate
+
+    def forget(self) -> None:
+        """Drops the case's sessions from the cache (a splice takes fresh
+        device pages; it does not evict others' to get them).
+        """
+        for sess, n in reversed(self.sessions):
+            self.cc.apply([directives.evict(sess, 0, n, mode="forget")], tenant=self.args.tenant)
+        self.sessions = []
+
+    def run_case(self, c: Case) -> None:
+        """Every arm on one case."""
+        t0 = time.perf_counter()
+        ps = self.args.page_size
+        lay = arms.layout_of(c, ps)
+        region = len(c.edited) - lay.first
+        cap = max(len(c.original), len(c.edited)) + len(c.continuation) + 2 * ps
+        base = len(lay.fills) + len(c.edited) - lay.cached  # fills, and the next request's tail
+        res = qualityreport.CaseResult(case=c, region=region)
+
+        # The original prefill, once, through the host.
+        self.e.prefill(c.original, session=f"{c.name}/orig", tenant=self.args.tenant)
+        self.sessions.append((f"{c.name}/orig", len(c.original)))
+        n_orig, rows = read_cached_layers(self.e, c.original, tenant=self.args.tenant)
+        orig = self.local(rows, n_orig, cap)
+        del rows
+
+        sp, _, _ = self.host_arm(c, lay, "splice", cap)
+        self.rotation_check(c, orig, sp, lay)
+        ref_cache = arms.reference(sp, c, lay)
+        ref = ref_cache.score(c.edited, lay.cached, c.continuation)
+
+        def put(
+            name: str, lp: torch.Tensor, recomputed: int | None, computed: int | None = None
+        ) -> Score:
+            s = score(
+                ref, lp, c.continuation, region=region, recomputed=recomputed, computed=computed
+            )
+            res.arms[name] = s
+            return s
+
+        def scored(lc: LocalCache, shift: int = 0) -> torch.Tensor:
+            return lc.score(c.edited, lay.cached, c.continuation, rope_shift=shift)
+
+        put("reprefill", ref, region)
+        put("splice", scored(sp), base)
+
+        ctl, rec, _ = self.host_arm(c, lay, "control", cap, recompute_share=1.0)
+        self.control_check(ctl, ref_cache, c, lay)
+        put("control", scored(ctl), base + rec)
+        del ctl, ref_cache
+
+        gp, shift = arms.gap(orig, c, lay)
+        put("splice_gap", scored(gp, shift), base)
+        del gp
+
+        for k in FIRST_K:
+            lc, rec, _ = self.host_arm(c, lay, f"first{k}", cap, recompute_first=k)
+            put(f"recompute_first_{k}", scored(lc), base + rec)
+
+        dev = arms.layer1_deviation(sp, c, lay.kept)
+        probe = math.ceil(len(lay.kept) / self.e.paged.layers)  # layer 0 of every kept token
+        for r in DEVIATION_SHARES:
+            m = min(len(lay.kept), max(1, round(r * region)))
+            pick = sorted(torch.as_tensor(lay.kept)[torch.topk(dev, m).indices].tolist())
+            lp = scored(arms.recompute(sp, c, lay, pick))
+            put(f"recompute_deviation_{round(r * 100)}", lp, base + m, base + m + probe)
+
+        lp = orig.score(c.original, n_orig, c.continuation)
+        put("no_edit", lp, None)
+
+        # The guard's path in torch: the first-k curve and the guard at
+        # every budget (qualityreport), and what the host's guard must match.
+        nfill, sampled = len(lay.fills), math.ceil(len(lay.kept) / SAMPLE_EVERY)
+
+        def on_step(lc: LocalCache, k: int, fresh: int) -> None:
+            # The product's passes: the replacements, the probe, then the
+            # replacements again with the first k.
+            computed = base + sampled + (nfill + k if k else 0)
+            s = score(ref, scored(lc), c.continuation, region=region, recomputed=base + fresh,
+                      computed=computed)  # fmt: skip
+            res.trajectory.append(qualityreport.Step(k=k, score=s))
+
+        res.estimates = arms.trajectory(sp, c, lay, on_step).tolist()
+        res.fallback_computed = base + sampled + nfill + len(lay.kept)
+
+        g, rec, est = self.host_arm(c, lay, "guard", cap, max_kl=self.args.max_kl)
+        want = qualityreport.guard_at(res, self.args.max_kl)
+        guard = put("guard", scored(g), base + rec, want.computed)
+        res.guard_estimate = est
+        del g
+        self.guard_check(res, guard, want)
+        self.forget()
+        res.wall_s = time.perf_counter() - t0
+        self.results.append(res)
+        log.info(
+            "%s: splice KL %.4f, guard KL %.4f at %.0f%% (estimate %.4f), %.0f s",
+            c.name,
+            res.arms["splice"].kl_mean,
+            guard.kl_mean,
+            100 * guard.share,
+            est,
+            res.wall_s,
+        )
+
+    def control_check(self, ctl: LocalCache, ref: LocalCache, c: Case, lay: arms.Layout) -> None:
+        """The control's logits against the reference's, bit for bit."""
+        toks = c.edited[lay.cached :] + c.continuation
+        a = ctl.paged.forward(toks, lay.cached, ctl.arena, ctl.prefix(lay.cached), None, every=True)
+        b = ref.paged.forward(toks, lay.cached, ref.arena, ref.prefix(lay.cached), None, every=True)
+        assert a is not None and b is not None
+        diff = float((a - b).abs().max())
+        self.checks["control_max_abs_logit_diff"] = max(
+            self.checks["control_max_abs_logit_diff"], diff
+        )
+
+    def guard_check(self, res: qualityreport.CaseResult, guard: Score, want: Score) -> None:
+        """The host's guard recomputes what its path in torch says, to the
+        same answers (the passes differ in chunking only).
+        """
+        if want.recomputed != guard.recomputed or abs(want.kl_mean - guard.kl_mean) > 1e-6:
+            self.checks["host_guard_matches_trajectory"] = False
+            log.warning(
+                "%s: the host's guard recomputed %s (KL %.6f); its path in torch %s (KL %.6f)",
+                res.case.name,
+                guard.recomputed,
+                guard.kl_mean,
+                want.recomputed,
+                want.kl_mean,
+            )
+
+    def rotation_check(self, c: Case, orig: LocalCache, sp: LocalCache, lay: arms.Layout) -> None:
+        """The splice contract at layer 0 (single-edit cases: the check takes
+        one edit).
+        """
+        if len(c.edits) != 1:
+            return
+        ed = c.edits[0]
+        n_orig = len(c.original) // self.args.page_size * self.args.page_size
+        before = orig.get(range(n_orig))[0]
+        after = sp.get(range(lay.cached))[0]
+        chk = check_splice(
+            self.tm,
+            self.e.layout,
+            self.e.rope,
+            before=before,
+            after=after,
+            edited=c.edited,
+            start=ed.start,
+            end=ed.end,
+            replacement=list(ed.replacement),
+            angle_rounding=True,
+            first_layer_only=True,
+        )
+        self.checks["rotation_cases"] += 1
+        if not chk.ok:
+            self.checks["rotation_failures"].append(f"{c.name}: {chk.failures[:2]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the benchmark and prints its JSON report on stdout."""
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir())
+    cases = select_cases(args, tok)
+    tm = models.build(models.SMOLLM2)
+    t0 = time.perf_counter()
+    r = Runner(args, tm)
+    try:
+        for k, c in enumerate(cases):
+            log.info("case %d/%d: %s", k + 1, len(cases), c.name)
+            r.run_case(c)
+    finally:
+        r.close()
+    rep = qualityreport.report(r.results, r.checks, args, tm, time.perf_counter() - t0)
+    sys.stdout.write(json.dumps(rep) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
