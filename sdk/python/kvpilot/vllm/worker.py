@@ -25,6 +25,7 @@ import torch
 
 from kvpilot.engine_types import Registration
 from kvpilot.layout import torch_dtype
+from kvpilot.vllm.amx import request_amx_permission
 from kvpilot.vllm.blockmap import BlockMap, BlockMapError, probe
 from kvpilot.vllm.geometry import check_parallelism, engine_id, geometry
 from kvpilot.vllm.health import HostHealth
@@ -53,6 +54,9 @@ class WorkerSide:
         log: logging.Logger,
     ) -> None:
         check_parallelism(vllm_config)
+        # Before any kernel runs: a kvpilot hit can make the first forward
+        # too short for vLLM to have asked for AMX itself (kvpilot.vllm.amx).
+        request_amx_permission(log)
         self.vllm_config = vllm_config
         self.settings = settings
         self.log = log
