@@ -146,7 +146,12 @@ def test_prefix_from_kvpilot_in_a_fresh_vllm(
     )
     for out in first["outputs"]:
         assert out["num_cached_tokens"] == 0, out
-        assert _kvpilot(out) == {"cached_tokens": 0, "loaded_pages": 0, "saved_pages": full_pages}
+        assert _kvpilot(out) == {
+            "cached_tokens": 0,
+            "loaded_pages": 0,
+            "reloaded_pages": 0,
+            "saved_pages": full_pages,
+        }
     assert first["outputs"][0]["token_ids"] == baseline["A"]
     assert "engine process joined its registration" in host.log_tail(200)
 
@@ -181,7 +186,12 @@ def test_prefix_from_kvpilot_in_a_fresh_vllm(
     )
     a, bad, c = second["outputs"]
     assert a["num_cached_tokens"] == expect_cached, a
-    assert _kvpilot(a) == {"cached_tokens": expect_cached, "loaded_pages": 3, "saved_pages": 0}
+    assert _kvpilot(a) == {
+        "cached_tokens": expect_cached,
+        "loaded_pages": 3,
+        "reloaded_pages": 3,
+        "saved_pages": 0,
+    }
     assert a["token_ids"] == baseline["A"]
 
     assert bad["finish_reason"] == "error", bad

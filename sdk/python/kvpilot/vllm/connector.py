@@ -45,6 +45,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorMetadata,
     KVConnectorRole,
     KVConnectorTransferResults,
+    KVConnectorWorkerMetadata,
 )
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
 
 log = logging.getLogger(LOGGER_NAME)
@@ -102,6 +104,13 @@ class KvpilotConnector(KVConnectorBase_V1):
         assert self._work is not None
         self._work.register(kv_caches)
 
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+        """Stops background saves out of preempted requests' blocks before
+        the forward reuses them.
+        """
+        if self._work is not None and isinstance(kv_connector_metadata, KvpilotConnectorMetadata):
+            self._work.handle_preemptions(kv_connector_metadata)
+
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         """Copies this step's matched pages into vLLM's blocks (all layers)."""
         if self._work is not None and self.has_connector_metadata():
@@ -124,19 +133,32 @@ class KvpilotConnector(KVConnectorBase_V1):
         return
 
     def wait_for_save(self) -> None:
-        """Copies the pages the step completed into staging and commits them."""
+        """Hands the pages the step completed to the background saver (the
+        pages of a request that pins them are saved before returning).
+        """
         if self._work is not None and self.has_connector_metadata():
             meta = self._get_connector_metadata()
             if isinstance(meta, KvpilotConnectorMetadata):
                 self._work.save(meta)
 
     def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
-        """Reports requests refused for their kv_transfer_params as failed
-        loads: vLLM then fails just them (kv_load_failure_policy "fail") or
-        serves them without kvpilot ("recompute").
+        """Finished requests whose background saves are over (vLLM frees
+        their blocks), and requests refused for their kv_transfer_params as
+        failed loads: vLLM then fails just them (kv_load_failure_policy
+        "fail") or serves them without kvpilot ("recompute").
         """
-        refused = self._work.take_refused() if self._work is not None else set()
-        return KVConnectorTransferResults(finished_recving=set(refused), failed_recving=refused)
+        if self._work is None:
+            return KVConnectorTransferResults()
+        refused = self._work.take_refused()
+        return KVConnectorTransferResults(
+            finished_sending=self._work.finished_sending(finished_req_ids),
+            finished_recving=set(refused),
+            failed_recving=refused,
+        )
+
+    def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
+        """The background saves done since the last step."""
+        return self._work.worker_meta() if self._work is not None else None
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         """Blocks whose pages could not be loaded exactly."""
@@ -176,10 +198,23 @@ class KvpilotConnector(KVConnectorBase_V1):
         assert self._sched is not None
         return self._sched.build_meta(scheduler_output)
 
+    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
+        """Ends the kvpilot requests whose background saves are done."""
+        if self._sched is not None:
+            self._sched.saves_done(connector_output)
+
+    def has_pending_push_work(self) -> bool:
+        """Whether requests wait for the worker's saves (vLLM keeps stepping
+        to hear of them).
+        """
+        return self._sched is not None and self._sched.waiting_on_worker()
+
     def request_finished(
         self, request: Request, block_ids: list[int]
     ) -> tuple[bool, dict[str, Any] | None]:
-        """Finishes the request in kvpilot; its blocks are free at once."""
+        """Finishes the request in kvpilot; its blocks are kept while its
+        background saves run.
+        """
         assert self._sched is not None
-        info = self._sched.finished(request)
-        return False, ({"kvpilot": info} if info is not None else None)
+        hold, info = self._sched.finished(request)
+        return hold, ({"kvpilot": info} if info is not None else None)

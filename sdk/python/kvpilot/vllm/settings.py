@@ -65,6 +65,12 @@ class ConnectorSettings:
         rope_style: the pairing of rotated key elements, ``half_split``
             (NeoX: Llama, Qwen, Mistral) or ``interleaved`` (GPT-J, GLM);
             by default taken from the model type.
+        save_queue_pages: pages the worker may have waiting to be saved
+            behind the forward; vLLM keeps a finished request's blocks until
+            its saves are done, so this bounds the blocks held for kvpilot.
+            A save that does not fit is skipped (counted): a future miss.
+        save_wait_ms: how long a step may wait for room in a full save queue
+            before it skips the save (0: never waits).
     """
 
     socket: str
@@ -75,6 +81,8 @@ class ConnectorSettings:
     model: str = ""
     reset_cache: bool = False
     rope_style: str = ""
+    save_queue_pages: int = 4096
+    save_wait_ms: int = 0
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -112,6 +120,12 @@ class ConnectorSettings:
             model=_string(extra, "model"),
             reset_cache=_flag(extra, "reset_cache"),
             rope_style=_choice(extra, "rope_style", ROPE_STYLES),
+            save_queue_pages=int(
+                _number(extra, "save_queue_pages", cls.save_queue_pages, 1, 1 << 24, whole=True)
+            ),
+            save_wait_ms=int(
+                _number(extra, "save_wait_ms", cls.save_wait_ms, 0, 60_000, whole=True)
+            ),
         )
 
 
@@ -119,8 +133,16 @@ def _bad(key: str, value: Any, want: str) -> ConnectorConfigError:
     return ConnectorConfigError(f"kvpilot connector: {KEY_PREFIX}.{key} = {value!r}: want {want}")
 
 
-def _number(extra: Mapping[str, Any], key: str, default: float, low: float, high: float) -> float:
-    return extraconfig.number(extra, key, default, low, high, _bad)
+def _number(
+    extra: Mapping[str, Any],
+    key: str,
+    default: float,
+    low: float,
+    high: float,
+    *,
+    whole: bool = False,
+) -> float:
+    return extraconfig.number(extra, key, default, low, high, _bad, whole=whole)
 
 
 def _string(extra: Mapping[str, Any], key: str) -> str:
