@@ -217,3 +217,46 @@ def test_missing_socket_stops_vllm_with_one_clear_error(tiny_model: Path, tmp_pa
         "engine.socket at that path (default <data_dir>/run/engine.sock), or set "
         "kv_connector_extra_config.socket to the socket it serves"
     )
+
+
+def _corrupt_host_tier(host: Any, capacity_pages: int) -> int:
+    """Changes one byte in the middle of every page slot of the host tier,
+    through the memfd the host maps (as a stray write by an engine mapping
+    it would); returns the slots touched.
+    """
+    assert host.proc is not None
+    fds = Path(f"/proc/{host.proc.pid}/fd")
+    (memfd,) = [p for p in fds.iterdir() if os.readlink(p).startswith("/memfd:kvpilot-host")]
+    with open(memfd, "r+b", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        page = size // capacity_pages
+        for slot in range(capacity_pages):
+            at = slot * page + page // 2
+            f.seek(at)
+            b = f.read(1)
+            f.seek(at)
+            f.write(bytes([b[0] ^ 0x40]))
+    return capacity_pages
+
+
+def test_a_corrupt_host_page_is_recomputed(
+    kvpilot_host_factory: Any, tiny_model: Path, baseline: dict[str, list[int]], tmp_path: Path
+) -> None:
+    """A's pages live only on kvpilot's host tier (no disk tier, staging
+    too small) when every host page is changed behind the host's back: a
+    fresh vLLM is offered none of them and computes A itself, answering as
+    vLLM does without kvpilot.
+    """
+    cfg = {**HOST_CONFIG, "tiers": {**HOST_CONFIG["tiers"], "disk": {"capacity_pages": 0}}}
+    host = kvpilot_host_factory(**cfg)
+    connector = {"socket": host.engine_socket}
+    (tmp_path / "p1").mkdir()
+    run_vllm(tmp_path / "p1", tiny_model, connector, [{"tokens": p} for p in (A, B, C, D)])
+    _corrupt_host_tier(host, HOST_CONFIG["tiers"]["host"]["capacity_pages"])
+
+    (tmp_path / "p2").mkdir()
+    (a,) = run_vllm(tmp_path / "p2", tiny_model, connector, [{"tokens": A}])["outputs"]
+    assert a["token_ids"] == baseline["A"]
+    assert a["num_cached_tokens"] == 0, a
+    assert _kvpilot(a)["cached_tokens"] == 0, a
+    assert "corrupt copy forgotten" in host.log_tail(400)
