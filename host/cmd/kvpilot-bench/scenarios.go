@@ -123,13 +123,16 @@ var scenarios = []benchScenario{
 	},
 	{
 		Name:     "tiers",
-		Summary:  "tier-pair throughput (device<->host, host<->disk, host<->remote) vs memcpy and plain file I/O",
-		Synopsis: "[--pages N] [--remote-pages N] [--iters N] [--dir DIR] [--redis ADDR|auto|off] [--s3 ADDR|auto|off] [--no-remote] [--gc-percent N]",
+		Summary:  "tier-pair throughput (device<->host, host<->disk, host<->remote) vs the best memory copy and plain file I/O",
+		Synopsis: "[--pages N] [--remote-pages N] [--iters N] [--dir DIR] [--redis ADDR|auto|off] [--s3 ADDR|auto|off] [--no-remote] [--cores N] [--gc-percent N]",
 		Help: "Moves pages between each pair of tiers through the real pools (memfd arenas,\n" +
 			"the disk page file, and each remote backend: the JetStream object store on an\n" +
 			"embedded server, and Redis) and reports GB/s against baselines of the same\n" +
-			"bytes in the same run: memcpy, a plain sequential file write/read, and each\n" +
-			"remote backend's raw put and get (JetStream objects, Redis SET and GET).\n" +
+			"bytes in the same run: the best memory copy this machine makes (the fastest of\n" +
+			"Go copy, REP MOVSB and non-temporal AVX2 stores each round, on one core and on\n" +
+			"--cores cores, where the memory pairs run too), a plain sequential file\n" +
+			"write/read, and each remote backend's raw put and get (JetStream objects,\n" +
+			"Redis SET and GET).\n" +
 			"S3-compatible storage (SeaweedFS, started when weed is installed) is measured\n" +
 			"raw beside them as a candidate shared tier.\n" +
 			"Targets: memory and disk pairs >= 0.9 of their baseline; each remote backend\n" +
