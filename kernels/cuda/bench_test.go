@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/kvpilot/kvpilot/kernels"
@@ -35,22 +34,8 @@ type benchArenas struct {
 
 func openBench(b *testing.B) *benchArenas {
 	b.Helper()
-	d, err := cudadrv.Load()
-	if err != nil {
-		if !errors.Is(err, cudadrv.ErrNoDriver) {
-			b.Fatalf("Load: %v", err)
-		}
-		b.Skipf("no CUDA driver: %v", err)
-	}
-	ctx, err := d.Open(0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, err := New(ctx)
-	if err != nil {
-		_ = ctx.Close()
-		b.Fatal(err)
-	}
+	e := openOrSkip(b)
+	ctx := e.ctx
 	l := benchLayout(b)
 	n := int(l.ArenaBytes())
 	src, err := ctx.MemAlloc(n)
@@ -61,7 +46,11 @@ func openBench(b *testing.B) *benchArenas {
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Small finite bf16 values (0x3c00..): rotation never meets NaNs.
+	b.Cleanup(func() {
+		_ = ctx.MemFree(src)
+		_ = ctx.MemFree(dst)
+	})
+	// Small finite bf16 values (0x3c3c): rotation never meets NaNs.
 	if err := ctx.MemsetD8(src, 0x3c, n); err != nil {
 		b.Fatal(err)
 	}
@@ -72,12 +61,6 @@ func openBench(b *testing.B) *benchArenas {
 	for i := range slots {
 		slots[i] = i
 	}
-	b.Cleanup(func() {
-		_ = ctx.MemFree(src)
-		_ = ctx.MemFree(dst)
-		_ = e.Close()
-		_ = ctx.Close()
-	})
 	return &benchArenas{e: e, l: l, src: src, dst: dst, slots: slots}
 }
 

@@ -93,25 +93,22 @@ func (f *Fixture) copyWith(m copyMethod, cores int) func(n int) error {
 }
 
 // deviceToHostOn is DeviceToHost with the pages shared among cores.
-func (f *Fixture) deviceToHostOn(cores int) func(n int) error {
-	return func(n int) error {
-		return onCores(n, cores, func(lo, hi int) error {
-			for i := lo; i < hi; i++ {
-				if err := f.dev.ReadPage(f.devSlots[i%f.pages], f.hostView(i)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-}
+func (f *Fixture) deviceToHostOn(cores int) func(n int) error { return f.deviceCopyOn(cores, false) }
 
 // hostToDeviceOn is HostToDevice with the pages shared among cores.
-func (f *Fixture) hostToDeviceOn(cores int) func(n int) error {
+func (f *Fixture) hostToDeviceOn(cores int) func(n int) error { return f.deviceCopyOn(cores, true) }
+
+func (f *Fixture) deviceCopyOn(cores int, toDevice bool) func(n int) error {
 	return func(n int) error {
 		return onCores(n, cores, func(lo, hi int) error {
 			for i := lo; i < hi; i++ {
-				if err := f.dev.WritePage(f.devSlots[i%f.pages], f.hostView(i)); err != nil {
+				var err error
+				if toDevice {
+					err = f.dev.WritePage(f.devSlots[i%f.pages], f.hostView(i))
+				} else {
+					err = f.dev.ReadPage(f.devSlots[i%f.pages], f.hostView(i))
+				}
+				if err != nil {
 					return err
 				}
 			}
