@@ -11,11 +11,8 @@ worker in processes of their own) on two cores.
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +21,10 @@ import pytest
 pytest.importorskip("vllm")
 
 from kvpilot import ControlClient
+from tests.vllm_support.runner import PAGE, run_vllm
 from tests.vllm_support.tiny_model import write_tiny_llama
 
-SDK_PYTHON = Path(__file__).resolve().parents[1]
-RUNNER = SDK_PYTHON / "tests" / "vllm_support" / "run_llm.py"
-
-#: vLLM's CPU attention takes blocks in multiples of 32 tokens, and the
-#: connector needs vLLM's block to be kvpilot's page.
-PAGE = 32
 PROMPT_LEN = 100  # three full pages and four tokens
-MAX_TOKENS = 8
 
 #: A small staging arena (kvpilot's device tier in connector mode): after a
 #: few prompts the first one's pages have left it for the host tier.
@@ -69,56 +60,6 @@ def baseline(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
         tmp_path_factory.mktemp("baseline"), tiny_model, None, [{"tokens": A}, {"tokens": C2}]
     )
     return {"A": res["outputs"][0]["token_ids"], "C2": res["outputs"][1]["token_ids"]}
-
-
-def run_vllm(
-    workdir: Path,
-    model: Path,
-    connector: dict[str, Any] | None,
-    prompts: list[dict[str, Any]],
-    *,
-    multiprocess: bool = False,
-    expect_error: bool = False,
-    **spec_extra: Any,
-) -> dict[str, Any]:
-    """Runs vLLM on the prompts in a subprocess; returns run_llm's result
-    (``log`` is vLLM's output). ``multiprocess`` runs vLLM's scheduler and
-    worker in processes of their own, as it serves in production;
-    ``spec_extra`` adds run_llm spec keys (``max_model_len``).
-    """
-    out = workdir / "result.json"
-    spec = {
-        "model": str(model),
-        "block_size": PAGE,
-        "max_tokens": MAX_TOKENS,
-        "connector": connector,
-        "prompts": prompts,
-        "out": str(out),
-        **spec_extra,
-    }
-    spec_path = workdir / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SDK_PYTHON), env.get("PYTHONPATH")]))
-    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocess else "0"
-    env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
-    log_path = workdir / "vllm.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.run(
-            [sys.executable, str(RUNNER), str(spec_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=workdir,
-            timeout=600,
-        )
-    text = log_path.read_text(errors="replace")
-    assert out.exists(), f"vLLM runner wrote no result (exit {proc.returncode}):\n{text[-6000:]}"
-    res = json.loads(out.read_text())
-    res["log"] = text
-    if not expect_error:
-        assert "error" not in res, f"{res['error']}\n{res.get('traceback', '')}\n{text[-6000:]}"
-    return res
 
 
 def _kvpilot(output: dict[str, Any]) -> dict[str, Any]:
@@ -164,7 +105,8 @@ def test_prefix_from_kvpilot_in_a_fresh_vllm(
     # token comes from kvpilot. A's pages had left the staging arena and are
     # loaded back from kvpilot's host tier. The request with malformed
     # kv_transfer_params fails alone; the ones after it are served. C2 takes
-    # C's three pages from kvpilot, saves its fourth, and pins all four.
+    # C's three pages from kvpilot, saves its fourth, and pins all four; D
+    # asks for a pin through vLLM's KV hints and gets its three pinned.
     (tmp_path / "p2").mkdir()
     second = run_vllm(
         tmp_path / "p2",
@@ -182,9 +124,31 @@ def test_prefix_from_kvpilot_in_a_fresh_vllm(
                     }
                 },
             },
+            # The same directives as vLLM KV hints (LLMEngine.add_request).
+            {
+                "tokens": D,
+                "kv_hints": {
+                    "protocol_version": "1",
+                    "message_id": "m-d",
+                    "actions": [
+                        {
+                            "action_id": "1",
+                            "action_type": "kvpilot.session",
+                            "action_version": "1",
+                            "payload": {"session": "chat-d"},
+                        },
+                        {
+                            "action_id": "2",
+                            "action_type": "kvpilot.pin",
+                            "action_version": "1",
+                            "payload": {"ttl": "5m"},
+                        },
+                    ],
+                },
+            },
         ],
     )
-    a, bad, c = second["outputs"]
+    a, bad, c, d = second["outputs"]
     assert a["num_cached_tokens"] == expect_cached, a
     assert _kvpilot(a) == {
         "cached_tokens": expect_cached,
@@ -203,9 +167,12 @@ def test_prefix_from_kvpilot_in_a_fresh_vllm(
     kc = _kvpilot(c)
     assert (kc["cached_tokens"], kc["saved_pages"], kc["pinned_blocks"]) == (96, 1, 4), c
 
+    kd = _kvpilot(d)
+    assert (kd["cached_tokens"], kd["pinned_blocks"]) == (expect_cached, 3), d
+
     with ControlClient(host.control_socket) as ctl:
         stats = ctl.stats()
-    assert sum(t.pinned_pages for t in stats.tiers.values()) >= 4, stats
+    assert sum(t.pinned_pages for t in stats.tiers.values()) >= 7, stats
 
 
 def test_missing_socket_stops_vllm_with_one_clear_error(tiny_model: Path, tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from kvpilot.engine_types import Registration, Usage
 from kvpilot.vllm.geometry import check_parallelism, engine_id, geometry
 from kvpilot.vllm.health import HostHealth
+from kvpilot.vllm.hints import apply_hints
 from kvpilot.vllm.hostlink import connect
 from kvpilot.vllm.metadata import (
     KvpilotConnectorMetadata,
@@ -191,7 +192,10 @@ class SchedulerSide:
         st = RequestState(req_id=rid, prompt=list(request.prompt_token_ids or ()))
         self.requests[rid] = st
         try:
-            st.params = RequestParams.parse(request.kv_transfer_params)
+            st.params = apply_hints(
+                RequestParams.parse(request.kv_transfer_params), getattr(request, "kv_hints", None)
+            )
+            st.params.check_prompt(len(st.prompt))
         except RequestParamsError as e:
             st.refused = f"kvpilot connector: request {rid}: {e}"
             self.counters["refused"] += 1
@@ -206,6 +210,11 @@ class SchedulerSide:
                 tokens,
                 session=st.params.session,
                 tenant=st.params.tenant,
+                # Reasoning spans reach the host's policies as assistant
+                # messages holding them (think-evict reads them).
+                messages=[
+                    {"role": "assistant", "span": sp, "thinking": [sp]} for sp in st.params.thinking
+                ],
                 request_id=kv_id,
                 load_back_deadline_ms=self.settings.load_back_deadline_ms,
                 timeout=self.settings.timeout_s,
@@ -399,6 +408,8 @@ class SchedulerSide:
             from vllm.v1.request import RequestStatus
 
             aborted = request.status == RequestStatus.FINISHED_ABORTED
+            if not aborted and st.scheduled:
+                self._commit_matched_for_pin(st)
             result = self._end(
                 st,
                 finish=not aborted and st.scheduled,
@@ -415,6 +426,28 @@ class SchedulerSide:
         except Exception as e:
             self.health.failed("finishing a request", e)
         return hold, info
+
+    def _commit_matched_for_pin(self, st: RequestState) -> None:
+        """A request that pins with cache_control and saved nothing commits
+        the pages it matched (their slots passed back), so its Finish pins
+        them: the host pins what the request committed.
+        """
+        if (
+            st.params.cache_control is None
+            or not st.kv_id
+            or st.matched_pages == 0
+            or st.saved_pages != st.matched_pages
+            or st.registration_id != self.client.registration.id
+            or not self.health.usable()
+        ):
+            return
+        n = st.matched_pages
+        try:
+            self.client.commit(
+                st.kv_id, st.prompt[: n * self.page], st.slots[:n], timeout=self.settings.timeout_s
+            )
+        except Exception as e:
+            self.health.failed("committing matched pages to pin them", e)
 
     def _stop(self, st: RequestState) -> None:
         """A preempted request: the worker stops its background saves

@@ -82,11 +82,17 @@ class Engine:
         self.sched = SchedulerSide(cfg, kv_cache_config(), settings, log)
         self.next_block = 1  # block 0 is vLLM's null block
 
-    def request(self, rid: str, tokens: list[int], params: dict[str, Any] | None = None) -> Request:
+    def request(
+        self,
+        rid: str,
+        tokens: list[int],
+        params: dict[str, Any] | None = None,
+        kv_hints: Any = None,
+    ) -> Request:
         sp = SamplingParams(
             max_tokens=4, extra_args={"kv_transfer_params": params} if params else None
         )
-        return Request(rid, tokens, sp, None)
+        return Request(rid, tokens, sp, None, kv_hints=kv_hints)
 
     def prefill(self, req: Request, *, wait: bool = True) -> tuple[int, list[int]]:
         """Schedules req's prefill as vLLM's scheduler would, runs the step
