@@ -55,9 +55,12 @@ from kvpilot.vllm.settings import LOGGER_NAME, ConnectorSettings
 from kvpilot.vllm.worker import WorkerSide
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     import torch
     from vllm.attention.backends.abstract import AttentionMetadata
     from vllm.config import VllmConfig
+    from vllm.distributed.kv_events import KVCacheEvent
     from vllm.forward_context import ForwardContext
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -208,6 +211,12 @@ class KvpilotConnector(KVConnectorBase_V1):
         to hear of them).
         """
         return self._sched is not None and self._sched.waiting_on_worker()
+
+    def take_events(self) -> Iterable[KVCacheEvent]:
+        """The pages entering and leaving kvpilot's tiers, for vLLM's KV
+        event publisher (kvpilot.vllm.events).
+        """
+        return self._sched.take_events() if self._sched is not None else ()
 
     def request_finished(
         self, request: Request, block_ids: list[int]

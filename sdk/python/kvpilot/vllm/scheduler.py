@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvpilot.engine_types import Registration, Usage
+from kvpilot.vllm.events import EngineEvents, watch_host
 from kvpilot.vllm.geometry import check_parallelism, engine_id, geometry
 from kvpilot.vllm.health import HostHealth
 from kvpilot.vllm.hints import apply_hints
@@ -157,6 +158,17 @@ class SchedulerSide:
         self._held: set[str] = set()
         self._seq = itertools.count()
         self.kv_cache_manager: KVCacheManager | None = None
+        # kvpilot's pages in vLLM's own KV events, when vLLM publishes them.
+        self.events: EngineEvents | None = None
+        kec = getattr(vllm_config, "kv_events_config", None)
+        if kec is not None and getattr(kec, "enable_kv_cache_events", False):
+            self.events = EngineEvents(self.page, log, watch_host(settings.control_socket))
+            self.events.start()
+            log.info(
+                "kvpilot connector (scheduler): kvpilot's host, disk and remote pages join "
+                "vLLM's KV events (from %s)",
+                settings.control_socket,
+            )
         #: Counters since start (tokens vLLM took from kvpilot, pages loaded
         #: back from colder tiers, pages planned to be saved, refusals).
         self.counters = {"hit_tokens": 0, "reloaded_pages": 0, "saved_pages": 0, "refused": 0}
@@ -223,6 +235,8 @@ class SchedulerSide:
             self.health.failed("Match", e)
             return st
         self.health.ok()
+        if self.events is not None:
+            self.events.learn(tokens, m.block_hashes)
         st.kv_id = m.request_id or kv_id
         st.registration_id = self.client.registration.id
         staging = self.client.device.slots
@@ -527,8 +541,14 @@ class SchedulerSide:
             reg.id,
         )
 
+    def take_events(self) -> list[Any]:
+        """take_events: kvpilot's stores and drops as vLLM KV events."""
+        return self.events.take() if self.events is not None else []
+
     def close(self) -> None:
         """Closes the connection to the host."""
+        if self.events is not None:
+            self.events.close()
         self.client.close()
 
 
