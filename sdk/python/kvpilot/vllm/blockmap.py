@@ -92,14 +92,16 @@ class BlockMap:
         self, kv_layer: torch.Tensor, block_ids: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of the pages in ``block_ids``: two ``[n, page, heads, dim]``
-        tensors on the cache's device, as integers of the element size.
-        They hold a copy of the blocks (strided views over whole blocks
-        gathered with one contiguous copy, when the maps are affine), so the
-        cache may change under them.
+        tensors on the cache's device, as integers of the element size:
+        strided views over the cache itself for a run of blocks, else over
+        whole blocks gathered with one contiguous copy (when the maps are
+        affine), else copies.
         """
         n = int(block_ids.numel())
         if self._affine_views(kv_layer) is not None:
-            blocks = as_bits(kv_layer).index_select(0, block_ids)
+            # A run of blocks is read in place; others are gathered first.
+            run = rows(as_bits(kv_layer), block_ids.tolist())
+            blocks = run if run is not None else as_bits(kv_layer).index_select(0, block_ids)
             views = self._affine_views(blocks)
             assert views is not None
             return views
@@ -119,6 +121,15 @@ class BlockMap:
         k, v = as_bits(k), as_bits(v)
         cache = as_bits(kv_layer)
         views = self._affine_views(kv_layer)
+        run = rows(cache, block_ids.tolist()) if views is not None else None
+        if run is not None:
+            # A run of blocks (what vLLM mostly allocates): one permuting
+            # copy each of K and V, straight into the cache.
+            direct = self._affine_views(run)
+            assert direct is not None
+            direct[0].copy_(k.to(kv_layer.device))
+            direct[1].copy_(v.to(kv_layer.device))
+            return
         if views is not None and self.covers_block:
             # Whole blocks assembled aside, then one contiguous copy each.
             blocks = torch.empty((n, *cache.shape[1:]), dtype=cache.dtype, device=cache.device)
