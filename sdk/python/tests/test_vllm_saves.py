@@ -99,6 +99,18 @@ def test_a_full_queue_skips_the_save_and_counts_it(host: Any, engine: Engine) ->
     again = engine.request("c", second.prompt_token_ids)
     assert engine.sched.lookup(again, 0) == (0, False)
     engine.finish(again)
+    # What vLLM's stats log shows: the deltas since the last report, summed
+    # across workers.
+    stats = engine.worker.stats()
+    assert stats is not None and stats.reduce() == {
+        "loaded_pages": 0,
+        "copied_pages": 3,
+        "committed_pages": 3,
+        "skipped_pages": 2,
+        "failed_pages": 0,
+    }
+    assert engine.worker.stats() is None
+    assert stats.aggregate(stats).reduce()["skipped_pages"] == 4
 
 
 def test_a_preempted_request_stops_its_saves_before_the_forward(host: Any, engine: Engine) -> None:

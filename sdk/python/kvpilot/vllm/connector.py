@@ -52,6 +52,7 @@ from vllm.v1.metrics.cache_hit_source import CacheHitSource
 from kvpilot.vllm.metadata import KvpilotConnectorMetadata
 from kvpilot.vllm.scheduler import SchedulerSide
 from kvpilot.vllm.settings import LOGGER_NAME, ConnectorSettings
+from kvpilot.vllm.stats import KvpilotStats
 from kvpilot.vllm.worker import WorkerSide
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from vllm.attention.backends.abstract import AttentionMetadata
     from vllm.config import VllmConfig
     from vllm.distributed.kv_events import KVCacheEvent
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
     from vllm.forward_context import ForwardContext
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -158,6 +160,19 @@ class KvpilotConnector(KVConnectorBase_V1):
             finished_recving=set(refused),
             failed_recving=refused,
         )
+
+    def get_kv_connector_stats(self) -> KVConnectorStats | None:
+        """Pages loaded, saved, skipped and failed since the last step, for
+        vLLM's stats log (kvpilot.vllm.stats).
+        """
+        return self._work.stats() if self._work is not None else None
+
+    @classmethod
+    def build_kv_connector_stats(
+        cls, data: dict[str, Any] | None = None
+    ) -> KVConnectorStats | None:
+        """Rebuilds the workers' stats from their dicts, for vLLM's logger."""
+        return KvpilotStats(data=dict(data or {}))
 
     def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
         """The background saves done since the last step."""

@@ -35,12 +35,14 @@ from kvpilot.vllm.hostlink import check_socket, connect
 from kvpilot.vllm.metadata import KvpilotConnectorMetadata, KvpilotWorkerMetadata, PageLoad
 from kvpilot.vllm.saver import Saver
 from kvpilot.vllm.settings import ConnectorConfigError, ConnectorSettings
+from kvpilot.vllm.stats import StatsDelta
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.v1.kv_cache_interface import KVCacheConfig
 
     from kvpilot.engine import EngineClient
+    from kvpilot.vllm.stats import KvpilotStats
 
 
 class WorkerSide:
@@ -72,6 +74,7 @@ class WorkerSide:
         self._failed_blocks: set[int] = set()
         self._refused: set[str] = set()
         self.saver = Saver(self, log)
+        self._stats = StatsDelta()
         #: Pages loaded into vLLM since start (saves count in saver.counters).
         self.counters = {"loaded_pages": 0}
 
@@ -201,6 +204,10 @@ class WorkerSide:
     def worker_meta(self) -> KvpilotWorkerMetadata | None:
         """What the scheduler side hears of this step's saves."""
         return self.saver.worker_meta()
+
+    def stats(self) -> KvpilotStats | None:
+        """get_kv_connector_stats: the counters since the last report."""
+        return self._stats.take({**self.counters, **self.saver.counters.as_dict()})
 
     def copy_out(
         self, registration_id: str, block_ids: Sequence[int], slots: Sequence[int]
