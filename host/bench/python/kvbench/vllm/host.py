@@ -87,6 +87,18 @@ class ServeProcess:
             time.sleep(0.05)
         return n
 
+    def settle(self, tier: str, quiet: float = 0.5, timeout: float = 60.0) -> int:
+        """Waits until tier's page count stays the same for quiet seconds
+        (the saves of earlier requests have landed); returns it.
+        """
+        deadline = time.monotonic() + timeout
+        last, since = self.pages(tier), time.monotonic()
+        while time.monotonic() - since < quiet and time.monotonic() < deadline:
+            time.sleep(0.05)
+            if (n := self.pages(tier)) != last:
+                last, since = n, time.monotonic()
+        return last
+
 
 def _accepts(path: str) -> bool:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

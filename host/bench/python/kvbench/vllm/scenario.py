@@ -89,7 +89,7 @@ def host_config() -> dict[str, Any]:
     prompts, a disk tier that outlives a restart.
     """
     return {
-        "log": {"level": "warn", "format": "text"},
+        "log": {"level": "info", "format": "text"},
         "http": {"listen": ""},
         "nats": {"listen": ""},
         "index": {"page_size": PAGE},
@@ -159,7 +159,11 @@ def run_model(
             "max_model_len": tokens + 64,
             "kv_cache_memory_bytes": kv_bytes,
         }
-        connector = {"socket": host.engine_socket, "timeout_s": 30.0}
+        # A kvpilot host serves one engine: its processes share one
+        # registration, and another engine's registration retires it. So
+        # filler and fresh register as processes of one engine (fresh still
+        # starts with nothing in its own prefix cache).
+        connector = {"socket": host.engine_socket, "timeout_s": 30.0, "engine_id": "bench-vllm"}
         plain = EngineProcess("plain", {**base, "connector": None}, work / "plain.log")
         engines.append(plain)
         filler = EngineProcess("filler", {**base, "connector": connector}, work / "filler.log")
@@ -176,13 +180,13 @@ def run_model(
         full = tokens // PAGE
         for r in range(rounds):
             p, q = prompt(), prompt()
-            before = host.pages("host")
+            before = host.settle("host")
             a = plain.ask(p)
             b = filler.ask(p)
             host.wait_pages("host", before + full)
             c = fresh.ask(p)
             d = plain.ask(p)
-            before = host.pages("host")
+            before = host.settle("host")
             filler.ask(q)
             host.wait_pages("host", before + full)
             host.restart()
@@ -192,9 +196,10 @@ def run_model(
                 run.cached[arm].append(out["cached_tokens"])
             run.answers_match.append(c["token"] == a["token"])
             log.info(
-                "round %d: %s",
+                "round %d: %s; the fresh process's hit: %s",
                 r,
                 ", ".join(f"{arm} {run.ms[arm][-1]:.0f} ms" for arm in ARMS),
+                c.get("kvpilot"),
             )
     finally:
         for e in engines:
