@@ -163,3 +163,26 @@ def test_a_request_that_pins_is_saved_in_its_step(host: Any, engine: Engine) -> 
         assert torch.equal(other.caches[n][got[:2]], want[n]), n
     other.finish(again)
     other.close()
+
+
+def test_a_full_staging_tier_skips_the_save_and_counts_it(kvpilot_host_factory: Any) -> None:
+    # Six staging slots; a request that matched four holds them (a match
+    # locks its pages until the request ends), so the next four do not fit.
+    host = kvpilot_host_factory(index={"page_size": PAGE}, tiers={"device": {"capacity_pages": 6}})
+    e = Engine(host.engine_socket)
+    try:
+        prompt = random_prompt(6, 4 * PAGE + 1)
+        first = e.request("a", prompt)
+        e.prefill(first)
+        e.finish(first)
+        holder = e.request("b", prompt)
+        assert e.sched.lookup(holder, 0)[0] == 4 * PAGE
+        req = e.request("c", random_prompt(7, 4 * PAGE + 1))
+        e.prefill(req)
+        c = e.worker.saver.counters.as_dict()
+        assert (c["committed_pages"], c["skipped_pages"], c["failed_pages"]) == (4, 4, 0), c
+        assert e.finish(req) is not None
+        e.finish(holder)
+        assert e.sched._inflight == {} and not e.sched.waiting_on_worker()
+    finally:
+        e.close()

@@ -39,7 +39,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kvpilot.errors import KvpilotError
+from kvpilot.errors import CapacityExhausted
 from kvpilot.vllm.metadata import KvpilotConnectorMetadata, KvpilotWorkerMetadata, PageSave
 from kvpilot.vllm.savequeue import SaveCancelled, SaveJob, SaveQueue
 
@@ -196,11 +196,17 @@ class Saver:
             self._skip(sv, "")
             return
         try:
-            a = w.client.allocate(sv.kv_request_id, sv.pages, timeout=w.settings.timeout_s)
-            slots = list(a.page_slots)
+            try:
+                slots = list(
+                    w.client.allocate(
+                        sv.kv_request_id, sv.pages, timeout=w.settings.timeout_s
+                    ).page_slots
+                )
+            except CapacityExhausted:
+                slots = []
             if len(slots) != sv.pages:
                 st.broken = True
-                self._skip(sv, f"staging gave {len(slots)} of {sv.pages} slots")
+                self._skip(sv, "kvpilot's staging tier is full")
                 return
             with job.copy_region() if job is not None else contextlib.nullcontext():
                 w.copy_out(sv.registration_id, sv.block_ids, slots)
@@ -211,11 +217,6 @@ class Saver:
             st.broken = True
             self.counters.add(skipped=sv.pages)
             raise
-        except KvpilotError as e:
-            st.broken = True
-            w.health.failed("saving pages to kvpilot", e)
-            self.counters.add(failed=sv.pages)
-            return
         except Exception as e:
             st.broken = True
             w.health.failed("saving pages to kvpilot", e)
