@@ -6,27 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvbench.vllm.models import write_random_llama
+from kvbench.vllm.models import SAVE_HEAVY_LLAMA, write_random_llama
 
-#: The model's geometry; head_dim 32 and 2 KV heads (GQA).
+#: The bench's Llama made smaller: 2 layers, hidden 128, head_dim 32, 2 KV
+#: heads (GQA).
 CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "vocab_size": 512,
+    **SAVE_HEAVY_LLAMA,
     "hidden_size": 128,
     "intermediate_size": 256,
     "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
     "head_dim": 32,
     "max_position_embeddings": 1024,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "torch_dtype": "bfloat16",
 }
 
 
