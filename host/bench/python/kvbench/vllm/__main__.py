@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -33,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or a.tokens < 64 or a.rounds < 1:
         ap.error(f"--models takes {', '.join(MODELS)}; --tokens >= 64, --rounds >= 1")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    # A stopped bench (kvpilot bench's context, timeout) still stops its
+    # hosts and vLLM processes: SIGTERM unwinds through their finally blocks.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     report = run(a.kvpilot, models, a.tokens, a.rounds, Path(a.workdir) if a.workdir else None)
     json.dump(report, sys.stdout)
     sys.stdout.write("\n")

@@ -2,7 +2,8 @@
 
 Per model, one kvpilot host and three vLLM processes (kvbench.vllm.engine):
 ``plain`` without the connector, ``filler`` and ``fresh`` with it. Each
-round takes a new random prompt P of about ``tokens`` tokens and, in order:
+round takes a new random prompt P of about ``tokens`` tokens and, in order
+(the two misses take turns going first):
 
 - ``no_connector_miss``: plain computes P (vLLM alone, nothing cached);
 - ``connector_miss``: filler computes P, saving its pages to kvpilot behind
@@ -181,8 +182,12 @@ def run_model(
         for r in range(rounds):
             p, q = prompt(), prompt()
             before = host.settle("host")
-            a = plain.ask(p)
-            b = filler.ask(p)
+            # The two misses take turns going first: whichever runs second
+            # shares the machine with the first one's leftovers.
+            if r % 2 == 0:
+                a, b = plain.ask(p), filler.ask(p)
+            else:
+                b, a = filler.ask(p), plain.ask(p)
             host.wait_pages("host", before + full)
             c = fresh.ask(p)
             d = plain.ask(p)
