@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 )
@@ -105,7 +106,10 @@ func RunVLLM(ctx context.Context, o VLLMOptions) (*VLLMReport, error) {
 	if o.Stderr != nil {
 		cmd.Stderr = io.MultiWriter(o.Stderr, errTail)
 	}
-	cmd.WaitDelay = 10 * time.Second
+	// Interrupted, the child gets SIGTERM, which stops its hosts and vLLM
+	// processes on the way out; SIGKILL only if it is still there after.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
 	if err := cmd.Run(); err != nil {
 		return nil, childError(py, err, errTail.String())
 	}
