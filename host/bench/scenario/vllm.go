@@ -73,6 +73,9 @@ type VLLMReport struct {
 	raw json.RawMessage
 }
 
+// vllmDriver is the Python module the scenario runs with -m.
+const vllmDriver = "kvbench.vllm"
+
 // The arms, in the order the table shows them.
 var vllmArms = []string{"no_connector_miss", "connector_miss", "connector_hit_fresh_process", "vllm_prefix_hit", "connector_hit_after_restart"}
 
@@ -82,7 +85,7 @@ func RunVLLM(ctx context.Context, o VLLMOptions) (*VLLMReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"-m", "kvbench.vllm", "--kvpilot", o.Kvpilot}
+	args := []string{"-m", vllmDriver, "--kvpilot", o.Kvpilot}
 	if len(o.Models) > 0 {
 		args = append(args, "--models", strings.Join(o.Models, ","))
 	}
@@ -111,7 +114,7 @@ func RunVLLM(ctx context.Context, o VLLMOptions) (*VLLMReport, error) {
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second
 	if err := cmd.Run(); err != nil {
-		return nil, childError(py, err, errTail.String())
+		return nil, childError(py, vllmDriver, err, errTail.String())
 	}
 	return parseVLLM(out.Bytes())
 }

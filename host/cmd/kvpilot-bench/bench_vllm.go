@@ -3,8 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,27 +12,9 @@ import (
 	"github.com/kvpilot/kvpilot/host/bench/scenario"
 )
 
-func init() {
-	registerBench(benchScenario{
-		Name:    "vllm",
-		Summary: "vLLM's CPU build with and without the kvpilot connector: misses, hits in a fresh process, vLLM's own prefix hit, a host restart",
-		Run:     runBenchVLLM,
-	})
-}
-
-func runBenchVLLM(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("bench vllm", "[--json] [--plot FILE.svg] [--models LIST] [--tokens N] [--rounds N] [--workdir DIR] [--python PATH] [-v]",
-		"Runs host/bench/python/kvbench/vllm: per model, a kvpilot host and three vLLM\n"+
-			"processes (CPU build, one without the connector, two with it), and per round a\n"+
-			"new random prompt through the arms, interleaved: a miss without the connector,\n"+
-			"a miss with it (saving to kvpilot), a fresh process served from kvpilot,\n"+
-			"vLLM's own prefix hit, and a hit after the host restarted with SIGTERM.\n"+
-			"Ratios per round, medians reported. Targets: on SmolLM2-135M-Instruct a miss\n"+
-			"with the connector <= 1.02x one without, a fresh process's hit <= 0.25x a full\n"+
-			"prefill and <= 1.2x vLLM's own prefix hit; on the save-heavy random Llama a\n"+
-			"miss <= 1.10x; every hit answers as vLLM alone. Starts vLLM many times: minutes.", os.Stderr)
-	asJSON := fs.Bool("json", false, "print one JSON object instead of the table")
-	plot := fs.String("plot", "", "write an SVG bar chart of the arms to this file")
+// vllmFlags defines the flags of `kvpilot bench vllm` (its row in
+// scenarios.go) and returns what runs it.
+func vllmFlags(fs *flag.FlagSet) runFunc {
 	var o scenario.VLLMOptions
 	models := fs.String("models", "", "comma-separated models (smollm2, save-heavy-llama); default all")
 	fs.IntVar(&o.Tokens, "tokens", 4000, "prompt length in tokens")
@@ -41,29 +22,25 @@ func runBenchVLLM(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.Workdir, "workdir", "", "keep the hosts' data and vLLM's logs here")
 	fs.StringVar(&o.Python, "python", "", "interpreter with kvpilot and vLLM (default $KVPILOT_PYTHON, .venv/bin/python, python3)")
 	verbose := fs.Bool("v", false, "show the Python side's progress")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	return func(ctx context.Context, _ scenario.Progress) (scenario.Report, error) {
+		if *models != "" {
+			o.Models = strings.Split(*models, ",")
+		}
+		bin, err := kvpilotBinary()
+		if err != nil {
+			return nil, err
+		}
+		o.Kvpilot = bin
+		if *verbose {
+			o.Stderr = os.Stderr
+		}
+		return scenario.RunVLLM(ctx, o)
 	}
-	if *models != "" {
-		o.Models = strings.Split(*models, ",")
-	}
-	bin, err := kvpilotBinary()
-	if err != nil {
-		return err
-	}
-	o.Kvpilot = bin
-	if *verbose {
-		o.Stderr = os.Stderr
-	}
-	rep, err := scenario.RunVLLM(ctx, o)
-	if err != nil {
-		return fmt.Errorf("bench vllm: %w", err)
-	}
-	return benchOutput(ctx, stdout, rep, *asJSON, *plot, "kvpilot bench vllm")
 }
 
 // kvpilotBinary is the kvpilot beside this binary (make build puts both
-// in bin/), else the one on PATH.
+// in bin/), else the one on PATH: the vllm scenario's hosts are processes
+// of their own, as it stops one with SIGTERM and starts it again.
 func kvpilotBinary() (string, error) {
 	if self, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(self), "kvpilot")
