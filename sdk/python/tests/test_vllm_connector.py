@@ -27,11 +27,14 @@ from tests.vllm_support.tiny_model import write_tiny_llama
 PROMPT_LEN = 100  # three full pages and four tokens
 
 #: A small staging arena (kvpilot's device tier in connector mode): after a
-#: few prompts the first one's pages have left it for the host tier.
+#: few prompts the first one's pages have left it for the host tier. Its
+#: pin budget is the whole tier: the test pins seven distinct pages (C2's
+#: four, D's three), and the host's pin budget is the smallest tier's
+#: (half of eight pages by default).
 HOST_CONFIG: dict[str, Any] = {
     "index": {"page_size": PAGE},
     "tiers": {
-        "device": {"capacity_pages": 8},
+        "device": {"capacity_pages": 8, "pin_budget": 1.0},
         "host": {"capacity_pages": 128},
         "disk": {"capacity_pages": 256},
     },
