@@ -15,7 +15,7 @@ import (
 // vllmFlags defines the flags of `kvpilot bench vllm` (its row in
 // scenarios.go) and returns what runs it.
 func vllmFlags(fs *flag.FlagSet) runFunc {
-	var o scenario.VLLMOptions
+	var o scenario.VLLMBenchOptions
 	models := fs.String("models", "", "comma-separated models (smollm2, save-heavy-llama); default all")
 	fs.IntVar(&o.Tokens, "tokens", 4000, "prompt length in tokens")
 	fs.IntVar(&o.Rounds, "rounds", 3, "measured rounds")

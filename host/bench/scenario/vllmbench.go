@@ -20,9 +20,10 @@ import (
 // one with SIGTERM between two processes): host/bench/python/kvbench/vllm
 // says what each arm is.
 
-// VLLMOptions shape a vllm run.
-type VLLMOptions struct {
-	// Python runs the child (see findPython); Kvpilot is the binary the
+// VLLMBenchOptions shape a run of the vllm scenario (StartVLLM, beside it,
+// serves one vLLM for the demo).
+type VLLMBenchOptions struct {
+	// Python runs the child (see FindPython); Kvpilot is the binary the
 	// child's hosts run.
 	Python, Kvpilot string
 	// Models to run (the Python side's names); empty: all.
@@ -80,8 +81,8 @@ const vllmDriver = "kvbench.vllm"
 var vllmArms = []string{"no_connector_miss", "connector_miss", "connector_hit_fresh_process", "vllm_prefix_hit", "connector_hit_after_restart"}
 
 // RunVLLM runs the Python side and returns its report.
-func RunVLLM(ctx context.Context, o VLLMOptions) (*VLLMReport, error) {
-	py, err := findPython(o.Python)
+func RunVLLM(ctx context.Context, o VLLMBenchOptions) (*VLLMReport, error) {
+	py, err := FindPython(o.Python)
 	if err != nil {
 		return nil, err
 	}
