@@ -15,7 +15,7 @@ PYREQS    := sdk/python/requirements.txt
 COMMIT    := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 VERSION   := $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
-.PHONY: all build run test test-go test-py test-dynamo test-sglang py-env sglang-env bench lint verify proto ptx ptx-check fuzz clean demo
+.PHONY: all build run test test-go test-py test-dynamo test-sglang py-env sglang-env bench lint verify proto ptx ptx-check fuzz clean demo gpu-check
 
 all: build
 
@@ -166,6 +166,26 @@ ptx:
 ## ptx-check: validate the committed PTX for sm_90 (needs ptxas)
 ptx-check:
 	kernels/cuda/check-ptx.sh
+
+## gpu-check: build, here, the CUDA paths' test binaries (no cgo, stripped)
+## and kernels/cuda/gpu-check.sh into bin/gpu-check/, and pack them as
+## bin/gpu-check.tar.gz (at most 64 MiB) for a GPU machine without network:
+## there, unpack and run gpu-check/run.sh, which prints one JSON summary
+## (the kernels against the CPU kernels bit for bit and against a
+## device-to-device copy, the CUDA arena and its IPC handle). Run here, it
+## reports that no GPU was found.
+GPU_CHECK_PKGS := kernels/cudadrv kernels/cuda host/pool/cuda host/pool/tiers
+gpu-check:
+	rm -rf bin/gpu-check bin/gpu-check.tar.gz
+	mkdir -p bin/gpu-check
+	for p in $(GPU_CHECK_PKGS); do \
+	  CGO_ENABLED=0 $(GO) test -c -ldflags "-s -w" -o bin/gpu-check/$$(echo $$p | tr / -).test ./$$p || exit 1; \
+	done
+	cp kernels/cuda/gpu-check.sh bin/gpu-check/run.sh
+	tar -C bin -czf bin/gpu-check.tar.gz gpu-check
+	@size=$$(du -b bin/gpu-check.tar.gz | cut -f1); echo "bin/gpu-check.tar.gz: $$size bytes"; \
+	  test $$size -le 67108864 || { echo "gpu-check bundle over 64 MiB"; exit 1; }
+	bin/gpu-check/run.sh; test $$? -ne 1
 
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:

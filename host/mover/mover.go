@@ -20,9 +20,10 @@
 //     children's drops from the same tier, not yet reported) the drop waits,
 //     without holding a worker, and tries again each time another
 //     transition is reported, whichever batch it belongs to.
-//   - A read that finds a stored page corrupt (the store has dropped it)
-//     tells the index with LoseCopy, which forgets that copy and the
-//     descendants' copies on the same tier; the mover frees those.
+//   - A read that finds a stored page corrupt (the store has dropped it),
+//     or a host-tier page that fails its seal (seal.go), tells the index
+//     with LoseCopy, which forgets that copy and the descendants' copies on
+//     the same tier; the mover frees those.
 //   - A transition waits for the one named in its After field; when that
 //     one fails, the index has cancelled it and the mover reports it
 //     failed without doing any I/O.
@@ -107,6 +108,7 @@ type Mover struct {
 	syncs [tier.Count]*groupSync
 
 	failures failureLog
+	seals    *seals // the host tier's page checksums (seal.go)
 
 	mu   sync.Mutex
 	done map[uint64]*flight // transitions in flight, by id, for After waits
@@ -167,6 +169,7 @@ func New(o Options) (*Mover, error) {
 		return nil, fmt.Errorf("mover: no pools")
 	}
 	m.bufs.New = func() any { b := make([]byte, m.pb); return &b }
+	m.seals = newSeals(o.Pools.Memory(tier.Host))
 	return m, nil
 }
 

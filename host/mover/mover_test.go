@@ -253,6 +253,40 @@ func TestCorruptDiskPageRefused(t *testing.T) {
 	h.check()
 }
 
+// TestCorruptHostPageRefused: a host-tier page changed behind the mover's
+// back (the host tier is memory engines map) fails its seal on the way
+// back to the device: it never reaches the device, and the index forgets
+// it and the descendants' host copies, as for a corrupt disk record.
+func TestCorruptHostPageRefused(t *testing.T) {
+	ctx := ctxT(t)
+	h := newHost(t, hostConfig{dataDir: t.TempDir()})
+	a := h.commit("tenant", 0, 3)
+	if _, _, err := h.mv.Pause(ctx, a.target(), "lease", tier.Host, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	h.only(a, tier.Host)
+	pi, _ := h.tiersOf(a.tenant, a.seqs[1])
+	view, err := h.pools.Host.(pool.PageViewer).PageView(pool.Slot(pi.Loc[tier.Host]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	view[len(view)/2] ^= 0x40 // what a stray write by an engine does
+
+	r, err := h.mv.LoadBack(ctx, a.target(), time.Now().Add(5*time.Second))
+	if !errors.Is(err, ErrIncomplete) || len(r.Corrupt) != 1 || !errors.Is(r.Err(), pool.ErrCorrupt) {
+		t.Fatalf("load-back over a changed host page: %v %+v", err, r)
+	}
+	// The first page is intact and comes back; the second and the third
+	// (which cannot stand without it on the host tier) are gone.
+	h.verify(session{tenant: a.tenant, seqs: a.seqs[:1]}, tier.Device)
+	for _, seq := range a.seqs[1:] {
+		if pi, ok := h.tiersOf(a.tenant, seq); ok {
+			t.Fatalf("page %x still indexed after its only copy failed its seal: %+v", seq, pi)
+		}
+	}
+	h.check()
+}
+
 // TestCorruptDiskCopyFallsBackToRemote: a page with a good remote copy
 // behind a corrupt disk copy loses only the disk copy; the next load-back
 // reads the remote one.

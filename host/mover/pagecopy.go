@@ -68,7 +68,8 @@ func (c *pageCopy) prepare() bool {
 
 // transfer moves the bytes. Fast paths skip the staging buffer: read
 // straight from a contiguous source page, or straight into a contiguous
-// destination page.
+// destination page. A page leaving a sealed tier is checked, a page
+// entering one is sealed (seal.go).
 func (c *pageCopy) transfer() bool {
 	view, ok, err := pageView(c.srcMem, pool.Slot(c.t.FromLoc))
 	if err != nil {
@@ -76,17 +77,56 @@ func (c *pageCopy) transfer() bool {
 		return false
 	}
 	if ok {
-		return c.write(view)
+		return c.writeChecked(view) && c.seal(view)
 	}
 	if view, ok, err = pageView(c.dstMem, c.dstSlot); err != nil {
 		c.undo(fmt.Errorf("destination: %w", err))
 		return false
 	} else if ok {
-		return c.read(view)
+		return c.read(view) && c.seal(view)
 	}
 	buf := c.m.getBuf()
 	defer c.m.putBuf(buf)
-	return c.read(*buf) && c.write(*buf)
+	return c.read(*buf) && c.write(*buf) && c.seal(*buf)
+}
+
+// writeChecked writes src, the live source page, checking it against its
+// seal when its tier is sealed: beside the write into memory (a slot found
+// corrupt is freed again), before a write into a store (which would keep
+// it).
+func (c *pageCopy) writeChecked(src []byte) bool {
+	sl := c.m.seals
+	if !sl.covers(c.t.From) {
+		return c.write(src)
+	}
+	slot := pool.Slot(c.t.FromLoc)
+	if c.dstMem == nil {
+		if err := sl.check(slot, sealOf(src)); err != nil {
+			c.readFailed(err)
+			return false
+		}
+		return c.write(src)
+	}
+	h := startSideHash(src)
+	ok := c.write(src)
+	sum := h.wait()
+	if !ok {
+		return false
+	}
+	if err := sl.check(slot, sum); err != nil {
+		c.readFailed(err)
+		return false
+	}
+	return true
+}
+
+// seal records the checksum of page, just written, when the destination
+// tier is sealed.
+func (c *pageCopy) seal(page []byte) bool {
+	if c.dstMem != nil && c.m.seals.covers(c.t.To) {
+		c.m.seals.set(c.dstSlot, page)
+	}
+	return true
 }
 
 // read reads the source page into into.

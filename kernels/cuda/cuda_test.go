@@ -29,7 +29,7 @@ func TestPTXHasEntries(t *testing.T) {
 	}
 }
 
-func openOrSkip(t *testing.T) *Engine {
+func openOrSkip(t testing.TB) *Engine {
 	t.Helper()
 	d, err := cudadrv.Load()
 	if err != nil {

@@ -19,7 +19,7 @@ func small() *layout.Layout {
 // TestRunSmall runs the scenario on a small layout: every arm present,
 // JSON shaped as the CLI contract says.
 func TestRunSmall(t *testing.T) {
-	r, err := Run(context.Background(), Options{Pages: 8, RemotePages: 2, Iters: 1, Dir: t.TempDir(), Layout: small(), Redis: "auto"})
+	r, err := Run(context.Background(), Options{Pages: 8, RemotePages: 2, Iters: 1, Dir: t.TempDir(), Layout: small(), Redis: "auto", Cores: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +37,24 @@ func TestRunSmall(t *testing.T) {
 	}
 	if r.Ratio["host_to_remote"] <= 0 || r.Targets.RemoteRatioMin != RemoteTarget {
 		t.Fatalf("remote ratios and targets: %v %+v", r.Ratio, r.Targets)
+	}
+	// The memory baseline: every copy method, on one core and on two, and
+	// the memory pairs against the fastest on as many cores.
+	if len(r.Baselines) != 2 || r.Baselines[0].Cores != 1 || r.Baselines[1].Cores != 2 {
+		t.Fatalf("memory baselines: %+v", r.Baselines)
+	}
+	for _, a := range []string{"memcpy_go", "memcpy_go_x2", "memcpy_x2", "device_to_host_x2", "host_to_device_x2"} {
+		if r.Arms[a].GBps <= 0 {
+			t.Fatalf("arm %s: %+v", a, r.Arms[a])
+		}
+	}
+	for _, b := range r.Baselines {
+		if fastest := r.Arms[armName("memcpy", b.Cores)].GBps; fastest < r.Arms[armName("memcpy_go", b.Cores)].GBps*0.999 {
+			t.Fatalf("the baseline on %d cores (%.2f GB/s) is slower than Go's copy", b.Cores, fastest)
+		}
+	}
+	if r.Ratio["device_to_host_x2"] <= 0 {
+		t.Fatalf("ratios: %v", r.Ratio)
 	}
 	b, _ := json.Marshal(r)
 	var back map[string]any

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"io"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/kvpilot/kvpilot/host/bench/scenario"
@@ -21,6 +22,7 @@ func tiersFlags(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&o.Iters, "iters", 5, "measured rounds, arms interleaved (medians reported)")
 	fs.StringVar(&o.Dir, "dir", "", "directory for page files and NATS data (default: a temp dir)")
 	fs.BoolVar(&o.NoRemote, "no-remote", false, "skip the remote arms")
+	fs.IntVar(&o.Cores, "cores", runtime.NumCPU(), "cores the memory arms also run on, sharing the pages (1: one core only)")
 	fs.StringVar(&o.Redis, "redis", "auto", "a Redis or Valkey server for the redis arms; auto starts one when redis-server is installed; off skips them")
 	fs.StringVar(&o.S3, "s3", "auto", "an S3-compatible endpoint (host:port) for the s3 candidate arms, measured raw; auto starts SeaweedFS when weed is installed; off skips them")
 	gcPercent := fs.Int("gc-percent", config.Default().GCPercent, "the Go GC target (GOGC) for the run; the default is the host's own (gc_percent)")

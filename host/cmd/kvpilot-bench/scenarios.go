@@ -142,13 +142,16 @@ var scenarios = []benchScenario{
 	},
 	{
 		Name:     "tiers",
-		Summary:  "tier-pair throughput (device<->host, host<->disk, host<->remote) vs memcpy and plain file I/O",
-		Synopsis: "[--pages N] [--remote-pages N] [--iters N] [--dir DIR] [--redis ADDR|auto|off] [--s3 ADDR|auto|off] [--no-remote] [--gc-percent N]",
+		Summary:  "tier-pair throughput (device<->host, host<->disk, host<->remote) vs the best memory copy and plain file I/O",
+		Synopsis: "[--pages N] [--remote-pages N] [--iters N] [--dir DIR] [--redis ADDR|auto|off] [--s3 ADDR|auto|off] [--no-remote] [--cores N] [--gc-percent N]",
 		Help: "Moves pages between each pair of tiers through the real pools (memfd arenas,\n" +
 			"the disk page file, and each remote backend: the JetStream object store on an\n" +
 			"embedded server, and Redis) and reports GB/s against baselines of the same\n" +
-			"bytes in the same run: memcpy, a plain sequential file write/read, and each\n" +
-			"remote backend's raw put and get (JetStream objects, Redis SET and GET).\n" +
+			"bytes in the same run: the best memory copy this machine makes (the fastest of\n" +
+			"Go copy, REP MOVSB and non-temporal AVX2 stores each round, on one core and on\n" +
+			"--cores cores, where the memory pairs run too), a plain sequential file\n" +
+			"write/read, and each remote backend's raw put and get (JetStream objects,\n" +
+			"Redis SET and GET).\n" +
 			"S3-compatible storage (SeaweedFS, started when weed is installed) is measured\n" +
 			"raw beside them as a candidate shared tier.\n" +
 			"Targets: memory and disk pairs >= 0.9 of their baseline; each remote backend\n" +
@@ -166,5 +169,21 @@ var scenarios = []benchScenario{
 			"saves >= 80% of the prefill reprefill spends after edits.",
 		Plot:  true,
 		Flags: truncationFlags,
+	},
+	{
+		Name:     "vllm",
+		Summary:  "vLLM's CPU build with and without the kvpilot connector: misses, hits in a fresh process, vLLM's own prefix hit, a host restart",
+		Synopsis: "[--models LIST] [--tokens N] [--rounds N] [--workdir DIR] [--python PATH] [-v]",
+		Help: "Runs host/bench/python/kvbench/vllm: per model, a kvpilot host and three vLLM\n" +
+			"processes (CPU build, one without the connector, two with it), and per round a\n" +
+			"new random prompt through the arms, interleaved: a miss without the connector,\n" +
+			"a miss with it (saving to kvpilot), a fresh process served from kvpilot,\n" +
+			"vLLM's own prefix hit, and a hit after the host restarted with SIGTERM.\n" +
+			"Ratios per round, medians reported. Targets: on SmolLM2-135M-Instruct a miss\n" +
+			"with the connector <= 1.02x one without, a fresh process's hit <= 0.25x a full\n" +
+			"prefill and <= 1.2x vLLM's own prefix hit; on the save-heavy random Llama a\n" +
+			"miss <= 1.10x; every hit answers as vLLM alone. Starts vLLM many times: minutes.",
+		Plot:  true,
+		Flags: vllmFlags,
 	},
 }

@@ -22,12 +22,27 @@ def first_unknown(extra: Mapping[str, Any], known: Collection[str]) -> str | Non
 
 
 def number(
-    extra: Mapping[str, Any], key: str, default: float, low: float, high: float, fail: Fail
+    extra: Mapping[str, Any],
+    key: str,
+    default: float,
+    low: float,
+    high: float,
+    fail: Fail,
+    *,
+    whole: bool = False,
 ) -> float:
-    """The number at key (default when absent), within [low, high]."""
+    """The number at key (default when absent), within [low, high]; with
+    ``whole``, a whole number.
+    """
     v = extra.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
-        raise fail(key, v, f"a number in [{low:g}, {high:g}]")
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or not low <= v <= high
+        or (whole and v != int(v))
+    ):
+        kind = "a whole number" if whole else "a number"
+        raise fail(key, v, f"{kind} in [{low:g}, {high:g}]")
     return float(v)
 
 

@@ -11,11 +11,8 @@ worker in processes of their own) on two cores.
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +21,20 @@ import pytest
 pytest.importorskip("vllm")
 
 from kvpilot import ControlClient
+from tests.vllm_support.runner import PAGE, run_vllm
 from tests.vllm_support.tiny_model import write_tiny_llama
 
-SDK_PYTHON = Path(__file__).resolve().parents[1]
-RUNNER = SDK_PYTHON / "tests" / "vllm_support" / "run_llm.py"
-
-#: vLLM's CPU attention takes blocks in multiples of 32 tokens, and the
-#: connector needs vLLM's block to be kvpilot's page.
-PAGE = 32
 PROMPT_LEN = 100  # three full pages and four tokens
-MAX_TOKENS = 8
 
 #: A small staging arena (kvpilot's device tier in connector mode): after a
-#: few prompts the first one's pages have left it for the host tier.
+#: few prompts the first one's pages have left it for the host tier. Its
+#: pin budget is the whole tier: the test pins seven distinct pages (C2's
+#: four, D's three), and the host's pin budget is the smallest tier's
+#: (half of eight pages by default).
 HOST_CONFIG: dict[str, Any] = {
     "index": {"page_size": PAGE},
     "tiers": {
-        "device": {"capacity_pages": 8},
+        "device": {"capacity_pages": 8, "pin_budget": 1.0},
         "host": {"capacity_pages": 128},
         "disk": {"capacity_pages": 256},
     },
@@ -71,56 +65,6 @@ def baseline(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     return {"A": res["outputs"][0]["token_ids"], "C2": res["outputs"][1]["token_ids"]}
 
 
-def run_vllm(
-    workdir: Path,
-    model: Path,
-    connector: dict[str, Any] | None,
-    prompts: list[dict[str, Any]],
-    *,
-    multiprocess: bool = False,
-    expect_error: bool = False,
-    **spec_extra: Any,
-) -> dict[str, Any]:
-    """Runs vLLM on the prompts in a subprocess; returns run_llm's result
-    (``log`` is vLLM's output). ``multiprocess`` runs vLLM's scheduler and
-    worker in processes of their own, as it serves in production;
-    ``spec_extra`` adds run_llm spec keys (``max_model_len``).
-    """
-    out = workdir / "result.json"
-    spec = {
-        "model": str(model),
-        "block_size": PAGE,
-        "max_tokens": MAX_TOKENS,
-        "connector": connector,
-        "prompts": prompts,
-        "out": str(out),
-        **spec_extra,
-    }
-    spec_path = workdir / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SDK_PYTHON), env.get("PYTHONPATH")]))
-    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocess else "0"
-    env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
-    log_path = workdir / "vllm.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.run(
-            [sys.executable, str(RUNNER), str(spec_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=workdir,
-            timeout=600,
-        )
-    text = log_path.read_text(errors="replace")
-    assert out.exists(), f"vLLM runner wrote no result (exit {proc.returncode}):\n{text[-6000:]}"
-    res = json.loads(out.read_text())
-    res["log"] = text
-    if not expect_error:
-        assert "error" not in res, f"{res['error']}\n{res.get('traceback', '')}\n{text[-6000:]}"
-    return res
-
-
 def _kvpilot(output: dict[str, Any]) -> dict[str, Any]:
     return (output.get("kv_transfer_params") or {}).get("kvpilot") or {}
 
@@ -146,7 +90,12 @@ def test_prefix_from_kvpilot_in_a_fresh_vllm(
     )
     for out in first["outputs"]:
         assert out["num_cached_tokens"] == 0, out
-        assert _kvpilot(out) == {"cached_tokens": 0, "loaded_pages": 0, "saved_pages": full_pages}
+        assert _kvpilot(out) == {
+            "cached_tokens": 0,
+            "loaded_pages": 0,
+            "reloaded_pages": 0,
+            "saved_pages": full_pages,
+        }
     assert first["outputs"][0]["token_ids"] == baseline["A"]
     assert "engine process joined its registration" in host.log_tail(200)
 
@@ -159,7 +108,8 @@ def test_prefix_from_kvpilot_in_a_fresh_vllm(
     # token comes from kvpilot. A's pages had left the staging arena and are
     # loaded back from kvpilot's host tier. The request with malformed
     # kv_transfer_params fails alone; the ones after it are served. C2 takes
-    # C's three pages from kvpilot, saves its fourth, and pins all four.
+    # C's three pages from kvpilot, saves its fourth, and pins all four; D
+    # asks for a pin through vLLM's KV hints and gets its three pinned.
     (tmp_path / "p2").mkdir()
     second = run_vllm(
         tmp_path / "p2",
@@ -177,11 +127,38 @@ def test_prefix_from_kvpilot_in_a_fresh_vllm(
                     }
                 },
             },
+            # The same directives as vLLM KV hints (LLMEngine.add_request).
+            {
+                "tokens": D,
+                "kv_hints": {
+                    "protocol_version": "1",
+                    "message_id": "m-d",
+                    "actions": [
+                        {
+                            "action_id": "1",
+                            "action_type": "kvpilot.session",
+                            "action_version": "1",
+                            "payload": {"session": "chat-d"},
+                        },
+                        {
+                            "action_id": "2",
+                            "action_type": "kvpilot.pin",
+                            "action_version": "1",
+                            "payload": {"ttl": "5m"},
+                        },
+                    ],
+                },
+            },
         ],
     )
-    a, bad, c = second["outputs"]
+    a, bad, c, d = second["outputs"]
     assert a["num_cached_tokens"] == expect_cached, a
-    assert _kvpilot(a) == {"cached_tokens": expect_cached, "loaded_pages": 3, "saved_pages": 0}
+    assert _kvpilot(a) == {
+        "cached_tokens": expect_cached,
+        "loaded_pages": 3,
+        "reloaded_pages": 3,
+        "saved_pages": 0,
+    }
     assert a["token_ids"] == baseline["A"]
 
     assert bad["finish_reason"] == "error", bad
@@ -193,9 +170,12 @@ def test_prefix_from_kvpilot_in_a_fresh_vllm(
     kc = _kvpilot(c)
     assert (kc["cached_tokens"], kc["saved_pages"], kc["pinned_blocks"]) == (96, 1, 4), c
 
+    kd = _kvpilot(d)
+    assert (kd["cached_tokens"], kd["pinned_blocks"]) == (expect_cached, 3), d
+
     with ControlClient(host.control_socket) as ctl:
         stats = ctl.stats()
-    assert sum(t.pinned_pages for t in stats.tiers.values()) >= 4, stats
+    assert sum(t.pinned_pages for t in stats.tiers.values()) >= 7, stats
 
 
 def test_missing_socket_stops_vllm_with_one_clear_error(tiny_model: Path, tmp_path: Path) -> None:
@@ -207,3 +187,46 @@ def test_missing_socket_stops_vllm_with_one_clear_error(tiny_model: Path, tmp_pa
         "engine.socket at that path (default <data_dir>/run/engine.sock), or set "
         "kv_connector_extra_config.socket to the socket it serves"
     )
+
+
+def _corrupt_host_tier(host: Any, capacity_pages: int) -> int:
+    """Changes one byte in the middle of every page slot of the host tier,
+    through the memfd the host maps (as a stray write by an engine mapping
+    it would); returns the slots touched.
+    """
+    assert host.proc is not None
+    fds = Path(f"/proc/{host.proc.pid}/fd")
+    (memfd,) = [p for p in fds.iterdir() if os.readlink(p).startswith("/memfd:kvpilot-host")]
+    with open(memfd, "r+b", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        page = size // capacity_pages
+        for slot in range(capacity_pages):
+            at = slot * page + page // 2
+            f.seek(at)
+            b = f.read(1)
+            f.seek(at)
+            f.write(bytes([b[0] ^ 0x40]))
+    return capacity_pages
+
+
+def test_a_corrupt_host_page_is_recomputed(
+    kvpilot_host_factory: Any, tiny_model: Path, baseline: dict[str, list[int]], tmp_path: Path
+) -> None:
+    """A's pages live only on kvpilot's host tier (no disk tier, staging
+    too small) when every host page is changed behind the host's back: a
+    fresh vLLM is offered none of them and computes A itself, answering as
+    vLLM does without kvpilot.
+    """
+    cfg = {**HOST_CONFIG, "tiers": {**HOST_CONFIG["tiers"], "disk": {"capacity_pages": 0}}}
+    host = kvpilot_host_factory(**cfg)
+    connector = {"socket": host.engine_socket}
+    (tmp_path / "p1").mkdir()
+    run_vllm(tmp_path / "p1", tiny_model, connector, [{"tokens": p} for p in (A, B, C, D)])
+    _corrupt_host_tier(host, HOST_CONFIG["tiers"]["host"]["capacity_pages"])
+
+    (tmp_path / "p2").mkdir()
+    (a,) = run_vllm(tmp_path / "p2", tiny_model, connector, [{"tokens": A}])["outputs"]
+    assert a["token_ids"] == baseline["A"]
+    assert a["num_cached_tokens"] == 0, a
+    assert _kvpilot(a)["cached_tokens"] == 0, a
+    assert "corrupt copy forgotten" in host.log_tail(400)

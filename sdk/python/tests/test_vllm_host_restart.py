@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from tests.test_vllm_connector import PAGE, run_vllm
+from tests.vllm_support.runner import PAGE, run_vllm
 from tests.vllm_support.tiny_model import write_tiny_llama
 
 PROMPT_LEN = 4096

@@ -6,7 +6,6 @@ and its CPU attention kernel writing the KV cache.
 
 from __future__ import annotations
 
-import logging
 import time
 import types
 from typing import Any
@@ -16,126 +15,22 @@ import pytest
 pytest.importorskip("vllm")
 
 import torch
-from vllm.sampling_params import SamplingParams
-from vllm.v1.kv_cache_interface import (
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-)
-from vllm.v1.request import Request, RequestStatus
 
-from kvpilot.vllm.scheduler import SchedulerSide
 from kvpilot.vllm.settings import ConnectorConfigError, ConnectorSettings
 from kvpilot.vllm.worker import WorkerSide
 from tests.vllm_support.cpu_attention import CpuAttention
-
-PAGE, HEADS, DIM, LAYERS, BLOCKS = 32, 2, 32, 2, 16
-NAMES = [f"model.layers.{i}.self_attn.attn" for i in range(LAYERS)]
-log = logging.getLogger("test.vllm.sides")
-
-
-def _kv_cache_config() -> KVCacheConfig:
-    spec = FullAttentionSpec(
-        block_size=PAGE, num_kv_heads=HEADS, head_size=DIM, dtype=torch.bfloat16
-    )
-    return KVCacheConfig(
-        num_blocks=BLOCKS,
-        kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(layer_names=list(NAMES), kv_cache_spec=spec)],
-    )
-
-
-def _vllm_config(layers: dict[str, Any] | None = None, role: str = "kv_both") -> Any:
-    """The parts of a VllmConfig the connector reads."""
-    return types.SimpleNamespace(
-        parallel_config=types.SimpleNamespace(
-            tensor_parallel_size=1,
-            pipeline_parallel_size=1,
-            decode_context_parallel_size=1,
-            data_parallel_rank=0,
-        ),
-        kv_transfer_config=types.SimpleNamespace(
-            engine_id="engine-1",
-            is_kv_producer=role in ("kv_both", "kv_producer"),
-            is_kv_consumer=role in ("kv_both", "kv_consumer"),
-        ),
-        model_config=types.SimpleNamespace(
-            served_model_name="tiny",
-            model="/models/tiny",
-            hf_text_config=types.SimpleNamespace(
-                model_type="llama", rope_parameters={"rope_theta": 1e4, "rope_type": "default"}
-            ),
-        ),
-        cache_config=types.SimpleNamespace(cache_dtype="auto"),
-        compilation_config=types.SimpleNamespace(static_forward_context=layers or {}),
-    )
-
-
-class Engine:
-    """One engine's two connector sides, its KV cache and a step loop."""
-
-    def __init__(self, socket: str, role: str = "kv_both", **extra: Any) -> None:
-        settings = ConnectorSettings.from_extra_config({"socket": socket, **extra})
-        self.layers = {n: types.SimpleNamespace(impl=CpuAttention()) for n in NAMES}
-        self.caches = {
-            n: torch.zeros(BLOCKS, HEADS, PAGE, 2 * DIM, dtype=torch.bfloat16) for n in NAMES
-        }
-        cfg = _vllm_config(self.layers, role)
-        # vLLM builds the workers' caches before the scheduler.
-        self.worker = WorkerSide(cfg, _kv_cache_config(), settings, log)
-        self.worker.register(self.caches)
-        self.sched = SchedulerSide(cfg, _kv_cache_config(), settings, log)
-        self.next_block = 1  # block 0 is vLLM's null block
-
-    def request(self, rid: str, tokens: list[int], params: dict[str, Any] | None = None) -> Request:
-        sp = SamplingParams(
-            max_tokens=4, extra_args={"kv_transfer_params": params} if params else None
-        )
-        return Request(rid, tokens, sp, None)
-
-    def prefill(self, req: Request) -> tuple[int, list[int]]:
-        """Schedules req's prefill as vLLM's scheduler would, runs the step
-        (loads, the 'forward' writing random K/V for computed tokens, saves),
-        and returns the external tokens and the request's blocks.
-        """
-        ext, _ = self.sched.lookup(req, 0)
-        n_blocks = -(-req.num_tokens // PAGE)
-        blocks = list(range(self.next_block, self.next_block + n_blocks))
-        self.next_block += n_blocks
-        self.sched.allocated(req, types.SimpleNamespace(get_block_ids=lambda: (blocks,)), ext)
-        out = types.SimpleNamespace(
-            preempted_req_ids=set(),
-            scheduled_new_reqs=[
-                types.SimpleNamespace(
-                    req_id=req.request_id, num_computed_tokens=ext, block_ids=(blocks,)
-                )
-            ],
-            scheduled_cached_reqs=types.SimpleNamespace(req_ids=[], num_computed_tokens=[]),
-            num_scheduled_tokens={req.request_id: req.num_tokens - ext},
-        )
-        meta = self.sched.build_meta(out)
-        self.worker.load(meta)
-        assert self.worker.take_failed_blocks() == set()
-        g = torch.Generator().manual_seed(hash(tuple(req.prompt_token_ids)) % 1000)
-        slots = torch.tensor(
-            [blocks[t // PAGE] * PAGE + t % PAGE for t in range(ext, req.num_tokens)]
-        )
-        for name in NAMES:
-            k = torch.randn(len(slots), HEADS, DIM, generator=g).to(torch.bfloat16)
-            v = torch.randn(len(slots), HEADS, DIM, generator=g).to(torch.bfloat16)
-            self.layers[name].impl.do_kv_cache_update(None, k, v, self.caches[name], slots)
-        self.worker.save(meta)
-        req.status = RequestStatus.RUNNING
-        req.num_computed_tokens = req.num_tokens
-        return ext, blocks
-
-    def finish(self, req: Request) -> dict[str, Any] | None:
-        req.status = RequestStatus.FINISHED_LENGTH_CAPPED
-        return self.sched.finished(req)
-
-    def close(self) -> None:
-        self.worker.close()
-        self.sched.close()
+from tests.vllm_support.sides import (
+    BLOCKS,
+    DIM,
+    HEADS,
+    NAMES,
+    PAGE,
+    Engine,
+    kv_cache_config,
+    log,
+    random_prompt,
+    vllm_config,
+)
 
 
 @pytest.fixture
@@ -143,17 +38,17 @@ def host(kvpilot_host_factory: Any) -> Any:
     return kvpilot_host_factory(index={"page_size": PAGE})
 
 
-def _prompt(seed: int, n: int) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(3, 500, (n,), generator=g).tolist()
-
-
 def test_pages_come_back_bit_exact_in_another_engine(host: Any) -> None:
-    prompt = _prompt(1, 3 * PAGE + 5)
+    prompt = random_prompt(1, 3 * PAGE + 5)
     one = Engine(host.engine_socket)
     req = one.request("a", prompt)
     assert one.prefill(req)[0] == 0
-    assert one.finish(req) == {"cached_tokens": 0, "loaded_pages": 0, "saved_pages": 3}
+    assert one.finish(req) == {
+        "cached_tokens": 0,
+        "loaded_pages": 0,
+        "reloaded_pages": 0,
+        "saved_pages": 3,
+    }
     want = {n: one.caches[n][1:4].clone() for n in NAMES}  # the three full pages
     one.close()
 
@@ -168,7 +63,7 @@ def test_pages_come_back_bit_exact_in_another_engine(host: Any) -> None:
 
 
 def test_a_consumer_loads_and_never_saves(host: Any) -> None:
-    prompt = _prompt(5, 2 * PAGE + 3)
+    prompt = random_prompt(5, 2 * PAGE + 3)
     reader = Engine(host.engine_socket, role="kv_consumer")
     req = reader.request("a", prompt)
     assert reader.prefill(req)[0] == 0
@@ -188,7 +83,7 @@ def test_a_consumer_loads_and_never_saves(host: Any) -> None:
 
 def test_never_the_whole_prompt_and_malformed_params_refused(host: Any) -> None:
     e = Engine(host.engine_socket)
-    prompt = _prompt(2, 2 * PAGE)
+    prompt = random_prompt(2, 2 * PAGE)
     first = e.request("a", prompt)
     e.prefill(first)
     e.finish(first)
@@ -219,7 +114,7 @@ def test_never_the_whole_prompt_and_malformed_params_refused(host: Any) -> None:
 def test_a_dead_host_means_no_hits_fast_and_then_recovery(host: Any) -> None:
     e = Engine(host.engine_socket, timeout_s=0.5, retry_after_s=0.3)
     boot = e.sched.client.registration.boot_id
-    prompt = _prompt(3, 2 * PAGE + 1)
+    prompt = random_prompt(3, 2 * PAGE + 1)
     req = e.request("a", prompt)
     _, blocks = e.prefill(req)
     want = {n: e.caches[n][blocks[:2]].clone() for n in NAMES}
@@ -254,14 +149,14 @@ def test_missing_host_and_layout_conflict_fail_at_start(host: Any, tmp_path: Any
     with pytest.raises(ConnectorConfigError, match=r"no kvpilot host at kv_connector_extra_config"):
         Engine(str(tmp_path / "engine.sock"))
     e = Engine(host.engine_socket)
-    req = e.request("a", _prompt(4, PAGE + 1))
+    req = e.request("a", random_prompt(4, PAGE + 1))
     e.prefill(req)
     e.finish(req)
     e.close()
-    other = _vllm_config({n: types.SimpleNamespace(impl=CpuAttention()) for n in NAMES})
+    other = vllm_config({n: types.SimpleNamespace(impl=CpuAttention()) for n in NAMES})
     other.model_config.served_model_name = "another-model"
     settings = ConnectorSettings.from_extra_config({"socket": host.engine_socket})
-    w = WorkerSide(other, _kv_cache_config(), settings, log)
+    w = WorkerSide(other, kv_cache_config(), settings, log)
     caches = {n: torch.zeros(BLOCKS, HEADS, PAGE, 2 * DIM, dtype=torch.bfloat16) for n in NAMES}
     with pytest.raises(ConnectorConfigError) as err:
         w.register(caches)

@@ -43,6 +43,11 @@ def test_settings_need_a_socket() -> None:
         ({"reset_cache": "yes"}, "kv_connector_extra_config.reset_cache = 'yes': want true"),
         ({"rope_style": "neox"}, "kv_connector_extra_config.rope_style = 'neox'"),
         ({"engine_id": 7}, "kv_connector_extra_config.engine_id = 7: want a string"),
+        (
+            {"save_queue_pages": 2.5},
+            "kv_connector_extra_config.save_queue_pages = 2.5: want a whole number in [1,",
+        ),
+        ({"save_wait_ms": -1}, "kv_connector_extra_config.save_wait_ms = -1: want a whole"),
     ],
 )
 def test_settings_name_the_bad_key(extra: dict[str, Any], message: str) -> None:
@@ -56,6 +61,7 @@ def test_settings_defaults_and_paths(tmp_path: Any, monkeypatch: pytest.MonkeyPa
     s = ConnectorSettings.from_extra_config({"socket": "run/engine.sock", "timeout_s": 0.5})
     assert s.socket == str(tmp_path / "run" / "engine.sock")
     assert (s.timeout_s, s.load_back_deadline_ms, s.reset_cache) == (0.5, 500, False)
+    assert (s.save_queue_pages, s.save_wait_ms) == (4096, 0)
 
 
 # ------------------------------------------------------------ request params

@@ -9,5 +9,8 @@ side starts a host and runs a module here with this folder on
 - ``realmodel``: ``kvpilot bench real-model``, a transformers model on this
   CPU with kvpilot as its KV store (``python -m kvbench.realmodel``);
 - ``scenario``: splice scenarios shared by that benchmark and the tests;
+- ``vllm``: ``kvpilot bench vllm``, vLLM's CPU build with and without the
+  kvpilot connector (``python -m kvbench.vllm``), and the random-weight
+  Llama the vLLM tests run;
 - ``traces``: prompts from the repository's agent traces.
 """

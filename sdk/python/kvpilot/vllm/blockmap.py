@@ -92,13 +92,19 @@ class BlockMap:
         self, kv_layer: torch.Tensor, block_ids: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of the pages in ``block_ids``: two ``[n, page, heads, dim]``
-        tensors (copies) on the cache's device, as integers of the element
-        size.
+        tensors on the cache's device, as integers of the element size:
+        strided views over the cache itself for a run of blocks, else over
+        whole blocks gathered with one contiguous copy (when the maps are
+        affine), else copies.
         """
         n = int(block_ids.numel())
-        views = self._affine_views(kv_layer)
-        if views is not None:
-            return views[0].index_select(0, block_ids), views[1].index_select(0, block_ids)
+        if self._affine_views(kv_layer) is not None:
+            # A run of blocks is read in place; others are gathered first.
+            run = rows(as_bits(kv_layer), block_ids.tolist())
+            blocks = run if run is not None else as_bits(kv_layer).index_select(0, block_ids)
+            views = self._affine_views(blocks)
+            assert views is not None
+            return views
         flat = as_bits(kv_layer).index_select(0, block_ids).reshape(n, -1)
         shape = (n, self.page_size, self.heads, self.head_dim)
         k = flat.index_select(1, self.k_index.to(flat.device)).view(shape)
@@ -113,12 +119,30 @@ class BlockMap:
         """
         n = int(block_ids.numel())
         k, v = as_bits(k), as_bits(v)
+        cache = as_bits(kv_layer)
         views = self._affine_views(kv_layer)
+        run = rows(cache, block_ids.tolist()) if views is not None else None
+        if run is not None:
+            # A run of blocks (what vLLM mostly allocates): one permuting
+            # copy each of K and V, straight into the cache.
+            direct = self._affine_views(run)
+            assert direct is not None
+            direct[0].copy_(k.to(kv_layer.device))
+            direct[1].copy_(v.to(kv_layer.device))
+            return
+        if views is not None and self.covers_block:
+            # Whole blocks assembled aside, then one contiguous copy each.
+            blocks = torch.empty((n, *cache.shape[1:]), dtype=cache.dtype, device=cache.device)
+            aside = self._affine_views(blocks)
+            assert aside is not None
+            aside[0].copy_(k)
+            aside[1].copy_(v)
+            cache.index_copy_(0, block_ids, blocks)
+            return
         if views is not None:
             views[0].index_copy_(0, block_ids, k.to(kv_layer.device))
             views[1].index_copy_(0, block_ids, v.to(kv_layer.device))
             return
-        cache = as_bits(kv_layer)
         if self.covers_block:
             flat = torch.empty((n, cache[0].numel()), dtype=cache.dtype, device=cache.device)
         else:
@@ -251,6 +275,16 @@ def _affine(index: torch.Tensor, shape: Sequence[int]) -> Affine | None:
     if torch.equal(grid, base + tt * t + hh * h + dd * d) and min(t, h, d) >= 0:
         return Affine(base, t, h, d)
     return None
+
+
+def rows(t: torch.Tensor, idx: Sequence[int]) -> torch.Tensor | None:
+    """``t[idx]`` as a view when idx is one ascending run, else None."""
+    if not idx:
+        return None
+    a = idx[0]
+    if list(idx) != list(range(a, a + len(idx))):
+        return None
+    return t[a : a + len(idx)]
 
 
 def _block_dense(kv_layer: torch.Tensor) -> bool:

@@ -45,22 +45,29 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorMetadata,
     KVConnectorRole,
     KVConnectorTransferResults,
+    KVConnectorWorkerMetadata,
 )
 from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 from kvpilot.vllm.metadata import KvpilotConnectorMetadata
 from kvpilot.vllm.scheduler import SchedulerSide
 from kvpilot.vllm.settings import LOGGER_NAME, ConnectorSettings
+from kvpilot.vllm.stats import KvpilotStats
 from kvpilot.vllm.worker import WorkerSide
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     import torch
     from vllm.attention.backends.abstract import AttentionMetadata
     from vllm.config import VllmConfig
+    from vllm.distributed.kv_events import KVCacheEvent
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
     from vllm.forward_context import ForwardContext
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
     from vllm.v1.request import Request
 
 log = logging.getLogger(LOGGER_NAME)
@@ -102,6 +109,13 @@ class KvpilotConnector(KVConnectorBase_V1):
         assert self._work is not None
         self._work.register(kv_caches)
 
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+        """Stops background saves out of preempted requests' blocks before
+        the forward reuses them.
+        """
+        if self._work is not None and isinstance(kv_connector_metadata, KvpilotConnectorMetadata):
+            self._work.handle_preemptions(kv_connector_metadata)
+
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         """Copies this step's matched pages into vLLM's blocks (all layers)."""
         if self._work is not None and self.has_connector_metadata():
@@ -124,19 +138,45 @@ class KvpilotConnector(KVConnectorBase_V1):
         return
 
     def wait_for_save(self) -> None:
-        """Copies the pages the step completed into staging and commits them."""
+        """Hands the pages the step completed to the background saver (the
+        pages of a request that pins them are saved before returning).
+        """
         if self._work is not None and self.has_connector_metadata():
             meta = self._get_connector_metadata()
             if isinstance(meta, KvpilotConnectorMetadata):
                 self._work.save(meta)
 
     def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
-        """Reports requests refused for their kv_transfer_params as failed
-        loads: vLLM then fails just them (kv_load_failure_policy "fail") or
-        serves them without kvpilot ("recompute").
+        """Finished requests whose background saves are over (vLLM frees
+        their blocks), and requests refused for their kv_transfer_params as
+        failed loads: vLLM then fails just them (kv_load_failure_policy
+        "fail") or serves them without kvpilot ("recompute").
         """
-        refused = self._work.take_refused() if self._work is not None else set()
-        return KVConnectorTransferResults(finished_recving=set(refused), failed_recving=refused)
+        if self._work is None:
+            return KVConnectorTransferResults()
+        refused = self._work.take_refused()
+        return KVConnectorTransferResults(
+            finished_sending=self._work.finished_sending(finished_req_ids),
+            finished_recving=set(refused),
+            failed_recving=refused,
+        )
+
+    def get_kv_connector_stats(self) -> KVConnectorStats | None:
+        """Pages loaded, saved, skipped and failed since the last step, for
+        vLLM's stats log (kvpilot.vllm.stats).
+        """
+        return self._work.stats() if self._work is not None else None
+
+    @classmethod
+    def build_kv_connector_stats(
+        cls, data: dict[str, Any] | None = None
+    ) -> KVConnectorStats | None:
+        """Rebuilds the workers' stats from their dicts, for vLLM's logger."""
+        return KvpilotStats(data=dict(data or {}))
+
+    def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
+        """The background saves done since the last step."""
+        return self._work.worker_meta() if self._work is not None else None
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         """Blocks whose pages could not be loaded exactly."""
@@ -176,10 +216,29 @@ class KvpilotConnector(KVConnectorBase_V1):
         assert self._sched is not None
         return self._sched.build_meta(scheduler_output)
 
+    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
+        """Ends the kvpilot requests whose background saves are done."""
+        if self._sched is not None:
+            self._sched.saves_done(connector_output)
+
+    def has_pending_push_work(self) -> bool:
+        """Whether requests wait for the worker's saves (vLLM keeps stepping
+        to hear of them).
+        """
+        return self._sched is not None and self._sched.waiting_on_worker()
+
+    def take_events(self) -> Iterable[KVCacheEvent]:
+        """The pages entering and leaving kvpilot's tiers, for vLLM's KV
+        event publisher (kvpilot.vllm.events).
+        """
+        return self._sched.take_events() if self._sched is not None else ()
+
     def request_finished(
         self, request: Request, block_ids: list[int]
     ) -> tuple[bool, dict[str, Any] | None]:
-        """Finishes the request in kvpilot; its blocks are free at once."""
+        """Finishes the request in kvpilot; its blocks are kept while its
+        background saves run.
+        """
         assert self._sched is not None
-        info = self._sched.finished(request)
-        return False, ({"kvpilot": info} if info is not None else None)
+        hold, info = self._sched.finished(request)
+        return hold, ({"kvpilot": info} if info is not None else None)

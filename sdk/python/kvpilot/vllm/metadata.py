@@ -1,16 +1,25 @@
-"""What the scheduler-side connector tells the worker-side one each step.
+"""What the two sides of the connector tell each other each step.
 
-vLLM pickles the metadata into every step's SchedulerOutput. Slots are
+Scheduler to worker (KvpilotConnectorMetadata, pickled into every step's
+SchedulerOutput): the pages to load before the forward, the pages to save
+after it, and the requests whose saves must stop before it. Slots are
 kvpilot staging slots of the registration named in each entry; a worker
 whose registration differs (the host restarted in between) must not touch
 them, since the slot numbers mean nothing in the new pools.
+
+Worker to scheduler (KvpilotWorkerMetadata, in the step's output): which
+kvpilot requests' background saves are over, so the scheduler may end them
+(kvpilot.vllm.saver).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorMetadata,
+    KVConnectorWorkerMetadata,
+)
 
 
 @dataclass
@@ -25,42 +34,73 @@ class PageLoad:
 
 @dataclass
 class PageSave:
-    """Copy freshly computed pages from vLLM blocks into staging slots, then
-    commit the request's prompt up to ``end_page`` pages.
+    """Save the prompt pages ``[first_page, end_page)`` of one kvpilot request.
 
-    Pages ``[first_page, end_page)`` are copied from ``block_ids`` into
-    ``commit_slots[first_page:end_page]``; the commit passes every slot from
-    the root (``commit_slots``), as kvpilot's Commit wants.
+    The worker allocates staging slots for them, copies them there from
+    ``block_ids`` and commits the prompt up to ``end_page`` (kvpilot's
+    Commit takes every slot from the root). ``matched_slots`` are the slots
+    of the pages the request matched in kvpilot, sent with its first save;
+    later saves extend the slots the worker allocated.
+
+    ``background``: the save runs behind the forward, and vLLM keeps the
+    request's blocks until the worker reports it done; otherwise the worker
+    saves before the step ends (a request that pins its pages with
+    cache_control, whose Finish must see them committed).
     """
 
     req_id: str
     kv_request_id: str
     registration_id: str
     tokens: list[int]
-    commit_slots: list[int]
+    matched_slots: list[int]
     first_page: int
+    end_page: int
     block_ids: list[int]
+    background: bool = True
 
     @property
-    def end_page(self) -> int:
-        """Pages of ``tokens`` the commit covers."""
-        return len(self.commit_slots)
+    def pages(self) -> int:
+        """Pages this save copies."""
+        return self.end_page - self.first_page
 
 
 @dataclass
 class KvpilotConnectorMetadata(KVConnectorMetadata):
-    """One step's loads, saves, and requests refused for bad parameters.
+    """One step's loads, saves, stopped requests, and refusals.
 
-    ``refused`` maps a vLLM request id to why its kv_transfer_params were
-    refused: the worker reports it as a failed KV load, which is how vLLM
-    lets a connector fail one request (under ``kv_load_failure_policy``
-    "fail", the default) or serve it without the connector ("recompute").
+    ``preempted`` lists vLLM requests preempted this step: vLLM frees their
+    blocks at once, so the worker stops their background saves before the
+    forward writes into those blocks. ``refused`` maps a vLLM request id to
+    why its kv_transfer_params were refused: the worker reports it as a
+    failed KV load, which is how vLLM lets a connector fail one request
+    (under ``kv_load_failure_policy`` "fail", the default) or serve it
+    without the connector ("recompute").
     """
 
     loads: list[PageLoad] = field(default_factory=list)
     saves: list[PageSave] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)
+    #: vLLM scheduled no tokens: a step it takes only to hear from the
+    #: connector (has_pending_push_work).
+    idle: bool = False
 
     def empty(self) -> bool:
         """Whether the step has nothing for kvpilot."""
-        return not (self.loads or self.saves or self.refused)
+        return not (self.loads or self.saves or self.preempted or self.refused)
+
+
+@dataclass
+class KvpilotWorkerMetadata(KVConnectorWorkerMetadata):
+    """Background saves the worker finished since its last report:
+    ``done[kv_request_id]`` of them (committed, skipped or failed alike).
+    """
+
+    done: dict[str, int] = field(default_factory=dict)
+
+    def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
+        """Sums two workers' reports (one worker per engine today)."""
+        if isinstance(other, KvpilotWorkerMetadata):
+            for kv_id, n in other.done.items():
+                self.done[kv_id] = self.done.get(kv_id, 0) + n
+        return self

@@ -11,15 +11,20 @@ Per request, in vLLM's order:
    and gave blocks for them: plan a load, staging slot -> vLLM block.
 3. ``build_meta`` (build_connector_meta, every step): hand the planned loads
    to the worker, and for every scheduled request whose prompt gains full
-   pages this step, allocate staging slots and plan a save: the worker
-   copies the pages out after the forward and commits them.
+   pages this step, plan a save: the worker allocates staging slots, copies
+   the pages out and commits them behind the forward (kvpilot.vllm.saver).
 4. ``finished`` (request_finished): Finish with the request's usage and
-   cache_control (Release when it was aborted or never ran).
+   cache_control (Release when it was aborted or never ran); vLLM keeps the
+   blocks of a request with background saves until the worker is done.
 
-A preempted request releases its kvpilot request and starts over with a new
-match when vLLM schedules it again. Anything kvpilot raises leaves the
-request without kvpilot (kvpilot.hosthealth); the scheduler never fails
-because of the host.
+A kvpilot request is ended only once the worker reported its background
+saves done (``saves_done``, from the step's worker metadata), so no save
+writes a staging slot the host has taken back. A preempted request
+releases its kvpilot request and starts over with a new match when vLLM
+schedules it again. Only Match and Finish are calls on vLLM's path, each
+bounded by ``timeout_s``; anything kvpilot raises leaves the request without
+kvpilot (kvpilot.hosthealth); the scheduler never fails because of the
+host.
 """
 
 from __future__ import annotations
@@ -30,10 +35,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kvpilot.engine_types import Registration, Usage
+from kvpilot.vllm.events import EngineEvents, watch_host
 from kvpilot.vllm.geometry import check_parallelism, engine_id, geometry
-from kvpilot.vllm.health import HostHealth, host_down
+from kvpilot.vllm.health import HostHealth
+from kvpilot.vllm.hints import apply_hints
 from kvpilot.vllm.hostlink import connect
-from kvpilot.vllm.metadata import KvpilotConnectorMetadata, PageLoad, PageSave
+from kvpilot.vllm.metadata import (
+    KvpilotConnectorMetadata,
+    KvpilotWorkerMetadata,
+    PageLoad,
+    PageSave,
+)
 from kvpilot.vllm.params import RequestParams, RequestParamsError
 from kvpilot.vllm.settings import ConnectorSettings
 
@@ -59,12 +71,13 @@ class RequestState:
     #: The kvpilot request ("" when kvpilot is not used for it).
     kv_id: str = ""
     registration_id: str = ""
-    #: Staging slot of each prompt page from the root: matched, then allocated.
+    #: Staging slot of each matched prompt page, from the root.
     slots: list[int] = field(default_factory=list)
     matched_pages: int = 0
     #: Matched pages vLLM may take: never the one holding the last token.
     usable_pages: int = 0
-    loaded_pages: int = 0
+    #: Matched pages the host brought back from its colder tiers.
+    reloaded_pages: int = 0
     #: Pages [0, saved_pages) are in kvpilot or planned to be saved.
     saved_pages: int = 0
     #: vLLM's own (block-aligned) prefix hit at the latest lookup.
@@ -72,6 +85,19 @@ class RequestState:
     external_tokens: int = 0
     scheduled: bool = False
     saving: bool = True
+    #: A background save was planned since the request last started: vLLM
+    #: keeps its blocks after it finishes until the worker is done.
+    background_saves: bool = False
+
+
+@dataclass(frozen=True)
+class _End:
+    """A Finish or Release waiting for the request's background saves."""
+
+    registration_id: str
+    finish: bool
+    usage: Usage | None
+    cache_control: dict[str, Any] | None
 
 
 class SchedulerSide:
@@ -123,11 +149,29 @@ class SchedulerSide:
         self.requests: dict[str, RequestState] = {}
         self._loads: list[PageLoad] = []
         self._refusals: dict[str, str] = {}
+        # Background saves the worker has not reported done, by kvpilot
+        # request; the ends waiting for them; preempted requests whose saves
+        # the worker must stop; finished requests whose blocks vLLM keeps.
+        self._inflight: dict[str, int] = {}
+        self._ending: dict[str, _End] = {}
+        self._stopped: list[str] = []
+        self._held: set[str] = set()
         self._seq = itertools.count()
         self.kv_cache_manager: KVCacheManager | None = None
+        # kvpilot's pages in vLLM's own KV events, when vLLM publishes them.
+        self.events: EngineEvents | None = None
+        kec = getattr(vllm_config, "kv_events_config", None)
+        if kec is not None and getattr(kec, "enable_kv_cache_events", False):
+            self.events = EngineEvents(self.page, log, watch_host(settings.control_socket))
+            self.events.start()
+            log.info(
+                "kvpilot connector (scheduler): kvpilot's host, disk and remote pages join "
+                "vLLM's KV events (from %s)",
+                settings.control_socket,
+            )
         #: Counters since start (tokens vLLM took from kvpilot, pages loaded
         #: back from colder tiers, pages planned to be saved, refusals).
-        self.counters = {"hit_tokens": 0, "loaded_pages": 0, "saved_pages": 0, "refused": 0}
+        self.counters = {"hit_tokens": 0, "reloaded_pages": 0, "saved_pages": 0, "refused": 0}
 
     # ---------------------------------------------------------------- lookup
 
@@ -137,7 +181,7 @@ class SchedulerSide:
             st = self.requests.get(request.request_id)
             if st is not None and st.scheduled:
                 # Preempted and scheduled again: start over from a new match.
-                self._end(st, finish=False)
+                self._stop(st)
                 st = None
             if st is None:
                 st = self._begin(request)
@@ -160,7 +204,10 @@ class SchedulerSide:
         st = RequestState(req_id=rid, prompt=list(request.prompt_token_ids or ()))
         self.requests[rid] = st
         try:
-            st.params = RequestParams.parse(request.kv_transfer_params)
+            st.params = apply_hints(
+                RequestParams.parse(request.kv_transfer_params), getattr(request, "kv_hints", None)
+            )
+            st.params.check_prompt(len(st.prompt))
         except RequestParamsError as e:
             st.refused = f"kvpilot connector: request {rid}: {e}"
             self.counters["refused"] += 1
@@ -175,6 +222,11 @@ class SchedulerSide:
                 tokens,
                 session=st.params.session,
                 tenant=st.params.tenant,
+                # Reasoning spans reach the host's policies as assistant
+                # messages holding them (think-evict reads them).
+                messages=[
+                    {"role": "assistant", "span": sp, "thinking": [sp]} for sp in st.params.thinking
+                ],
                 request_id=kv_id,
                 load_back_deadline_ms=self.settings.load_back_deadline_ms,
                 timeout=self.settings.timeout_s,
@@ -183,6 +235,8 @@ class SchedulerSide:
             self.health.failed("Match", e)
             return st
         self.health.ok()
+        if self.events is not None:
+            self.events.learn(tokens, m.block_hashes)
         st.kv_id = m.request_id or kv_id
         st.registration_id = self.client.registration.id
         staging = self.client.device.slots
@@ -205,7 +259,7 @@ class SchedulerSide:
         st.slots = m_slots
         st.matched_pages = st.saved_pages = len(m_slots)
         st.usable_pages = min(len(m_slots), (request.num_tokens - 1) // self.page)
-        st.loaded_pages = m.loaded_pages
+        st.reloaded_pages = m.loaded_pages
         return st
 
     # ------------------------------------------------------------- allocated
@@ -234,13 +288,13 @@ class SchedulerSide:
             self._loads.append(PageLoad(st.req_id, st.registration_id, slots, block_ids))
             st.external_tokens = num_external_tokens
             self.counters["hit_tokens"] += num_external_tokens
-            self.counters["loaded_pages"] += st.loaded_pages
+            self.counters["reloaded_pages"] += st.reloaded_pages
             self.log.debug(
                 "kvpilot connector: request %s takes %d tokens from kvpilot (%d pages loaded "
                 "back from colder tiers)",
                 st.req_id,
                 num_external_tokens,
-                st.loaded_pages,
+                st.reloaded_pages,
             )
         except Exception as e:
             self.health.failed("planning a load", e)
@@ -248,14 +302,24 @@ class SchedulerSide:
     # ------------------------------------------------------------ build_meta
 
     def build_meta(self, out: SchedulerOutput) -> KvpilotConnectorMetadata:
-        """build_connector_meta: this step's loads, saves and refusals."""
-        meta = KvpilotConnectorMetadata(loads=self._loads, refused=self._refusals)
-        self._loads, self._refusals = [], {}
+        """build_connector_meta: this step's loads, saves, stopped requests
+        and refusals.
+        """
         try:
             for rid in out.preempted_req_ids or ():
                 st = self.requests.get(rid)
                 if st is not None and st.scheduled:
-                    self._end(st, finish=False)
+                    self._stop(st)
+        except Exception as e:
+            self.health.failed("stopping preempted requests", e)
+        meta = KvpilotConnectorMetadata(
+            loads=self._loads,
+            refused=self._refusals,
+            preempted=self._stopped,
+            idle=not getattr(out, "total_num_scheduled_tokens", 1),
+        )
+        self._loads, self._refusals, self._stopped = [], {}, []
+        try:
             for new in out.scheduled_new_reqs:
                 self._plan_save(meta, out, new.req_id, new.num_computed_tokens, new.block_ids[0])
             cached = out.scheduled_cached_reqs
@@ -287,35 +351,29 @@ class SchedulerSide:
         if st.registration_id != self.client.registration.id:
             st.saving = False
             return
-        need = end - len(st.slots)
-        if need > 0:
-            try:
-                a = self.client.allocate(st.kv_id, need, timeout=self.settings.timeout_s)
-            except Exception as e:
-                self.health.failed("Allocate", e)
-                if not host_down(e):
-                    st.saving = False
-                return
-            self.health.ok()
-            if len(a.page_slots) != need:
-                st.saving = False
-                return
-            st.slots += a.page_slots
         if block_ids is None:
             block_ids = self._block_ids(out, rid)
         if block_ids is None or len(block_ids) < end:
             return
+        # A request that pins its pages is saved before its step ends: its
+        # Finish pins what is committed by then.
+        background = st.params.cache_control is None
         meta.saves.append(
             PageSave(
                 req_id=rid,
                 kv_request_id=st.kv_id,
                 registration_id=st.registration_id,
                 tokens=st.prompt[: end * self.page],
-                commit_slots=st.slots[:end],
+                matched_slots=st.slots[: st.matched_pages],
                 first_page=st.saved_pages,
+                end_page=end,
                 block_ids=list(block_ids[st.saved_pages : end]),
+                background=background,
             )
         )
+        if background:
+            st.background_saves = True
+            self._inflight[st.kv_id] = self._inflight.get(st.kv_id, 0) + 1
         self.counters["saved_pages"] += end - st.saved_pages
         st.saved_pages = end
 
@@ -331,31 +389,41 @@ class SchedulerSide:
 
     # -------------------------------------------------------------- finished
 
-    def finished(self, request: Request) -> dict[str, Any] | None:
-        """request_finished: Finish (or Release) the kvpilot request.
+    def finished(self, request: Request) -> tuple[bool, dict[str, Any] | None]:
+        """request_finished: Finish (or Release) the kvpilot request, now or
+        once its background saves are done.
 
-        Returns what the request's output carries under
+        Returns whether vLLM must keep the request's blocks until the worker
+        names it in finished_sending (it had background saves), and what
+        the request's output carries under
         ``kv_transfer_params["kvpilot"]``: ``cached_tokens`` (the prompt
-        tokens it took from kvpilot), ``loaded_pages`` (of those, pages the
-        match loaded back from kvpilot's host, disk or remote tier),
+        tokens it took from kvpilot), ``loaded_pages`` (the pages of them
+        copied into vLLM's blocks), ``reloaded_pages`` (of those, pages
+        kvpilot first brought back from its host, disk or remote tier),
         ``saved_pages`` (new prompt pages handed to kvpilot to keep),
         ``pinned_blocks`` and ``pin_error`` when it asked for a pin with
         cache_control; or ``error``, why its kv_transfer_params were refused.
         """
         st = self.requests.pop(request.request_id, None)
         if st is None:
-            return None
+            return False, None
         if st.refused:
-            return {"error": st.refused}
+            return False, {"error": st.refused}
+        hold = st.background_saves
+        if hold:
+            self._held.add(st.req_id)
         info: dict[str, Any] = {
             "cached_tokens": st.external_tokens,
-            "loaded_pages": st.loaded_pages if st.external_tokens else 0,
+            "loaded_pages": -(-st.external_tokens // self.page),
+            "reloaded_pages": min(st.reloaded_pages, -(-st.external_tokens // self.page)),
             "saved_pages": max(st.saved_pages - st.matched_pages, 0),
         }
         try:
             from vllm.v1.request import RequestStatus
 
             aborted = request.status == RequestStatus.FINISHED_ABORTED
+            if not aborted and st.scheduled:
+                self._commit_matched_for_pin(st)
             result = self._end(
                 st,
                 finish=not aborted and st.scheduled,
@@ -371,31 +439,99 @@ class SchedulerSide:
                     info["pin_error"] = str(result.pin_error)
         except Exception as e:
             self.health.failed("finishing a request", e)
-        return info
+        return hold, info
+
+    def _commit_matched_for_pin(self, st: RequestState) -> None:
+        """A request that pins with cache_control and saved nothing commits
+        the pages it matched (their slots passed back), so its Finish pins
+        them: the host pins what the request committed.
+        """
+        if (
+            st.params.cache_control is None
+            or not st.kv_id
+            or st.matched_pages == 0
+            or st.saved_pages != st.matched_pages
+            or st.registration_id != self.client.registration.id
+            or not self.health.usable()
+        ):
+            return
+        n = st.matched_pages
+        try:
+            self.client.commit(
+                st.kv_id, st.prompt[: n * self.page], st.slots[:n], timeout=self.settings.timeout_s
+            )
+        except Exception as e:
+            self.health.failed("committing matched pages to pin them", e)
+
+    def _stop(self, st: RequestState) -> None:
+        """A preempted request: the worker stops its background saves
+        before the step's forward, and its kvpilot request is released.
+        """
+        if st.background_saves:
+            self._stopped.append(st.req_id)
+        self._end(st, finish=False)
 
     def _end(self, st: RequestState, *, finish: bool, usage: Usage | None = None) -> Any:
-        """Releases or finishes st's kvpilot request and forgets st."""
+        """Releases or finishes st's kvpilot request and forgets st; waits
+        for the request's background saves first (None then).
+        """
         self.requests.pop(st.req_id, None)
         if not st.kv_id or st.registration_id != self.client.registration.id:
             return None
         kv_id, st.kv_id = st.kv_id, ""
-        if not self.health.usable():
+        end = _End(st.registration_id, finish, usage, st.params.cache_control)
+        if self._inflight.get(kv_id):
+            self._ending[kv_id] = end
+            return None
+        return self._call_end(kv_id, end)
+
+    def _call_end(self, kv_id: str, end: _End) -> Any:
+        if end.registration_id != self.client.registration.id or not self.health.usable():
             return None  # the host releases it when it idles out
         try:
-            if finish:
+            if end.finish:
                 r = self.client.finish(
                     kv_id,
-                    usage=usage,
-                    cache_control=st.params.cache_control,
+                    usage=end.usage,
+                    cache_control=end.cache_control,
                     timeout=self.settings.timeout_s,
                 )
             else:
                 r = self.client.release(kv_id, timeout=self.settings.timeout_s)
         except Exception as e:
-            self.health.failed("Finish" if finish else "Release", e)
+            self.health.failed("Finish" if end.finish else "Release", e)
             return None
         self.health.ok()
         return r
+
+    # ------------------------------------------------------ worker reports
+
+    def saves_done(self, output: Any) -> None:
+        """update_connector_output: the worker's finished background saves
+        (ending the kvpilot requests that waited for them) and the held
+        requests vLLM freed.
+        """
+        meta = getattr(output, "kv_connector_worker_meta", None)
+        try:
+            if isinstance(meta, KvpilotWorkerMetadata):
+                for kv_id, n in meta.done.items():
+                    left = self._inflight.get(kv_id, 0) - n
+                    if left > 0:
+                        self._inflight[kv_id] = left
+                        continue
+                    self._inflight.pop(kv_id, None)
+                    end = self._ending.pop(kv_id, None)
+                    if end is not None:
+                        self._call_end(kv_id, end)
+        except Exception as e:
+            self.health.failed("ending requests after their saves", e)
+        self._held -= set(getattr(output, "finished_sending", None) or ())
+
+    def waiting_on_worker(self) -> bool:
+        """has_pending_push_work: ends or block frees wait for the worker's
+        reports, so vLLM must keep stepping.
+        """
+        return bool(self._ending or self._held)
 
     def _reregistered(self, reg: Registration) -> None:
         # The host restarted: its requests and slots are gone. Requests
@@ -405,8 +541,14 @@ class SchedulerSide:
             reg.id,
         )
 
+    def take_events(self) -> list[Any]:
+        """take_events: kvpilot's stores and drops as vLLM KV events."""
+        return self.events.take() if self.events is not None else []
+
     def close(self) -> None:
         """Closes the connection to the host."""
+        if self.events is not None:
+            self.events.close()
         self.client.close()
 
 

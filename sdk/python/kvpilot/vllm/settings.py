@@ -65,6 +65,16 @@ class ConnectorSettings:
         rope_style: the pairing of rotated key elements, ``half_split``
             (NeoX: Llama, Qwen, Mistral) or ``interleaved`` (GPT-J, GLM);
             by default taken from the model type.
+        save_queue_pages: pages the worker may have waiting to be saved
+            behind the forward; vLLM keeps a finished request's blocks until
+            its saves are done, so this bounds the blocks held for kvpilot.
+            A save that does not fit is skipped (counted): a future miss.
+        save_wait_ms: how long a step may wait for room in a full save queue
+            before it skips the save (0: never waits).
+        control_socket: the host's Control socket, whose event stream puts
+            kvpilot's pages into vLLM's KV events when vLLM publishes them
+            (``--kv-events-config``); by default ``control.sock`` beside
+            ``socket``.
     """
 
     socket: str
@@ -75,6 +85,9 @@ class ConnectorSettings:
     model: str = ""
     reset_cache: bool = False
     rope_style: str = ""
+    save_queue_pages: int = 4096
+    save_wait_ms: int = 0
+    control_socket: str = ""
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -101,8 +114,10 @@ class ConnectorSettings:
                 "of the kvpilot host beside this vLLM (`kvpilot serve` logs it; "
                 f"<data_dir>/run/engine.sock by default), e.g. {_EXAMPLE}"
             )
+        socket = os.path.abspath(os.path.expanduser(sock.strip()))
+        control = _string(extra, "control_socket")
         return cls(
-            socket=os.path.abspath(os.path.expanduser(sock.strip())),
+            socket=socket,
             timeout_s=_number(extra, "timeout_s", cls.timeout_s, low=0.05, high=600.0),
             load_back_deadline_ms=int(
                 _number(extra, "load_back_deadline_ms", cls.load_back_deadline_ms, 0, 600_000)
@@ -112,6 +127,17 @@ class ConnectorSettings:
             model=_string(extra, "model"),
             reset_cache=_flag(extra, "reset_cache"),
             rope_style=_choice(extra, "rope_style", ROPE_STYLES),
+            save_queue_pages=int(
+                _number(extra, "save_queue_pages", cls.save_queue_pages, 1, 1 << 24, whole=True)
+            ),
+            control_socket=(
+                os.path.abspath(os.path.expanduser(control))
+                if control
+                else os.path.join(os.path.dirname(socket), "control.sock")
+            ),
+            save_wait_ms=int(
+                _number(extra, "save_wait_ms", cls.save_wait_ms, 0, 60_000, whole=True)
+            ),
         )
 
 
@@ -119,8 +145,16 @@ def _bad(key: str, value: Any, want: str) -> ConnectorConfigError:
     return ConnectorConfigError(f"kvpilot connector: {KEY_PREFIX}.{key} = {value!r}: want {want}")
 
 
-def _number(extra: Mapping[str, Any], key: str, default: float, low: float, high: float) -> float:
-    return extraconfig.number(extra, key, default, low, high, _bad)
+def _number(
+    extra: Mapping[str, Any],
+    key: str,
+    default: float,
+    low: float,
+    high: float,
+    *,
+    whole: bool = False,
+) -> float:
+    return extraconfig.number(extra, key, default, low, high, _bad, whole=whole)
 
 
 def _string(extra: Mapping[str, Any], key: str) -> str:

@@ -8,38 +8,41 @@ registers with the host in connector mode, joining the engine's
 registration, and maps the staging arena.
 
 Per step, before the forward (``load``): copy each planned page from its
-staging slot into its vLLM block. After the forward (``save``): copy the
-pages the prompt just completed from their vLLM blocks into their staging
-slots, then Commit them; the host writes them through to its host tier.
-A load that cannot be done exactly is reported to vLLM as failed blocks,
-never left half-written; a save that fails is only a future cache miss.
+staging slot into its vLLM block. After the forward (``save``): hand the
+pages the prompt just completed to the saver (kvpilot.vllm.saver), which
+copies them into staging and commits them behind the forward; the host
+writes them through to its host tier. A load that cannot be done exactly
+is reported to vLLM as failed blocks, never left half-written; a save that
+fails or is skipped is only a future cache miss.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
 from kvpilot.engine_types import Registration
 from kvpilot.layout import torch_dtype
-from kvpilot.vllm.blockmap import BlockMap, BlockMapError, probe
+from kvpilot.vllm.amx import request_amx_permission
+from kvpilot.vllm.blockmap import BlockMap, BlockMapError, probe, rows
 from kvpilot.vllm.geometry import check_parallelism, engine_id, geometry
 from kvpilot.vllm.health import HostHealth
 from kvpilot.vllm.hostlink import check_socket, connect
-from kvpilot.vllm.metadata import KvpilotConnectorMetadata, PageLoad, PageSave
+from kvpilot.vllm.metadata import KvpilotConnectorMetadata, KvpilotWorkerMetadata, PageLoad
+from kvpilot.vllm.saver import Saver
 from kvpilot.vllm.settings import ConnectorConfigError, ConnectorSettings
+from kvpilot.vllm.stats import StatsDelta
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.v1.kv_cache_interface import KVCacheConfig
 
     from kvpilot.engine import EngineClient
-
-# A request id no request has: a call about it makes a stale client
-# register again (see WorkerSide._current).
+    from kvpilot.vllm.stats import KvpilotStats
 
 
 class WorkerSide:
@@ -53,6 +56,9 @@ class WorkerSide:
         log: logging.Logger,
     ) -> None:
         check_parallelism(vllm_config)
+        # Before any kernel runs: a kvpilot hit can make the first forward
+        # too short for vLLM to have asked for AMX itself (kvpilot.vllm.amx).
+        request_amx_permission(log)
         self.vllm_config = vllm_config
         self.settings = settings
         self.log = log
@@ -67,8 +73,10 @@ class WorkerSide:
         self._staging: dict[tuple[str, int, int], torch.Tensor] = {}
         self._failed_blocks: set[int] = set()
         self._refused: set[str] = set()
-        #: Counters since start.
-        self.counters = {"loaded_pages": 0, "saved_pages": 0, "committed_pages": 0}
+        self.saver = Saver(self, log)
+        self._stats = StatsDelta()
+        #: Pages loaded into vLLM since start (saves count in saver.counters).
+        self.counters = {"loaded_pages": 0}
 
     # -------------------------------------------------------------- start-up
 
@@ -151,15 +159,14 @@ class WorkerSide:
             self.block_map is None
             or not ld.block_ids
             or len(ld.staging_slots) != len(ld.block_ids)
-            or not self._current(ld.registration_id)
+            or not self.current(ld.registration_id)
         ):
             return False
         device = self.caches[0].device
-        slots = torch.tensor(ld.staging_slots, dtype=torch.long)
         blocks = torch.tensor(ld.block_ids, dtype=torch.long, device=device)
         for i, cache in enumerate(self.caches):
-            k = self._stage(ld.registration_id, i, 0).index_select(0, slots)
-            v = self._stage(ld.registration_id, i, 1).index_select(0, slots)
+            k = _take(self._stage(ld.registration_id, i, 0), ld.staging_slots)
+            v = _take(self._stage(ld.registration_id, i, 1), ld.staging_slots)
             self.block_map.pages_into(cache, blocks, k, v)
         self.counters["loaded_pages"] += len(ld.block_ids)
         return True
@@ -180,36 +187,40 @@ class WorkerSide:
 
     # ----------------------------------------------------------------- saves
 
-    def save(self, meta: KvpilotConnectorMetadata) -> None:
-        """wait_for_save: vLLM blocks -> staging slots, then Commit."""
-        for sv in meta.saves:
-            if self.client is None or not self.health.usable():
-                return
-            try:
-                if not self._save(sv):
-                    continue
-            except Exception as e:
-                self.health.failed("saving pages to kvpilot", e)
-                continue
-            self.health.ok()
+    def handle_preemptions(self, meta: KvpilotConnectorMetadata) -> None:
+        """Before the forward: nothing copies out of preempted requests'
+        blocks any more.
+        """
+        self.saver.stop_preempted(meta)
 
-    def _save(self, sv: PageSave) -> bool:
-        assert self.client is not None and self.block_map is not None
-        n = sv.end_page - sv.first_page
-        if n <= 0 or len(sv.block_ids) != n or not self._current(sv.registration_id):
-            return False
-        slots = torch.tensor(sv.commit_slots[sv.first_page : sv.end_page], dtype=torch.long)
-        blocks = torch.tensor(sv.block_ids, dtype=torch.long, device=self.caches[0].device)
+    def save(self, meta: KvpilotConnectorMetadata) -> None:
+        """wait_for_save: the step's saves, behind the forward."""
+        self.saver.save(meta)
+
+    def finished_sending(self, finished: set[str]) -> set[str]:
+        """Finished requests whose blocks vLLM may now free."""
+        return self.saver.finished_sending(finished)
+
+    def worker_meta(self) -> KvpilotWorkerMetadata | None:
+        """What the scheduler side hears of this step's saves."""
+        return self.saver.worker_meta()
+
+    def stats(self) -> KvpilotStats | None:
+        """get_kv_connector_stats: the counters since the last report."""
+        return self._stats.take({**self.counters, **self.saver.counters.as_dict()})
+
+    def copy_out(
+        self, registration_id: str, block_ids: Sequence[int], slots: Sequence[int]
+    ) -> None:
+        """Copies the pages of vLLM blocks block_ids into staging slots
+        (all layers). Called on the save thread.
+        """
+        assert self.block_map is not None
+        blocks = torch.tensor(list(block_ids), dtype=torch.long, device=self.caches[0].device)
         for i, cache in enumerate(self.caches):
             k, v = self.block_map.pages_from(cache, blocks)
-            self._stage(sv.registration_id, i, 0).index_copy_(0, slots, k.cpu())
-            self._stage(sv.registration_id, i, 1).index_copy_(0, slots, v.cpu())
-        self.counters["saved_pages"] += n
-        r = self.client.commit(
-            sv.kv_request_id, sv.tokens, sv.commit_slots, timeout=self.settings.timeout_s
-        )
-        self.counters["committed_pages"] += r.stored
-        return True
+            _put(self._stage(registration_id, i, 0), slots, k)
+            _put(self._stage(registration_id, i, 1), slots, v)
 
     # --------------------------------------------------------------- helpers
 
@@ -226,7 +237,7 @@ class WorkerSide:
             self._staging[key] = t
         return t
 
-    def _current(self, registration_id: str) -> bool:
+    def current(self, registration_id: str) -> bool:
         """Whether this worker's staging mapping is the registration's.
 
         After a host restart the scheduler may register again before the
@@ -250,7 +261,27 @@ class WorkerSide:
         )
 
     def close(self) -> None:
-        """Drops the staging views and closes the connection to the host."""
+        """Lets queued saves finish (up to the call timeout), drops the
+        staging views and closes the connection to the host.
+        """
+        self.saver.close(self.settings.timeout_s)
         self._staging.clear()
         if self.client is not None:
             self.client.close()
+
+
+def _take(stage: torch.Tensor, slots: Sequence[int]) -> torch.Tensor:
+    """The staging pages in slots: a view for a run of slots, else a copy."""
+    view = rows(stage, slots)
+    if view is not None:
+        return view
+    return stage.index_select(0, torch.tensor(list(slots), dtype=torch.long))
+
+
+def _put(stage: torch.Tensor, slots: Sequence[int], pages: torch.Tensor) -> None:
+    """Writes pages into the staging slots."""
+    view = rows(stage, slots)
+    if view is not None:
+        view.copy_(pages.to(stage.device))
+    else:
+        stage.index_copy_(0, torch.tensor(list(slots), dtype=torch.long), pages.to(stage.device))

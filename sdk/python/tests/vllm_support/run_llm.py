@@ -2,10 +2,15 @@
 
 Usage: ``python run_llm.py SPEC.json``. The spec names the model directory,
 the block size, the connector's kv_connector_extra_config (absent: no
-connector), the prompts (token ids, optional kv_transfer_params) and the
-JSON file to write: per prompt its output token ids, num_cached_tokens,
-finish reason and output kv_transfer_params, plus timings; or ``{"error":
-...}`` when vLLM did not start. vLLM's own logs go to stdout and stderr.
+connector), the prompts (token ids, optional kv_transfer_params, optional
+kv_hints: an envelope's fields, sent through ``LLMEngine.add_request``, the
+way vLLM 0.32 takes KV hints offline) and the JSON file to write; optionally
+``kv_events_endpoint`` (where vLLM's ZMQ KV event publisher binds),
+``kv_cache_memory_bytes``, ``max_model_len``, and ``start_after``: a file
+whose creation the prompts wait for once vLLM is up. The file gets, per prompt,
+its output token ids, num_cached_tokens, finish reason and output
+kv_transfer_params, plus timings; or ``{"error": ...}`` when vLLM did not
+start. vLLM's own logs go to stdout and stderr.
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         if spec.get("kv_load_failure_policy"):
             ktc["kv_load_failure_policy"] = spec["kv_load_failure_policy"]
         kwargs["kv_transfer_config"] = ktc
+    if spec.get("kv_events_endpoint"):
+        from vllm.config import KVEventsConfig
+
+        kwargs["kv_events_config"] = KVEventsConfig(
+            enable_kv_cache_events=True, publisher="zmq", endpoint=spec["kv_events_endpoint"]
+        )
     t0 = time.monotonic()
     llm = LLM(
         model=spec["model"],
@@ -42,10 +53,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         max_model_len=spec.get("max_model_len", 512),
         max_num_seqs=4,
         seed=0,
-        kv_cache_memory_bytes=64 << 20,
+        kv_cache_memory_bytes=spec.get("kv_cache_memory_bytes", 64 << 20),
         **kwargs,
     )
     t1 = time.monotonic()
+    if spec.get("start_after"):
+        _wait_for_file(spec["start_after"])
     outputs = []
     for p in spec["prompts"]:
         extra = {}
@@ -58,7 +71,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             extra_args=extra or None,
         )
         try:
-            (o,) = llm.generate([TokensPrompt(prompt_token_ids=p["tokens"])], sp, use_tqdm=False)
+            prompt = TokensPrompt(prompt_token_ids=p["tokens"])
+            if p.get("kv_hints") is not None:
+                o = _with_hints(llm, f"hinted-{len(outputs)}", prompt, sp, p["kv_hints"])
+            else:
+                (o,) = llm.generate([prompt], sp, use_tqdm=False)
         except Exception as e:
             outputs.append({"exception": f"{type(e).__name__}: {e}"})
             continue
@@ -72,6 +89,33 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             }
         )
     return {"init_s": t1 - t0, "generate_s": time.monotonic() - t1, "outputs": outputs}
+
+
+def _wait_for_file(path: str, timeout: float = 300.0) -> None:
+    import os
+
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.05)
+
+
+def _with_hints(llm: Any, rid: str, prompt: Any, sp: Any, hints: dict[str, Any]) -> Any:
+    from vllm.v1.kv_hints import KvHintAction, KvHintsEnvelope
+
+    env = KvHintsEnvelope(
+        protocol_version=hints["protocol_version"],
+        message_id=hints["message_id"],
+        actions=[KvHintAction(**a) for a in hints["actions"]],
+    )
+    engine = llm.llm_engine
+    engine.add_request(rid, prompt, sp, kv_hints=env)
+    done = []
+    while engine.has_unfinished_requests():
+        done += [o for o in engine.step() if o.finished]
+    (o,) = done
+    return o
 
 
 def main() -> int:

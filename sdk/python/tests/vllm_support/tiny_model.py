@@ -1,74 +1,25 @@
-"""A tiny Llama written from a config and seeded random weights.
-
-No hub, no tokenizer: vLLM runs it with ``skip_tokenizer_init=True`` on
-token-id prompts. The weights are scaled so that greedy decoding has clear
-winners (logits a few units apart), which keeps token-for-token comparisons
-between runs meaningful rather than decided by rounding.
+"""The tests' tiny Llama: seeded random weights (kvbench.vllm.models),
+2 layers, hidden 128, so a vLLM process starts fast.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
-import torch
-from safetensors.torch import save_file
+from kvbench.vllm.models import SAVE_HEAVY_LLAMA, write_random_llama
 
-#: The model's geometry; head_dim 32 and 2 KV heads (GQA).
+#: The bench's Llama made smaller: 2 layers, hidden 128, head_dim 32, 2 KV
+#: heads (GQA).
 CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "vocab_size": 512,
+    **SAVE_HEAVY_LLAMA,
     "hidden_size": 128,
     "intermediate_size": 256,
     "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
     "head_dim": 32,
     "max_position_embeddings": 1024,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "torch_dtype": "bfloat16",
 }
 
 
 def write_tiny_llama(directory: Path, seed: int = 0) -> Path:
     """Writes config.json and model.safetensors into directory."""
-    c = CONFIG
-    h, inter, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    hd, nh, nkv = c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"]
-    g = torch.Generator().manual_seed(seed)
-
-    def w(rows: int, cols: int, scale: float = 1.0) -> torch.Tensor:
-        t = torch.randn(rows, cols, generator=g) * (scale / math.sqrt(cols))
-        return t.to(torch.bfloat16)
-
-    tensors = {
-        "model.embed_tokens.weight": torch.randn(v, h, generator=g).to(torch.bfloat16),
-        "model.norm.weight": torch.ones(h, dtype=torch.bfloat16),
-        "lm_head.weight": w(v, h, scale=4.0),
-    }
-    for i in range(c["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        tensors.update(
-            {
-                p + "input_layernorm.weight": torch.ones(h, dtype=torch.bfloat16),
-                p + "post_attention_layernorm.weight": torch.ones(h, dtype=torch.bfloat16),
-                p + "self_attn.q_proj.weight": w(nh * hd, h),
-                p + "self_attn.k_proj.weight": w(nkv * hd, h),
-                p + "self_attn.v_proj.weight": w(nkv * hd, h),
-                p + "self_attn.o_proj.weight": w(h, nh * hd),
-                p + "mlp.gate_proj.weight": w(inter, h),
-                p + "mlp.up_proj.weight": w(inter, h),
-                p + "mlp.down_proj.weight": w(h, inter),
-            }
-        )
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(c, indent=2))
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    return directory
+    return write_random_llama(directory, CONFIG, seed)

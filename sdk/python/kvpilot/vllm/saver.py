@@ -1,0 +1,262 @@
+"""The worker's saves: pages out of vLLM's blocks into kvpilot, behind the forward.
+
+A save of a kvpilot request's pages ``[first, end)`` allocates staging
+slots, copies the pages there from their vLLM blocks, and commits the
+prompt up to ``end`` (kvpilot's Commit takes every slot from the root).
+Done inline, all of it sits on the request's path: vLLM samples the step's
+tokens after ``wait_for_save``. So ``wait_for_save`` queues each save on
+one background thread (kvpilot.vllm.savequeue) and returns. What makes that
+safe:
+
+- **The source blocks stay put.** A running request's full prompt blocks
+  are never rewritten. When it finishes, the scheduler side keeps its blocks
+  (``request_finished`` returns True) until the worker names the request in
+  ``finished_sending``, once its saves are over; both sides decide from the
+  same fact, whether a background save was planned for the request. A
+  preempted request's blocks are freed at once, so before the step's
+  forward (``handle_preemptions``) the worker cancels its queued saves and
+  waits for a copy out of its blocks already under way (a memory copy).
+- **The staging slots stay the request's.** The scheduler side ends a
+  kvpilot request (Finish, Release) only after the worker reported all of
+  its background saves done (KvpilotWorkerMetadata), so no slot a save
+  still writes is freed and handed to another request or to a load-back.
+- **A gap is never committed.** Once one save of a kvpilot request is
+  skipped or fails, its later saves are skipped too.
+
+Backpressure is a skipped save, never a stall: a save that finds
+``save_queue_pages`` pages queued waits at most ``save_wait_ms`` for room,
+then is skipped and counted, as is one that finds staging full. A request
+that pins its pages with cache_control is saved before its step ends
+instead (its Finish, which pins, must see the pages committed): it waits at
+most the host's call timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kvpilot.errors import CapacityExhausted
+from kvpilot.vllm.metadata import KvpilotConnectorMetadata, KvpilotWorkerMetadata, PageSave
+from kvpilot.vllm.savequeue import SaveCancelled, SaveJob, SaveQueue
+
+if TYPE_CHECKING:
+    from kvpilot.vllm.worker import WorkerSide
+
+# How long an idle step waits for a save to finish.
+_IDLE_WAIT_S = 0.005
+
+
+@dataclass
+class _KvSaves:
+    """One kvpilot request's saves so far: its slots from the root."""
+
+    slots: list[int]
+    broken: bool = False
+
+
+@dataclass
+class SaveCounters:
+    """Pages since start: copied to staging, committed (new to kvpilot),
+    skipped (queue or staging full, host away, an earlier gap) and failed.
+    """
+
+    copied: int = 0
+    committed: int = 0
+    skipped: int = 0
+    failed: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **kw: int) -> None:
+        """Adds to the named counters (thread-safe)."""
+        with self._lock:
+            for k, n in kw.items():
+                setattr(self, k, getattr(self, k) + n)
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters by name."""
+        with self._lock:
+            return {
+                "copied_pages": self.copied,
+                "committed_pages": self.committed,
+                "skipped_pages": self.skipped,
+                "failed_pages": self.failed,
+            }
+
+
+class Saver:
+    """The worker's saves and what vLLM and the scheduler side hear of them."""
+
+    def __init__(self, worker: WorkerSide, log: logging.Logger) -> None:
+        self.worker = worker
+        self.log = log
+        s = worker.settings
+        self.queue = SaveQueue(s.save_queue_pages, log)
+        self.wait_s = s.save_wait_ms / 1000.0
+        self.counters = SaveCounters()
+        # Per kvpilot request; a request's entry is touched by one thread
+        # only: the save thread for background saves, the step's otherwise.
+        self._kv: dict[str, _KvSaves] = {}
+        self._kv_of: dict[str, set[str]] = {}
+        # vLLM requests with a background save since they last started, and
+        # finished ones whose blocks wait for their saves to end.
+        self._background: set[str] = set()
+        self._finishing: set[str] = set()
+        # Saves the queue refused, reported done with the queue's own (a
+        # later save of the same request then finds a gap and is skipped).
+        self._not_queued: dict[str, int] = {}
+        self._warned: set[str] = set()
+
+    # ------------------------------------------------------------ the step
+
+    def stop_preempted(self, meta: KvpilotConnectorMetadata) -> None:
+        """handle_preemptions: no copy out of a preempted request's blocks
+        after this returns; its queued saves end as skipped.
+        """
+        gone = set(meta.preempted)
+        if not gone:
+            return
+        self.queue.stop(gone)
+        self._background -= gone
+        for rid in gone:
+            self._forget_after_queue(rid)
+
+    def save(self, meta: KvpilotConnectorMetadata) -> None:
+        """wait_for_save: queues the step's background saves and runs the
+        others now.
+        """
+        if meta.idle and self._finishing:
+            # vLLM steps only to hear that saves are done: without a pause
+            # it would spin on a core the save thread needs.
+            self.queue.wait_progress(_IDLE_WAIT_S)
+        for sv in meta.saves:
+            self._kv_of.setdefault(sv.req_id, set()).add(sv.kv_request_id)
+            if not sv.background:
+                self._run(sv, None)
+                continue
+            self._background.add(sv.req_id)
+            if not self.queue.submit(sv, self._run_job, self.wait_s):
+                self._skip(sv, "the save queue is full (save_queue_pages)")
+                self._not_queued[sv.kv_request_id] = self._not_queued.get(sv.kv_request_id, 0) + 1
+
+    def finished_sending(self, finished: set[str]) -> set[str]:
+        """The finished requests whose blocks vLLM may free now: those with
+        background saves, once the saves are over.
+        """
+        for rid in finished:
+            if rid in self._background:
+                self._background.discard(rid)
+                self._finishing.add(rid)
+            self._forget_after_queue(rid)
+        out = {rid for rid in self._finishing if self.queue.pending(rid) == 0}
+        self._finishing -= out
+        return out
+
+    def worker_meta(self) -> KvpilotWorkerMetadata | None:
+        """The background saves done since the last step, for the scheduler."""
+        done = self.queue.take_done()
+        for kv, n in self._not_queued.items():
+            done[kv] = done.get(kv, 0) + n
+        self._not_queued = {}
+        return KvpilotWorkerMetadata(done=done) if done else None
+
+    def close(self, timeout: float) -> None:
+        """Lets queued saves finish for up to timeout."""
+        self.queue.close(timeout)
+
+    # ------------------------------------------------------------ one save
+
+    def _run_job(self, job: SaveJob) -> None:
+        if job.cancelled:
+            self._skip(job.save, "")
+            raise SaveCancelled(job.save.req_id)
+        self._run(job.save, job)
+
+    def _run(self, sv: PageSave, job: SaveJob | None) -> None:
+        w = self.worker
+        st = self._kv.get(sv.kv_request_id)
+        if st is None:
+            st = _KvSaves(list(sv.matched_slots))
+            self._kv[sv.kv_request_id] = st
+        if st.broken:
+            self._skip(sv, "")
+            return
+        if (
+            w.client is None
+            or sv.pages <= 0
+            or len(sv.block_ids) != sv.pages
+            or len(st.slots) != sv.first_page
+            or not w.health.usable()
+            or not w.current(sv.registration_id)
+        ):
+            st.broken = True
+            self._skip(sv, "")
+            return
+        try:
+            try:
+                slots = list(
+                    w.client.allocate(
+                        sv.kv_request_id, sv.pages, timeout=w.settings.timeout_s
+                    ).page_slots
+                )
+            except CapacityExhausted:
+                slots = []
+            if len(slots) != sv.pages:
+                st.broken = True
+                self._skip(sv, "kvpilot's staging tier is full")
+                return
+            with job.copy_region() if job is not None else contextlib.nullcontext():
+                w.copy_out(sv.registration_id, sv.block_ids, slots)
+            self.counters.add(copied=sv.pages)
+            st.slots += slots
+            r = w.client.commit(sv.kv_request_id, sv.tokens, st.slots, timeout=w.settings.timeout_s)
+        except SaveCancelled:
+            st.broken = True
+            self.counters.add(skipped=sv.pages)
+            raise
+        except Exception as e:
+            st.broken = True
+            w.health.failed("saving pages to kvpilot", e)
+            self.counters.add(failed=sv.pages)
+            return
+        w.health.ok()
+        self.counters.add(committed=r.stored)
+
+    def _skip(self, sv: PageSave, why: str) -> None:
+        self.counters.add(skipped=sv.pages)
+        if not why:
+            return
+        if why not in self._warned:
+            self._warned.add(why)
+            self.log.warning(
+                "kvpilot connector (worker): skipped saving %d pages of request %s: %s; they "
+                "stay a kvpilot miss (further skips of this kind are logged at debug level)",
+                sv.pages,
+                sv.req_id,
+                why,
+            )
+        else:
+            self.log.debug(
+                "kvpilot connector (worker): skipped saving %d pages of request %s: %s",
+                sv.pages,
+                sv.req_id,
+                why,
+            )
+
+    def _forget_after_queue(self, rid: str) -> None:
+        """Drops rid's kvpilot requests once the saves queued so far ran
+        (the step thread owns _kv_of; the entries of _kv go on the save
+        thread, after their last save).
+        """
+        kvs = self._kv_of.pop(rid, set())
+        if not kvs:
+            return
+
+        def forget() -> None:
+            for kv in kvs:
+                self._kv.pop(kv, None)
+
+        self.queue.then(forget)

@@ -1,0 +1,70 @@
+"""Runs vLLM on token-id prompts in a subprocess (run_llm.py), as the
+connector tests and the Dynamo test start it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+SDK_PYTHON = Path(__file__).resolve().parents[2]
+RUNNER = Path(__file__).resolve().parent / "run_llm.py"
+
+#: vLLM's CPU attention takes blocks in multiples of 32 tokens, and the
+#: connector needs vLLM's block to be kvpilot's page.
+PAGE = 32
+MAX_TOKENS = 8
+
+
+def run_vllm(
+    workdir: Path,
+    model: Path,
+    connector: dict[str, Any] | None,
+    prompts: list[dict[str, Any]],
+    *,
+    multiprocess: bool = False,
+    expect_error: bool = False,
+    **spec_extra: Any,
+) -> dict[str, Any]:
+    """Runs vLLM on the prompts in a subprocess; returns run_llm's result
+    (``log`` is vLLM's output). ``multiprocess`` runs vLLM's scheduler and
+    worker in processes of their own, as it serves in production;
+    spec_extra adds run_llm.py's optional spec keys.
+    """
+    out = workdir / "result.json"
+    spec = {
+        "model": str(model),
+        "block_size": PAGE,
+        "max_tokens": MAX_TOKENS,
+        "connector": connector,
+        "prompts": prompts,
+        "out": str(out),
+        **spec_extra,
+    }
+    spec_path = workdir / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SDK_PYTHON), env.get("PYTHONPATH")]))
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocess else "0"
+    env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+    log_path = workdir / "vllm.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.run(
+            [sys.executable, str(RUNNER), str(spec_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=workdir,
+            timeout=600,
+        )
+    text = log_path.read_text(errors="replace")
+    assert out.exists(), f"vLLM runner wrote no result (exit {proc.returncode}):\n{text[-6000:]}"
+    res = json.loads(out.read_text())
+    res["log"] = text
+    if not expect_error:
+        assert "error" not in res, f"{res['error']}\n{res.get('traceback', '')}\n{text[-6000:]}"
+    return res
