@@ -32,125 +32,147 @@ func (r *Runtime) WatchConfig(ctx context.Context, path string, environ []string
 	if err != nil {
 		return err
 	}
-	// started is what the host runs with, but for policies; pending names
-	// the keys edited since, already reported.
-	var pending []string
-	changed := make(chan struct{}, 1)
-	notify := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
+	w := &configWatch{r: r, path: path, environ: environ, started: started, changed: make(chan struct{}, 1)}
+	go w.watchFile(ctx)
+	go w.poll(ctx, last)
+	go w.reload(ctx)
+	return nil
+}
+
+// configWatch is one WatchConfig: its file, the config the host started
+// with and the signal that the file may have changed.
+type configWatch struct {
+	r       *Runtime
+	path    string
+	environ []string
+	// started is what the host runs with, but for policies.
+	started config.Config
+	changed chan struct{}
+}
+
+func (w *configWatch) notify() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
 	}
-	go func() {
-		for {
-			// Watch until the watcher fails (the file was removed), then
-			// wait for the file to come back and watch again: editors that
-			// delete before they write do that.
-			stopped := make(chan struct{})
-			var once sync.Once
-			stop := func() { once.Do(func() { close(stopped) }) }
-			fp := file.Provider(path)
-			err := fp.Watch(func(_ any, err error) {
-				if err != nil {
-					stop()
-					return
-				}
-				notify()
-			})
+}
+
+// watchFile follows the file's events until ctx ends. When the watcher
+// fails (the file was removed) it waits for the file to come back and
+// watches again: editors that delete before they write do that.
+func (w *configWatch) watchFile(ctx context.Context) {
+	for {
+		stopped := make(chan struct{})
+		var once sync.Once
+		stop := func() { once.Do(func() { close(stopped) }) }
+		fp := file.Provider(w.path)
+		err := fp.Watch(func(_ any, err error) {
 			if err != nil {
 				stop()
-			}
-			select {
-			case <-ctx.Done():
-				_ = fp.Unwatch()
 				return
-			case <-stopped:
 			}
-			for {
-				if _, err := os.Stat(path); err == nil {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(50 * time.Millisecond):
-				}
-			}
-			notify() // it may have changed while unwatched
+			w.notify()
+		})
+		if err != nil {
+			stop()
 		}
-	}()
-	// A stat poll backs the watch up: file events can be missed or
-	// coalesced (network and overlay filesystems, a read racing a write in
-	// place), and a reload that finds nothing new costs one config load.
-	go func() {
-		t := time.NewTicker(pollEvery)
-		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			_ = fp.Unwatch()
+			return
+		case <-stopped:
+		}
 		for {
+			if _, err := os.Stat(w.path); err == nil {
+				break
+			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-t.C:
-			}
-			if st := fileStamp(path); st != last {
-				last = st
-				notify()
+			case <-time.After(50 * time.Millisecond):
 			}
 		}
-	}()
-	apply := func(c config.Config) {
-		if r.runs(c.Policies) {
+		w.notify() // it may have changed while unwatched
+	}
+}
+
+// poll backs the watch up with a stat poll from the baseline stamp last:
+// file events can be missed or coalesced (network and overlay
+// filesystems, a read racing a write in place), and a reload that finds
+// nothing new costs one config load.
+func (w *configWatch) poll(ctx context.Context, last stamp) {
+	t := time.NewTicker(pollEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if st := fileStamp(w.path); st != last {
+			last = st
+			w.notify()
+		}
+	}
+}
+
+// reload applies the file as the watch first read it, then each change
+// once the file settles, until ctx ends.
+func (w *configWatch) reload(ctx context.Context) {
+	w.apply(ctx, w.started)
+	// pending names the keys edited since the start, already reported.
+	var pending []string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.changed:
+		}
+		// Editors write in several steps; read once they settle, and
+		// again when the file changed while it was read.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		drainSignal(w.changed)
+		before := fileStamp(w.path)
+		c, err := config.Load(w.path, w.environ)
+		if fileStamp(w.path) != before {
+			w.notify()
+			continue
+		}
+		if err != nil {
+			w.r.reloads.rejected.Add(1)
+			w.r.log.Error("config reload rejected; the running policies stay", "path", w.path, "error", err)
+			continue
+		}
+		// Only policies change live; say so of every other key edited,
+		// once per edit, rather than ignore it silently.
+		keys := restartKeys(w.started, c)
+		if len(keys) > 0 && !reflect.DeepEqual(keys, pending) {
+			w.r.log.Warn("config keys changed that need a restart to apply; the host keeps running with the old values",
+				"path", w.path, "keys", keys)
+		}
+		pending = keys
+		w.apply(ctx, c)
+	}
+}
+
+// apply swaps to c's policies unless they are the running set.
+func (w *configWatch) apply(ctx context.Context, c config.Config) {
+	if w.r.runs(c.Policies) {
+		return
+	}
+	if err := w.r.Swap(ctx, c.Policies); err != nil {
+		if errors.Is(err, ErrStart) || errors.Is(err, ErrClosed) {
+			w.r.reloads.rejected.Add(1)
+			w.r.log.Error("policy hot-swap rejected; the running policies stay", "path", w.path, "error", err)
 			return
 		}
-		if err := r.Swap(ctx, c.Policies); err != nil {
-			if errors.Is(err, ErrStart) || errors.Is(err, ErrClosed) {
-				r.reloads.rejected.Add(1)
-				r.log.Error("policy hot-swap rejected; the running policies stay", "path", path, "error", err)
-				return
-			}
-			r.log.Warn("policy hot-swap finished with errors", "error", err)
-		}
-		r.reloads.applied.Add(1)
+		w.r.log.Warn("policy hot-swap finished with errors", "error", err)
 	}
-	go func() {
-		apply(started)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-			}
-			// Editors write in several steps; read once they settle, and
-			// again when the file changed while it was read.
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			drainSignal(changed)
-			before := fileStamp(path)
-			c, err := config.Load(path, environ)
-			if fileStamp(path) != before {
-				notify()
-				continue
-			}
-			if err != nil {
-				r.reloads.rejected.Add(1)
-				r.log.Error("config reload rejected; the running policies stay", "path", path, "error", err)
-				continue
-			}
-			// Only policies change live; say so of every other key edited,
-			// once per edit, rather than ignore it silently.
-			keys := restartKeys(started, c)
-			if len(keys) > 0 && !reflect.DeepEqual(keys, pending) {
-				r.log.Warn("config keys changed that need a restart to apply; the host keeps running with the old values",
-					"path", path, "keys", keys)
-			}
-			pending = keys
-			apply(c)
-		}
-	}()
-	return nil
+	w.r.reloads.applied.Add(1)
 }
 
 // runs reports whether the running set is specs, in order.
