@@ -125,7 +125,7 @@ def test_bench_real_model_without_torch(kvpilot_binary: str, tmp_path: Path) -> 
     assert res.returncode == 1, res.stderr
     assert "ModuleNotFoundError: No module named 'torch'" in res.stderr, res.stderr
     install = (
-        f"hint: install what the real-model engine needs: {sys.executable} -m pip install "
+        f"hint: install what the benchmark's Python side needs: {sys.executable} -m pip install "
         f"--no-deps -r {repo / 'sdk' / 'python' / 'requirements.txt'}"
     )
     assert install in res.stderr, res.stderr
