@@ -240,7 +240,7 @@ def _apply_result(resp: control_pb2.ApplyResponse) -> ApplyResult:
     )
 
 
-def tier_to_proto(name: str) -> int:
+def tier_to_proto(name: str) -> common_pb2.Tier:
     """The Tier enum of a tier name (device/GPU, host/CPU_TIER1/host_pinned,
     disk, remote/external); raises InvalidTier.
     """

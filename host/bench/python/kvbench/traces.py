@@ -71,9 +71,9 @@ def find_traces_dir(given: str = "") -> Path | None:
         if d:
             return Path(d)
     for start in (Path.cwd().resolve(), Path(__file__).resolve().parent):
-        for d in (start, *start.parents):
-            if (d / "go.mod").is_file() and (d / "examples" / "traces").is_dir():
-                return d / "examples" / "traces"
+        for root in (start, *start.parents):
+            if (root / "go.mod").is_file() and (root / "examples" / "traces").is_dir():
+                return root / "examples" / "traces"
     return None
 
 

@@ -43,9 +43,10 @@ def learn_from_caller(ledger: Ledger, keys: Sequence[str], extra_info: Any) -> b
         return True
     f = sys._getframe(1)
     for _ in range(_MAX_FRAMES):
-        f = f.f_back
-        if f is None:
+        back = f.f_back
+        if back is None:
             break
+        f = back
         op = f.f_locals.get("operation")
         if op is not None and hasattr(op, "token_ids"):
             learn_operation(ledger, op, keys, extra_info)

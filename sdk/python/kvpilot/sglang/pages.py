@@ -54,7 +54,9 @@ def _layer_pages(buf: torch.Tensor, layout: str, layer: int, page_size: int) -> 
     raise AssertionError(layout)
 
 
-def _buffer_shape(layout: str, pages: int, layers: int, page_size: int, heads: int, dim: int):
+def _buffer_shape(
+    layout: str, pages: int, layers: int, page_size: int, heads: int, dim: int
+) -> tuple[int, ...]:
     """The shape of ``kv_buffer[k_or_v]`` holding ``pages`` pages."""
     tokens = pages * page_size
     return {

@@ -30,6 +30,12 @@ from kvpilot.torchengine.rope import from_storage, to_storage
 
 RotaryFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
+# A layer's attention module as transformers defines it (LlamaAttention,
+# DeepseekV3Attention, ...). Its projections, head sizes and config are plain
+# attributes, which nn.Module's __getattr__ types as Tensor | Module; each
+# model family has its own set, so they are read as the model defines them.
+AttentionModule = Any
+
 
 def model_function(module: nn.Module, name: str) -> Any:
     """A function of the modeling file that defines ``module``'s class
@@ -42,13 +48,13 @@ class Adapter(Protocol):
     """One attention family's split around the cache (see the module doc)."""
 
     def project(
-        self, attn: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self, attn: AttentionModule, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[Any, tuple[torch.Tensor, ...]]:
         """Queries and the new tokens' cache rows, one per buffer."""
         ...
 
     def attend(
-        self, attn: nn.Module, q: Any, rows: tuple[torch.Tensor, ...], mask: torch.Tensor
+        self, attn: AttentionModule, q: Any, rows: tuple[torch.Tensor, ...], mask: torch.Tensor
     ) -> torch.Tensor:
         """The attention output ``[1, tokens, hidden]`` (o_proj applied)."""
         ...
@@ -67,7 +73,7 @@ class GQAAdapter:
     """
 
     def project(
-        self, attn: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self, attn: AttentionModule, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Queries ``[1, heads, T, d]``; rows (k, v) of ``[T, kv_heads, d]``."""
         t = h.shape[1]
@@ -80,7 +86,7 @@ class GQAAdapter:
 
     def attend(
         self,
-        attn: nn.Module,
+        attn: AttentionModule,
         q: torch.Tensor,
         rows: tuple[torch.Tensor, ...],
         mask: torch.Tensor,
@@ -105,7 +111,7 @@ class MLAAdapter:
         self.pairing = pairing
 
     def project(
-        self, attn: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self, attn: AttentionModule, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor]]:
         """Queries ``(q_pass, q_rot)``; the row ``[T, 1, rank + rope_dim]``."""
         t = h.shape[1]
@@ -129,7 +135,7 @@ class MLAAdapter:
 
     def attend(
         self,
-        attn: nn.Module,
+        attn: AttentionModule,
         q: tuple[torch.Tensor, torch.Tensor],
         rows: tuple[torch.Tensor, ...],
         mask: torch.Tensor,

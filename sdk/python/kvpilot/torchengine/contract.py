@@ -243,10 +243,10 @@ def check_splice(
     # Rows before the edit: untouched.
     for p in range(min(start, n_after, n_before)):
         chk.prefix_rows += 1
-        for b in range(len(after)):
-            if not torch.equal(after[b][p], before[b][p]):
+        for buf in range(len(after)):
+            if not torch.equal(after[buf][p], before[buf][p]):
                 chk.moved_bits_equal = False
-                _fail(chk, f"position {p} (before the edit) buffer {b} changed")
+                _fail(chk, f"position {p} (before the edit) buffer {buf} changed")
 
     def against_model(p: int, stored_at: int, what: str) -> None:
         got, want = after[kbuf][p].double(), model[kbuf][p].double()

@@ -102,7 +102,9 @@ def engine_id(vllm_config: VllmConfig, settings: ConnectorSettings) -> str:
     scheduler and workers share (it is broadcast across a worker group);
     each data-parallel rank is an engine of its own.
     """
-    base = settings.engine_id or str(vllm_config.kv_transfer_config.engine_id or "")
+    ktc = vllm_config.kv_transfer_config  # None only where no connector is configured
+    vllm_id = ktc.engine_id if ktc is not None else None
+    base = settings.engine_id or str(vllm_id or "")
     if not base:
         raise ConnectorConfigError(
             f"kvpilot connector: vLLM gave this engine no kv_transfer_config.engine_id; set "

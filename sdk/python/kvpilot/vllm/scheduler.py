@@ -34,7 +34,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kvpilot.engine_types import Registration, Usage
+from kvpilot.engine_types import FinishResult, Registration, Usage
 from kvpilot.vllm.events import EngineEvents, watch_host
 from kvpilot.vllm.geometry import check_parallelism, engine_id, geometry
 from kvpilot.vllm.health import HostHealth
@@ -488,6 +488,7 @@ class SchedulerSide:
     def _call_end(self, kv_id: str, end: _End) -> Any:
         if end.registration_id != self.client.registration.id or not self.health.usable():
             return None  # the host releases it when it idles out
+        r: FinishResult | int
         try:
             if end.finish:
                 r = self.client.finish(

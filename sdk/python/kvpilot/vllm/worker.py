@@ -87,7 +87,7 @@ class WorkerSide:
         lay = self.geo.layout
         heads, hd, page = lay.buffers[0].heads, lay.buffers[0].head_dim, lay.page_size
         want = torch_dtype(lay.dtype)
-        caches = []
+        caches: list[torch.Tensor] = []
         for name in self.geo.layer_names:
             t = kv_caches.get(name)
             if t is None:
