@@ -140,12 +140,14 @@ $(TOOLS)/weed:
 	  rm -rf $(TOOLS)/seaweedfs && cp -r "$$src" $(TOOLS)/seaweedfs && chmod -R u+w $(TOOLS)/seaweedfs && \
 	  cd $(TOOLS)/seaweedfs && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/$(TOOLS)/weed ./weed
 
-## lint: formatting and vet (Go), ruff (Python)
+## lint: formatting and vet (Go), ruff and mypy (Python; mypy's settings
+## are sdk/python/pyproject.toml's [tool.mypy])
 lint: py-env
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags invariants $(PKGS)
 	$(VENV)/bin/ruff check sdk/python host/bench/mooncake host/bench/python
 	$(VENV)/bin/ruff format --check sdk/python host/bench/mooncake host/bench/python
+	$(VENV)/bin/mypy --config-file sdk/python/pyproject.toml sdk/python/kvpilot host/bench/python/kvbench
 
 ## verify: lint, plus generated code and go.mod up to date
 verify: lint
