@@ -221,7 +221,7 @@ class EngineEvents:
         from vllm.distributed.kv_events import BlockRemoved
 
         seen = self._announced[medium]
-        gone = [h for h in hashes if h in seen]
+        gone: list[bytes | int] = [h for h in hashes if h in seen]
         for h in hashes:
             waiting = self._pending.get(h)
             if waiting and medium in waiting:

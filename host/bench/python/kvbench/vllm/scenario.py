@@ -176,8 +176,8 @@ def run_model(
         def prompt() -> list[int]:
             return [rng.randrange(3, vocab) for _ in range(tokens)]
 
-        for e in engines:  # untimed: each process's first request pays its set-up
-            e.ask(prompt()[:256])
+        for engine in engines:  # untimed: each process's first request pays its set-up
+            engine.ask(prompt()[:256])
         full = tokens // PAGE
         for r in range(rounds):
             p, q = prompt(), prompt()
@@ -207,8 +207,8 @@ def run_model(
                 c.get("kvpilot"),
             )
     finally:
-        for e in engines:
-            e.close()
+        for engine in engines:
+            engine.close()
         host.stop()
     return run.report()
 
