@@ -19,7 +19,10 @@ round takes a new random prompt P of about ``tokens`` tokens and, in order
 
 Ratios are taken per round (the arms of a round run seconds apart, so
 another process's load shifts them alike) and their median reported, with
-the min and max. Each process serves one untimed prompt first. Targets
+the min and max. Each process serves one untimed prompt first, and each
+timed request starts once the host and every vLLM process have gone idle
+(kvbench.vllm.idle): the save an earlier arm left running is never charged
+to the next arm. Targets
 (issue: vLLM at full speed), on SmolLM2-135M-Instruct: a miss with the
 connector <= 1.02x one without, a fresh process's hit <= 0.25x a full
 prefill, a kvpilot hit <= 1.2x vLLM's own prefix hit; on the save-heavy
@@ -39,6 +42,7 @@ from typing import Any
 
 from kvbench.vllm.engine import EngineProcess
 from kvbench.vllm.host import ServeProcess
+from kvbench.vllm.idle import wait_idle
 from kvbench.vllm.models import SAVE_HEAVY_LLAMA, vocab_size, write_random_llama
 
 log = logging.getLogger("kvbench.vllm")
@@ -176,26 +180,36 @@ def run_model(
         def prompt() -> list[int]:
             return [rng.randrange(3, vocab) for _ in range(tokens)]
 
+        def timed(engine: EngineProcess, tokens: list[int]) -> dict[str, Any]:
+            # The host's pid changes with the restart arm: asked each time.
+            pids = [e.proc.pid for e in engines] + ([host.proc.pid] if host.proc else [])
+            waited = wait_idle(pids)
+            if waited > 0.5:
+                log.info(
+                    "%s: waited %.1f s for the bench's processes to go idle", engine.name, waited
+                )
+            return engine.ask(tokens)
+
         for engine in engines:  # untimed: each process's first request pays its set-up
             engine.ask(prompt()[:256])
         full = tokens // PAGE
         for r in range(rounds):
             p, q = prompt(), prompt()
             before = host.settle("host")
-            # The two misses take turns going first: whichever runs second
-            # shares the machine with the first one's leftovers.
+            # The two misses take turns going first (what one leaves in the
+            # CPU's caches), each starting on idle processes.
             if r % 2 == 0:
-                a, b = plain.ask(p), filler.ask(p)
+                a, b = timed(plain, p), timed(filler, p)
             else:
-                b, a = filler.ask(p), plain.ask(p)
+                b, a = timed(filler, p), timed(plain, p)
             host.wait_pages("host", before + full)
-            c = fresh.ask(p)
-            d = plain.ask(p)
+            c = timed(fresh, p)
+            d = timed(plain, p)
             before = host.settle("host")
             filler.ask(q)
             host.wait_pages("host", before + full)
             host.restart()
-            e = fresh.ask(q)
+            e = timed(fresh, q)
             for arm, out in zip(ARMS, (a, b, c, d, e), strict=True):
                 run.ms[arm].append(out["ms"])
                 run.cached[arm].append(out["cached_tokens"])
