@@ -21,6 +21,7 @@ NOT_RUN_HERE = {
     "pip install": "installs from the network; make py-env builds the suite's own environment",
     ".venv/bin/python -m pytest": "it is the suite this test is part of",
     ".venv/bin/ruff": "make lint runs it",
+    ".venv/bin/mypy": "make lint runs it",
 }
 
 
