@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"os/exec"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -46,9 +47,18 @@ func (r pyHostRun) run(ctx context.Context) ([]byte, error) {
 	}
 	defer rig.Close()
 
-	args := append([]string{"-m", r.Module, "--engine-socket", rig.Config.EngineSocket(),
+	args := append([]string{"--engine-socket", rig.Config.EngineSocket(),
 		"--control-socket", rig.Daemon.ControlSocket()}, r.Args...)
-	cmd := exec.CommandContext(ctx, py, args...)
+	return runDriver(ctx, py, r.Module, args, r.Stderr, 5*time.Second)
+}
+
+// runDriver runs python -m module args and returns what it printed on
+// stdout; stderr (nil: discarded) gets its log. Interrupted, the child gets
+// SIGTERM, so its finally blocks stop what it started, and SIGKILL only
+// after grace. A failed child's error carries its last error line.
+func runDriver(ctx context.Context, py, module string, args []string, stderr io.Writer, grace time.Duration) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, py, append([]string{"-m", module}, args...)...)
+	var err error
 	if cmd.Env, err = PythonEnv(); err != nil {
 		return nil, err
 	}
@@ -56,12 +66,13 @@ func (r pyHostRun) run(ctx context.Context) ([]byte, error) {
 	errTail := &tail{max: 16 << 10}
 	cmd.Stdout = &out
 	cmd.Stderr = errTail
-	if r.Stderr != nil {
-		cmd.Stderr = io.MultiWriter(r.Stderr, errTail)
+	if stderr != nil {
+		cmd.Stderr = io.MultiWriter(stderr, errTail)
 	}
-	cmd.WaitDelay = 5 * time.Second
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = grace
 	if err := cmd.Run(); err != nil {
-		return nil, childError(py, r.Module, err, errTail.String())
+		return nil, childError(py, module, err, errTail.String())
 	}
 	return out.Bytes(), nil
 }

@@ -1,16 +1,13 @@
 package scenario
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 )
@@ -86,7 +83,7 @@ func RunVLLM(ctx context.Context, o VLLMBenchOptions) (*VLLMReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"-m", vllmDriver, "--kvpilot", o.Kvpilot}
+	args := []string{"--kvpilot", o.Kvpilot}
 	if len(o.Models) > 0 {
 		args = append(args, "--models", strings.Join(o.Models, ","))
 	}
@@ -99,25 +96,13 @@ func RunVLLM(ctx context.Context, o VLLMBenchOptions) (*VLLMReport, error) {
 	if o.Workdir != "" {
 		args = append(args, "--workdir", o.Workdir)
 	}
-	cmd := exec.CommandContext(ctx, py, args...)
-	if cmd.Env, err = PythonEnv(); err != nil {
+	// The child stops its hosts and vLLM processes on SIGTERM; they may
+	// take a while.
+	out, err := runDriver(ctx, py, vllmDriver, args, o.Stderr, 30*time.Second)
+	if err != nil {
 		return nil, err
 	}
-	var out bytes.Buffer
-	errTail := &tail{max: 16 << 10}
-	cmd.Stdout = &out
-	cmd.Stderr = errTail
-	if o.Stderr != nil {
-		cmd.Stderr = io.MultiWriter(o.Stderr, errTail)
-	}
-	// Interrupted, the child gets SIGTERM, which stops its hosts and vLLM
-	// processes on the way out; SIGKILL only if it is still there after.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 30 * time.Second
-	if err := cmd.Run(); err != nil {
-		return nil, childError(py, vllmDriver, err, errTail.String())
-	}
-	return parseVLLM(out.Bytes())
+	return parseVLLM(out)
 }
 
 func parseVLLM(b []byte) (*VLLMReport, error) {
