@@ -17,8 +17,8 @@ import (
 // edited context closes part of that gap:
 //
 //   - First: the first tokens after each edit, named by the host;
-//   - Share: a fraction of the kept tokens after the first edit, chosen by
-//     the engine's staleness ranking;
+//   - Share: a fraction of the kept tokens after the first edit, the
+//     engine recomputing the first of them (the stalest, nearest the edit);
 //   - MaxKL: the quality guard, the engine's estimate of what the splice
 //     leaves held within a budget (all kept tokens when nothing less will).
 //

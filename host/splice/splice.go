@@ -110,7 +110,7 @@ type FillOrder struct {
 
 // Candidates are a splice's kept tokens after its first edit that its
 // sparse order does not name, all inside the order's pages: the engine
-// recomputes Share of Region of them by its staleness ranking, or, with
+// recomputes the first Share of Region of them in position order, or, with
 // MaxKL (the quality guard), as many as its estimate of the mean KL per
 // token against a re-prefill needs (all of them when nothing less will).
 // Region counts every kept token after the first edit, the order's

@@ -25,7 +25,7 @@ from kvpilot import directives  # noqa: E402
 from kvpilot.control import ControlClient  # noqa: E402
 from kvpilot.engine import EngineClient  # noqa: E402
 from kvpilot.errors import RecomputeUnsupported  # noqa: E402
-from kvpilot.torchengine import models  # noqa: E402
+from kvpilot.torchengine import models, staleness  # noqa: E402
 from kvpilot.torchengine.engine import TorchEngine  # noqa: E402
 from kvpilot.torchengine.fills import FillServer  # noqa: E402
 from kvpilot.torchengine.rope import rope_config  # noqa: E402
@@ -124,9 +124,37 @@ def test_guard_reports_what_it_chose(kvpilot_host_factory, tm) -> None:  # type:
     assert fills.recomputed == kept and fills.last_estimate == 0.0
     h = kvpilot_host_factory(**host_config(PS, sink_tokens=4))
     _, _, _, (n, _), fills, res, _ = _splice_and_read(h, tm, {"max_kl": 1e9})
-    # A budget the plain splice meets: only the probe's samples.
+    # A budget the plain splice meets: the guard's first block alone.
     assert 0 < fills.recomputed < kept // 4
     assert res.results[0].effect.recompute_region == kept
+
+
+def test_guard_measures_its_frontier_against_a_reprefill(kvpilot_host_factory, tm) -> None:  # type: ignore[no-untyped-def]
+    """The guard's estimate is the true staleness of its block's last
+    tokens: with the first k fresh they are the re-prefill's rows, and
+    their distance from the plain splice's rows is what it measures.
+    """
+    h = kvpilot_host_factory(**host_config(PS, sink_tokens=4))
+    _, edited, before, (n, after), fills, _, paged = _splice_and_read(h, tm, {"max_kl": 1e9})
+    _, _, _, (_, plain), _, _, _ = _splice_and_read(
+        kvpilot_host_factory(**host_config(PS, sink_tokens=4)), tm, {}
+    )
+    kept = n - 37 - 13
+    k = staleness.guard_blocks(kept)[0]
+    assert fills.recomputed == k  # the engine chose k; the host named none
+    layout = tm.layout(PS)
+    ref = _local(paged, layout, before, 37)
+    ref.paged.recompute(edited[37:n], list(range(37, n)), ref.arena, ref.seq)
+    fresh = list(range(37, 50 + k))
+    got = _local(paged, layout, after, n).get(fresh)
+    want = ref.get(fresh)
+    for la, lb in zip(got, want, strict=True):
+        for x, y in zip(la, lb, strict=True):
+            torch.testing.assert_close(x, y)
+    frontier = list(range(50 + k - staleness.FRONTIER, 50 + k))
+    stale = _local(paged, layout, plain, n).get(frontier)
+    true = staleness.row_deviation(stale, ref.get(frontier)).mean()
+    assert fills.last_estimate == pytest.approx(staleness.FRONTIER_SCALE * float(true), rel=1e-4)
 
 
 def test_host_refuses_an_engine_that_cannot_recompute(kvpilot_host_factory, tm) -> None:  # type: ignore[no-untyped-def]

@@ -20,13 +20,12 @@ kvpilot's kernels). Positions are the edited context's unless said.
   deviation is recomputed.
 - ``trajectory``: the quality guard's own steps (kvpilot.torchengine.
   staleness), block by block: the cache after each block is the first k
-  after the edit recomputed (with the probe's samples), and the guard at
-  any budget stops at one of them.
+  after the edit recomputed, with the guard's estimate measured there, and
+  the guard at any budget stops at one of them.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -35,12 +34,7 @@ import torch
 from kvbench.editcases import Case
 from kvbench.localcache import LayerRows, LocalCache
 from kvpilot.engine_types import FillOrder, RecomputeCandidates
-from kvpilot.torchengine.staleness import (
-    BLOCK_SHARE,
-    FALLBACK_SHARE,
-    Sparse,
-    estimates,
-)
+from kvpilot.torchengine.staleness import Sparse, guard_blocks
 
 
 @dataclass
@@ -149,14 +143,13 @@ def trajectory(
     base: LocalCache,
     c: Case,
     lay: Layout,
-    on_step: Callable[[LocalCache, int, int], None],
-) -> torch.Tensor:
+    on_step: Callable[[LocalCache, int, float, int], None],
+) -> None:
     """The quality guard's path on a copy of ``base``, through the engine's
-    own steps (kvpilot.torchengine.staleness.Sparse): the replacements, the
-    probe, then the first k candidates block by block up to the guard's
-    fallback share. ``on_step`` gets the cache, k and the candidates with
-    fresh rows at k = 0 (the probe alone) and after every block. Returns
-    the guard's estimate for every k (``estimates``).
+    own steps (kvpilot.torchengine.staleness.Sparse): the replacements, then
+    the first k candidates block by block up to the guard's fallback share.
+    After every block ``on_step`` gets the cache, k, the guard's estimate
+    (its frontier) and the tokens run through the model so far.
     """
     out = base.clone()
     order = FillOrder(
@@ -175,16 +168,8 @@ def trajectory(
     )
     s = Sparse(out.paged, out.arena, out.seq, order)
     s.own()
-    est = estimates(s.probe(), lay.kept[-1] + 1)
-    n = len(lay.kept)
-    block = max(1, math.ceil(BLOCK_SHARE * n))
-    on_step(out, 0, s.recomputed(0))
     done = 0
-    for k in range(block, n + block, block):
-        k = min(k, n)
-        if done > FALLBACK_SHARE * n:
-            break
-        s.extend(done, k)
+    for k in guard_blocks(len(lay.kept)):
+        est = s.block(done, k)
         done = k
-        on_step(out, k, s.recomputed(k))
-    return est
+        on_step(out, k, est, s.computed)

@@ -29,10 +29,12 @@ import torch
 from kvbench.editcases import Case
 from kvbench.qualityscore import Score, summary
 from kvpilot.smollm2 import MODEL_NAME
-from kvpilot.torchengine.staleness import guard_count
 
 #: The guard's curve: the budgets it is traced at (nats per token).
-BUDGETS = (0.05, 0.02, 0.01, 0.005, 0.0025, 0.001, 0.0005)
+BUDGETS = (
+    0.05, 0.04, 0.03, 0.025, 0.02, 0.015, 0.0125, 0.01, 0.0085, 0.0075, 0.0065, 0.0055,
+    0.005, 0.0045, 0.004, 0.0035, 0.003, 0.0025, 0.002, 0.0015, 0.001, 0.0005,
+)  # fmt: skip
 #: The first-k curve's target shares of the edited region.
 FIRST_SHARES = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50)
 
@@ -45,10 +47,13 @@ CURVE_GAIN_MIN = 1 / 3
 
 @dataclass
 class Step:
-    """The guard's path after the first ``k`` candidates: the cache's score."""
+    """The guard's path after the first ``k`` candidates: the cache's score
+    and the guard's estimate there.
+    """
 
     k: int
     score: Score
+    estimate: float
 
 
 @dataclass
@@ -59,9 +64,9 @@ class CaseResult:
     region: int
     arms: dict[str, Score] = field(default_factory=dict)
     trajectory: list[Step] = field(default_factory=list)
-    #: The guard's estimate for every first k (staleness.estimates), and
-    #: what its fallback computes (the probe, then every kept token).
-    estimates: list[float] = field(default_factory=list)
+    #: The candidates (kept tokens the guard may recompute), and what its
+    #: fallback computes (every block it ran, then the rest of them).
+    candidates: int = 0
     fallback_computed: int = 0
     guard_estimate: float = 0.0
     wall_s: float = 0.0
@@ -83,7 +88,7 @@ class CaseResult:
             "trajectory": [
                 {
                     "k": s.k,
-                    "estimate": self.estimates[s.k],
+                    "estimate": s.estimate,
                     "share": s.score.share,
                     "kl_mean": s.score.kl_mean,
                     "top1": s.score.top1 / s.score.tokens,
@@ -94,13 +99,12 @@ class CaseResult:
 
 
 def guard_at(res: CaseResult, budget: float) -> Score:
-    """Where the guard at ``budget`` stops on the case's path: the first k
-    its estimates allow (staleness.guard_count), or its fallback (every kept
-    token, the control's figures).
+    """Where the guard at ``budget`` stops on the case's path: the first
+    block whose estimate meets it (staleness.recompute_order), or its
+    fallback (every kept token, the control's figures).
     """
-    k = guard_count(torch.as_tensor(res.estimates), budget)
     for s in res.trajectory:
-        if s.k == k:
+        if s.estimate <= budget and s.k < res.candidates:
             return s.score
     return dataclasses.replace(res.arms["control"], computed=res.fallback_computed)
 

@@ -79,7 +79,7 @@ from kvpilot.torchengine import models
 from kvpilot.torchengine.contract import check_splice
 from kvpilot.torchengine.engine import TorchEngine
 from kvpilot.torchengine.fills import FillServer
-from kvpilot.torchengine.staleness import DEFAULT_MAX_KL, SAMPLE_EVERY
+from kvpilot.torchengine.staleness import DEFAULT_MAX_KL
 
 log = logging.getLogger("kvbench.splicequality")
 
@@ -266,18 +266,18 @@ class Runner:
 
         # The guard's path in torch: the first-k curve and the guard at
         # every budget (qualityreport), and what the host's guard must match.
-        nfill, sampled = len(lay.fills), math.ceil(len(lay.kept) / SAMPLE_EVERY)
+        tail = len(c.edited) - lay.cached
 
-        def on_step(lc: LocalCache, k: int, fresh: int) -> None:
-            # The product's passes: the replacements, the probe, then the
-            # replacements again with the first k.
-            computed = base + sampled + (nfill + k if k else 0)
-            s = score(ref, scored(lc), c.continuation, region=region, recomputed=base + fresh,
-                      computed=computed)  # fmt: skip
-            res.trajectory.append(qualityreport.Step(k=k, score=s))
+        def on_step(lc: LocalCache, k: int, est: float, computed: int) -> None:
+            s = score(ref, scored(lc), c.continuation, region=region,
+                      recomputed=base + k, computed=tail + computed)  # fmt: skip
+            res.trajectory.append(qualityreport.Step(k=k, score=s, estimate=est))
 
-        res.estimates = arms.trajectory(sp, c, lay, on_step).tolist()
-        res.fallback_computed = base + sampled + nfill + len(lay.kept)
+        arms.trajectory(sp, c, lay, on_step)
+        res.candidates = len(lay.kept)
+        last = res.trajectory[-1].score.computed if res.trajectory else None
+        done = res.trajectory[-1].k if res.trajectory else 0
+        res.fallback_computed = (last or base) + len(lay.kept) - done
 
         g, rec, est = self.host_arm(c, lay, "guard", cap, max_kl=self.args.max_kl)
         want = qualityreport.guard_at(res, self.args.max_kl)

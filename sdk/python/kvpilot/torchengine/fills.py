@@ -41,9 +41,11 @@ class FillServer:
 
     Attributes:
         orders: orders completed successfully.
-        tokens: replacement tokens prefilled for them.
+        tokens: replacement tokens prefilled (counted once the fill ran,
+            before the host is told).
         failures: orders answered with an error.
-        recomputed: kept tokens recomputed (sparse orders).
+        recomputed: kept tokens recomputed (sparse orders; counted as
+            ``tokens``).
         last_error: the last failure's message.
         last_estimate: the quality guard's last estimate of the mean KL per
             token a splice left (0 when the guard did not run).
@@ -95,6 +97,14 @@ class FillServer:
                     err = f"{type(e).__name__}: {e}"
                     log.warning("fill order %s failed: %s", o.order_id, err)
                 ms = (time.perf_counter() - t0) * 1e3
+                if not err:
+                    # What the engine did is counted before the host hears
+                    # of it: whoever sees the pages cached (CompleteFill
+                    # makes them so) reads the counts of the order too.
+                    with self._cv:
+                        self.tokens += len(o.tokens)
+                        self.recomputed += done.tokens
+                        self.last_estimate = done.estimate
                 try:
                     c.complete_fill(
                         o.order_id,
@@ -113,9 +123,6 @@ class FillServer:
                         self.last_error = err
                     else:
                         self.orders += 1
-                        self.tokens += len(o.tokens)
-                        self.recomputed += done.tokens
-                        self.last_estimate = done.estimate
                     self._cv.notify_all()
                 log.debug(
                     "fill order %s: %d tokens at %d (%s) in %.1f ms",

@@ -11,31 +11,34 @@ real edits of agent sessions:
 
 - A kept token's staleness (the relative distance of its K/V from a
   re-prefill's, summed over layers and buffers) is largest right after the
-  edit and decays with distance, except where the kept text leaned on the
+  edit and decays with distance: the first tenth of the kept tokens holds
+  60-70% of the squared staleness, except where the kept text leaned on the
   removed text all along (a repeated tool output stays stale for hundreds
   of tokens).
 - Recomputing the first k tokens after the edit fixes them exactly
   (everything before them is fresh) and buys far more per token than
   recomputing as many tokens scattered by a shallow signal (CacheBlend's
   layer-1 key deviation), which fixes each only in part: a token recomputed
-  among stale neighbours keeps most of their staleness.
-- That last fact is also a measurement: a token recomputed among stale
-  neighbours moves by a near-constant fraction of its true staleness
-  (``PROBE_RATIO``; 0.6 to 1.0 across tokens and cases). So recomputing a sparse
-  sample (the **probe**, every ``SAMPLE_EVERY``-th candidate) measures the
-  staleness of the whole tail before anything else is recomputed.
-- The mean KL per token of the next turn against a re-prefill follows the
-  staleness left: about ``GUARD_SCALE`` times the sum of squared staleness
-  of the tokens still stale, over the context's length (within a factor of
-  two either way).
+  among stale neighbours keeps part of their staleness.
+- How much recompute a splice needs differs from case to case by an order
+  of magnitude, so the budget is won or lost in choosing k per splice. A
+  sparse probe (every 32nd kept token recomputed among stale neighbours)
+  misjudged it: its samples move 0.5 to 4.5 times their true staleness, and
+  choosing k by it did worse than the same share for every splice.
+- The staleness at the **frontier** does not have that error: once the
+  first k are recomputed, the last of them are exact, and the difference
+  from their stale rows is their true staleness, for free. The mean KL per
+  token of the next turn follows it: about ``FRONTIER_SCALE`` times the mean
+  staleness of the last ``FRONTIER`` tokens recomputed (within a factor of
+  about 2.6 either way, case to case).
 
 So ``share`` recomputes the first ``share`` of the kept tokens after the
-first edit, and the **quality guard** probes, estimates the KL each first k
-would leave (``estimates``), and recomputes the shortest first k, in
-blocks of ``BLOCK_SHARE``, whose estimate meets the budget: nothing more
-than the probe where staleness is low, more where it is high, and every
-kept token (a re-prefill of the tail) when more than ``FALLBACK_SHARE``
-would be needed.
+first edit, and the **quality guard** recomputes them in blocks of
+``BLOCK_SHARE`` from the edit on, measures the frontier after each, and
+stops at the first block whose estimate meets the budget; past
+``FALLBACK_SHARE`` it recomputes them all (a re-prefill of the tail). It
+computes nothing it does not keep: every token it runs is a kept token
+made fresh.
 
 ``Sparse`` runs a sparse fill order on an arena in those steps;
 ``recompute_order`` is the engine's whole order. Recomputing every
@@ -55,16 +58,13 @@ from kvpilot.engine_types import FillOrder
 from kvpilot.torchengine.forward import PagedModel
 from kvpilot.torchengine.paging import Rows, TensorSource, gather
 
-#: The probe recomputes every this many candidates.
-SAMPLE_EVERY = 32
-#: What a probed token's move is of its true staleness (the benchmark's
-#: median; see the module doc).
-PROBE_RATIO = 0.73
-#: The guard's calibration: estimated mean KL per token = GUARD_SCALE x
-#: (sum of squared staleness left) / (context length).
-GUARD_SCALE = 4.0e-4
+#: The guard measures the staleness of the last this many tokens of each block.
+FRONTIER = 16
+#: The guard's calibration (the benchmark's fit): estimated mean KL per
+#: token = FRONTIER_SCALE x the frontier's mean staleness.
+FRONTIER_SCALE = 5.8e-4
 #: The guard recomputes in blocks of this share of the candidates.
-BLOCK_SHARE = 0.05
+BLOCK_SHARE = 0.025
 #: Past this share of the candidates the guard recomputes them all.
 FALLBACK_SHARE = 0.5
 #: The budget the benchmark's ``guard`` arm runs at (mean KL per token),
@@ -75,8 +75,8 @@ DEFAULT_MAX_KL = 0.005
 @dataclass
 class Recomputed:
     """What a sparse fill order did: kept tokens recomputed (the candidates
-    chosen, the probe's included), and the guard's estimate of the mean KL
-    per token left (0 when the guard did not run or recomputed them all).
+    chosen), and the guard's estimate of the mean KL per token left (0 when
+    the guard did not run or recomputed them all).
     """
 
     tokens: int = 0
@@ -100,43 +100,24 @@ def row_deviation(
     return dev
 
 
-def interpolate(n: int, sampled: Sequence[int], values: torch.Tensor) -> torch.Tensor:
-    """Values for indices ``0..n-1`` from those at ``sampled`` (increasing):
-    linear between samples, flat past the ends.
+def guard_blocks(n: int, start: int = 0) -> list[int]:
+    """Where the guard's blocks end over ``n`` candidates, the first
+    ``start`` already fresh: the first ``FRONTIER`` when none are (the
+    tokens next to the edit, the stalest: a splice whose frontier is
+    already within budget there recomputes no more), then every
+    ``BLOCK_SHARE`` of them (at least ``FRONTIER`` tokens) while the block
+    before ends within ``FALLBACK_SHARE``; the last block may end at ``n``.
     """
-    x = torch.arange(n, dtype=torch.float64)
-    xs = torch.as_tensor(list(sampled), dtype=torch.float64)
-    ys = values.double()
-    if len(xs) == 1:
-        return ys.expand(n).clone()
-    k = torch.searchsorted(xs, x, right=True).clamp(1, len(xs) - 1)
-    x0, x1, y0, y1 = xs[k - 1], xs[k], ys[k - 1], ys[k]
-    return y0 + ((x - x0) / (x1 - x0)).clamp(0, 1) * (y1 - y0)
-
-
-def estimates(staleness: torch.Tensor, context: int) -> torch.Tensor:
-    """The guard's estimate of the mean KL per token left when the first k
-    candidates are recomputed, for k = 0..n (``staleness`` per candidate, in
-    position order; ``context`` the context's length).
-    """
-    sq = staleness.double() ** 2
-    left = torch.cat((sq.flip(0).cumsum(0).flip(0), torch.zeros(1, dtype=torch.float64)))
-    return GUARD_SCALE * left / max(context, 1)
-
-
-def guard_count(est: torch.Tensor, max_kl: float) -> int:
-    """How many candidates the guard recomputes (``est`` from ``estimates``):
-    the first block boundary whose estimate meets ``max_kl``, or all of them
-    past ``FALLBACK_SHARE``.
-    """
-    n = len(est) - 1
-    block = max(1, math.ceil(BLOCK_SHARE * n))
-    for k in (*range(0, n, block), n):
-        if k > FALLBACK_SHARE * n:
-            return n
-        if est[k] <= max_kl:
-            return k
-    return n
+    block = max(FRONTIER, math.ceil(BLOCK_SHARE * n))
+    ends: list[int] = []
+    k = start
+    if k == 0 and n > FRONTIER:
+        k = FRONTIER
+        ends.append(k)
+    while k < n and k <= FALLBACK_SHARE * n:
+        k = min(n, k + block)
+        ends.append(k)
+    return ends
 
 
 def merge(
@@ -158,8 +139,7 @@ class Sparse:
     holds the rows of positions 0.. of the order's pages.
 
     Attributes:
-        computed: tokens run through the model so far (probe included).
-        probed: candidate indices the probe recomputed.
+        computed: tokens run through the model so far.
     """
 
     def __init__(self, paged: PagedModel, arena: TensorSource, seq: Rows, o: FillOrder) -> None:
@@ -170,7 +150,6 @@ class Sparse:
         self.cand_pos = list(c.positions) if c is not None else []
         self.cand_tok = list(c.tokens) if c is not None else []
         self.computed = 0
-        self.probed: list[int] = []
 
     def _run(self, tokens: Sequence[int], positions: Sequence[int]) -> None:
         self.paged.recompute(tokens, positions, self.arena, self.seq)
@@ -191,27 +170,18 @@ class Sparse:
         self._run(toks, pos)
 
     def own(self) -> None:
-        """The order's own tokens alone (the probe attends to them)."""
-        self._run(self.own_tok, self.own_pos)
-
-    def probe(self) -> torch.Tensor:
-        """Recomputes every ``SAMPLE_EVERY``-th candidate among the stale
-        rest and returns every candidate's staleness: measured at the
-        samples (their move over ``PROBE_RATIO``), interpolated between.
+        """The order's own tokens alone (the replacements, before any
+        candidate is recomputed).
         """
-        n = len(self.cand_pos)
-        self.probed = list(range(0, n, SAMPLE_EVERY))
-        pos = [self.cand_pos[k] for k in self.probed]
-        stale = self._rows(pos)
-        self._run([self.cand_tok[k] for k in self.probed], pos)
-        moved = row_deviation(stale, self._rows(pos))
-        return interpolate(n, self.probed, moved / PROBE_RATIO)
+        self._run(self.own_tok, self.own_pos)
 
     def extend(self, done: int, k: int) -> None:
         """Recomputes candidates ``[done, k)``, and the order's own tokens
         among them, after the first ``done`` (and the own tokens before
         them) are fresh.
         """
+        if k <= done:
+            return
         lo, hi = self.cand_pos[done], self.cand_pos[k - 1]
         own = [(p, t) for p, t in zip(self.own_pos, self.own_tok, strict=True) if lo <= p <= hi]
         toks, pos = merge(
@@ -219,9 +189,15 @@ class Sparse:
         )
         self._run(toks, pos)
 
-    def recomputed(self, k: int) -> int:
-        """Candidates with fresh rows once the first ``k`` are recomputed."""
-        return k + sum(1 for j in self.probed if j >= k)
+    def block(self, done: int, k: int) -> float:
+        """``extend(done, k)``, measuring the frontier: returns the guard's
+        estimate of the mean KL per token left with the first ``k`` fresh
+        (the module doc).
+        """
+        w = self.cand_pos[max(done, k - FRONTIER) : k]
+        stale = self._rows(w)
+        self.extend(done, k)
+        return FRONTIER_SCALE * float(row_deviation(stale, self._rows(w)).mean())
 
 
 def recompute_order(paged: PagedModel, arena: TensorSource, seq: Rows, o: FillOrder) -> Recomputed:
@@ -236,8 +212,12 @@ def recompute_order(paged: PagedModel, arena: TensorSource, seq: Rows, o: FillOr
     if c.max_kl <= 0 or floor >= n:
         s.run(floor)
         return Recomputed(tokens=floor)
-    s.own()
-    est = estimates(s.probe(), c.positions[-1] + 1)
-    k = max(floor, guard_count(est, c.max_kl))
-    s.run(k)
-    return Recomputed(tokens=s.recomputed(k), estimate=0.0 if k >= n else float(est[k]))
+    s.run(floor)
+    done = floor
+    for k in guard_blocks(n, floor):
+        est = s.block(done, k)
+        done = k
+        if est <= c.max_kl and k < n:
+            return Recomputed(tokens=k, estimate=est)
+    s.extend(done, n)
+    return Recomputed(tokens=n)
