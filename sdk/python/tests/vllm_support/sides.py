@@ -70,7 +70,12 @@ class Engine:
     """One engine's two connector sides, its KV cache and a step loop."""
 
     def __init__(self, socket: str, role: str = "kv_both", **extra: Any) -> None:
-        settings = ConnectorSettings.from_extra_config({"socket": socket, **extra})
+        # A call to the host may take seconds on a loaded machine: the
+        # deployed 2 s would turn that into a failed save or load and change
+        # what a test counts. Tests of the deadline itself pass their own.
+        settings = ConnectorSettings.from_extra_config(
+            {"socket": socket, "timeout_s": 30.0, **extra}
+        )
         self.layers = {n: types.SimpleNamespace(impl=CpuAttention()) for n in NAMES}
         self.caches = {
             n: torch.zeros(BLOCKS, HEADS, PAGE, 2 * DIM, dtype=torch.bfloat16) for n in NAMES
