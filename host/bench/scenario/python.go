@@ -1,0 +1,160 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The benchmarks' Python drivers (the kvbench package under
+// host/bench/python) run as children: the interpreter that has the kvpilot
+// package, the drivers' folder on PYTHONPATH (they are not part of the
+// installed package), their report on stdout, and a failure explained from
+// the end of their stderr.
+
+// FindPython resolves the interpreter that has the kvpilot package:
+// explicit, else $KVPILOT_PYTHON, else .venv/bin/python in the working
+// directory or a parent (make py-env builds it), else python3.
+func FindPython(explicit string) (string, error) {
+	if explicit == "" {
+		explicit = os.Getenv("KVPILOT_PYTHON")
+	}
+	if explicit != "" {
+		return explicit, nil
+	}
+	venv := filepath.Join(".venv", "bin", "python")
+	if dir, ok := findUp(venv); ok {
+		return filepath.Join(dir, venv), nil
+	}
+	if p, err := exec.LookPath("python3"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("no Python found: set KVPILOT_PYTHON, or run make py-env in the repository")
+}
+
+// driversRel is where the drivers live, from the repository's root.
+const driversRel = "host/bench/python"
+
+// findUp is the nearest directory, the working directory or a parent,
+// that holds rel.
+func findUp(rel string) (string, bool) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", false
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, rel)); err == nil {
+			return dir, true
+		}
+		if filepath.Dir(dir) == dir {
+			return "", false
+		}
+		dir = filepath.Dir(dir)
+	}
+}
+
+// runDriver runs python -m module args from the repository holding the
+// working directory (the benchmarks run from it, as the traces do) and
+// returns what it printed on stdout; stderr (nil: discarded) gets its log.
+// Interrupted, the child gets SIGTERM, so its finally blocks stop what it
+// started, and SIGKILL only after grace.
+func runDriver(ctx context.Context, py, module string, args []string, stderr io.Writer, grace time.Duration) ([]byte, error) {
+	root, ok := findUp(filepath.Join(driversRel, "kvbench"))
+	if !ok {
+		return nil, fmt.Errorf("benchmark drivers: no %s above the working directory: run kvpilot bench from the kvpilot repository", driversRel)
+	}
+	path := filepath.Join(root, driversRel)
+	if old := os.Getenv("PYTHONPATH"); old != "" {
+		path += string(os.PathListSeparator) + old
+	}
+	cmd := exec.CommandContext(ctx, py, append([]string{"-m", module}, args...)...)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+path) // the last of a name wins
+	var out, errs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	if stderr != nil {
+		cmd.Stderr = io.MultiWriter(stderr, &errs)
+	}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = grace
+	if err := cmd.Run(); err != nil {
+		return nil, childError(py, module, err, errs.String())
+	}
+	return out.Bytes(), nil
+}
+
+// ChildError is a Python child that failed: its exit, the last error line
+// it printed (a traceback's "ModuleNotFoundError: No module named
+// 'torch'"), and the command that installs what it lacked.
+type ChildError struct {
+	Python string
+	Module string // the driver it ran with -m (a kvbench module)
+	Err    error  // the exit
+	Last   string // the last error line on its stderr; "" when none
+	// Install is what to run when a module was missing: the lock's pins
+	// into that interpreter, or the package's name outside the repository.
+	Install string
+}
+
+func (e *ChildError) Error() string {
+	if e.Last == "" {
+		return fmt.Sprintf("%s -m %s: %v", e.Python, e.Module, e.Err)
+	}
+	return fmt.Sprintf("%s -m %s: %v: %s", e.Python, e.Module, e.Err, e.Last)
+}
+
+func (e *ChildError) Unwrap() error { return e.Err }
+
+// Hint is what the user can do: the install command when a module was
+// missing, else where the child's whole output is.
+func (e *ChildError) Hint() string {
+	if e.Install != "" {
+		return "install what the benchmark's Python side needs: " + e.Install
+	}
+	return "run again with -v to see the Python side's whole output"
+}
+
+// errorLine matches the line a Python traceback ends with.
+var errorLine = regexp.MustCompile(`^([A-Za-z_][\w.]*(Error|Exception|Interrupt)|Killed)\b.*`)
+
+// missingModule matches the error of an import that failed.
+var missingModule = regexp.MustCompile(`^ModuleNotFoundError: No module named '([\w.]+)'`)
+
+// childError explains a child's failure from its stderr.
+func childError(py, module string, err error, stderr string) *ChildError {
+	ce := &ChildError{Python: py, Module: module, Err: err}
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); errorLine.MatchString(l) {
+			ce.Last = l
+			break
+		}
+	}
+	if m := missingModule.FindStringSubmatch(ce.Last); m != nil {
+		ce.Install = installCommand(py, strings.SplitN(m[1], ".", 2)[0])
+	}
+	return ce
+}
+
+// installCommand installs the repository's pinned Python lock and the
+// kvpilot package into py, from the repository the working directory is
+// in; outside one, the missing module by name.
+func installCommand(py, module string) string {
+	if root, ok := findUp(filepath.Join("sdk", "python", "requirements.txt")); ok {
+		reqs, pkg := filepath.Join(root, "sdk", "python", "requirements.txt"), filepath.Join(root, "sdk", "python")
+		return fmt.Sprintf("%s -m pip install --no-deps -r %s && %s -m pip install --no-deps -e %s (or make py-env in %s, whose .venv is found on its own)",
+			py, reqs, py, pkg, root)
+	}
+	if module == "kvpilot" {
+		return py + " -m pip install ./sdk/python (from the repository)"
+	}
+	return py + " -m pip install " + module
+}
