@@ -92,12 +92,8 @@ func (f *Fixture) copyWith(m copyMethod, cores int) func(n int) error {
 	}
 }
 
-// deviceToHostOn is DeviceToHost with the pages shared among cores.
-func (f *Fixture) deviceToHostOn(cores int) func(n int) error { return f.deviceCopyOn(cores, false) }
-
-// hostToDeviceOn is HostToDevice with the pages shared among cores.
-func (f *Fixture) hostToDeviceOn(cores int) func(n int) error { return f.deviceCopyOn(cores, true) }
-
+// deviceCopyOn moves n pages between the host and the device arena (a
+// layer-major scatter or gather), shared among cores.
 func (f *Fixture) deviceCopyOn(cores int, toDevice bool) func(n int) error {
 	return func(n int) error {
 		return onCores(n, cores, func(lo, hi int) error {

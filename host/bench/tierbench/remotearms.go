@@ -11,86 +11,106 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvpilot/kvpilot/host/freeport"
-	"github.com/kvpilot/kvpilot/host/pool"
+	"github.com/kvpilot/kvpilot/host/natsembed"
 	"github.com/kvpilot/kvpilot/host/pool/remote"
 )
 
 // The remote arms: each backend of the remote tier beside its own raw
 // baseline in the same run, the same bytes through the same server and
 // client: JetStream object put and get on the embedded server, Redis SET
-// and GET.
+// and GET; and S3, raw alone (s3arms.go).
 
-// rawJetStream puts n host pages as plain objects of the bench bucket.
-func (f *Fixture) rawJetStream(put bool) func(n int) error {
-	return func(n int) error {
-		ctx := context.Background()
-		for i := range n {
-			name := "raw/" + strconv.Itoa(i%f.pages)
-			if put {
-				if _, err := f.rawObs.PutBytes(ctx, name, f.hostView(i)); err != nil {
-					return err
-				}
-				continue
-			}
-			b, err := f.rawObs.GetBytes(ctx, name)
-			if err != nil {
-				return err
-			}
-			copy(f.hostView(i), b)
-		}
-		return nil
-	}
+// remoteStore is one remote store of the run: the arms of its raw put and
+// get and, when the remote tier has a backend on it, the backend's.
+type remoteStore struct {
+	name string
+	// The arms' names, as the JSON has them.
+	rawPut, rawGet, put, get string
+	raw                      func(put bool) func(n int) error
+	backend                  *remote.Store // nil: a candidate, measured raw
 }
 
-// rawRedis sets or gets n host pages as plain strings.
-func (f *Fixture) rawRedis(set bool) func(n int) error {
-	return func(n int) error {
-		ctx := context.Background()
-		for i := range n {
-			key := "kvpilot-bench-raw:" + strconv.Itoa(i%f.pages)
-			if set {
-				if err := f.rc.Set(ctx, key, f.hostView(i), 0).Err(); err != nil {
-					return err
-				}
-				continue
-			}
-			b, err := f.rc.Get(ctx, key).Bytes()
-			if err != nil {
-				return err
-			}
-			copy(f.hostView(i), b)
-		}
-		return nil
+// arm names the store's put or get arm, raw or through its backend.
+func (s remoteStore) arm(put, raw bool) string {
+	switch {
+	case put && raw:
+		return s.rawPut
+	case raw:
+		return s.rawGet
+	case put:
+		return s.put
 	}
+	return s.get
 }
 
-// storeArm puts n host pages in s, or gets them back.
-func (f *Fixture) storeArm(s *remote.Store, put bool) func(n int) error {
-	return func(n int) error {
-		ctx := context.Background()
-		for i := range n {
-			k := pool.Key{Namespace: "bench", Seq: uint64(i % f.pages)}
-			var err error
-			if put {
-				err = s.Put(ctx, pool.Entry{Key: k, Local: uint64(i)}, f.hostView(i))
-			} else {
-				err = s.Get(ctx, k, f.hostView(i))
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+// remoteStores are the stores the fixture opened.
+func (f *Fixture) remoteStores() []remoteStore {
+	var out []remoteStore
+	if f.remote != nil {
+		out = append(out, remoteStore{"jetstream", "jetstream_raw_put", "jetstream_raw_get", "host_to_remote", "remote_to_host", f.rawJetStream, f.remote})
 	}
+	if f.redis != nil {
+		out = append(out, remoteStore{"redis", "redis_raw_set", "redis_raw_get", "host_to_redis", "redis_to_host", f.rawRedis, f.redis})
+	}
+	if f.s3 != nil {
+		out = append(out, remoteStore{"s3", "s3_raw_put", "s3_raw_get", "", "", f.rawS3, nil})
+	}
+	return out
 }
 
-func (f *Fixture) openRawJetStream(js jetstream.JetStream) (err error) {
+// openJetStream starts the embedded NATS server with its data in dir and
+// opens the remote tier's backend and the raw baseline's bucket on it.
+func (f *Fixture) openJetStream(dir string) error {
+	n, err := natsembed.Start(natsembed.Options{DataDir: dir})
+	if err != nil {
+		return err
+	}
+	f.onClose(func() { n.Close() })
+	js, err := n.JetStream()
+	if err != nil {
+		return err
+	}
+	if f.remote, err = remote.Open(context.Background(), remote.Options{JS: js, Layout: f.lay, Bucket: "kvpilot-bench"}); err != nil {
+		return err
+	}
+	f.onClose(func() { f.remote.Close() })
 	f.rawObs, err = js.ObjectStore(context.Background(), "kvpilot-bench")
 	return err
+}
+
+// rawJetStream puts n host pages as plain objects of the bench bucket, or
+// gets them back.
+func (f *Fixture) rawJetStream(put bool) func(n int) error {
+	return func(n int) error {
+		return f.eachPage(n, func(ctx context.Context, i int, page []byte) error {
+			name := "raw/" + strconv.Itoa(i%f.pages)
+			if put {
+				_, err := f.rawObs.PutBytes(ctx, name, page)
+				return err
+			}
+			b, err := f.rawObs.GetBytes(ctx, name)
+			copy(page, b)
+			return err
+		})
+	}
+}
+
+// rawRedis sets n host pages as plain strings, or gets them back.
+func (f *Fixture) rawRedis(set bool) func(n int) error {
+	return func(n int) error {
+		return f.eachPage(n, func(ctx context.Context, i int, page []byte) error {
+			key := "kvpilot-bench-raw:" + strconv.Itoa(i%f.pages)
+			if set {
+				return f.rc.Set(ctx, key, page, 0).Err()
+			}
+			b, err := f.rc.Get(ctx, key).Bytes()
+			copy(page, b)
+			return err
+		})
+	}
 }
 
 // openRedis binds the Redis arms to addr; "auto" starts a redis-server
@@ -107,7 +127,9 @@ func (f *Fixture) openRedis(dir, addr string) error {
 	if f.redis, err = remote.Open(context.Background(), remote.Options{Backend: be, Layout: f.lay}); err != nil {
 		return fmt.Errorf("redis at %s: %w", addr, err)
 	}
+	f.onClose(func() { f.redis.Close() })
 	f.rc = redis.NewClient(&redis.Options{Addr: addr})
+	f.onClose(func() { f.rc.Close() })
 	return nil
 }
 
@@ -134,17 +156,16 @@ func (f *Fixture) startRedis(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	port := ports[0]
+	port := strconv.Itoa(ports[0])
 	rdir := filepath.Join(dir, "redis")
 	if err := os.MkdirAll(rdir, 0o700); err != nil {
 		return "", err
 	}
-	f.redisProc = exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", rdir,
-		"--save", "", "--appendonly", "no", "--proto-max-bulk-len", "64mb")
-	if err := f.redisProc.Start(); err != nil {
-		return "", fmt.Errorf("start redis-server: %w", err)
+	if err := f.startServer(exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", rdir,
+		"--save", "", "--appendonly", "no", "--proto-max-bulk-len", "64mb")); err != nil {
+		return "", err
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
+	addr := "127.0.0.1:" + port
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
@@ -157,15 +178,22 @@ func (f *Fixture) startRedis(dir string) (string, error) {
 	}
 }
 
-func (f *Fixture) closeRedis() {
-	if f.redis != nil {
-		f.redis.Close()
+// startServer starts a server process for the run; Close stops it
+// (SIGTERM, then SIGKILL after 10 s).
+func (f *Fixture) startServer(cmd *exec.Cmd) error {
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", cmd.Args[0], err)
 	}
-	if f.rc != nil {
-		f.rc.Close()
-	}
-	if f.redisProc != nil && f.redisProc.Process != nil {
-		_ = f.redisProc.Process.Signal(syscall.SIGTERM)
-		_ = f.redisProc.Wait()
-	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	f.onClose(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	return nil
 }

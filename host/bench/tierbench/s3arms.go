@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -64,30 +63,25 @@ func (f *Fixture) openS3(dir, endpoint string) error {
 
 // rawS3 puts n host pages as objects, or gets them back into host pages.
 func (f *Fixture) rawS3(put bool) func(n int) error {
+	pb := int64(f.lay.PageBytes())
 	return func(n int) error {
-		ctx := context.Background()
-		pb := int64(f.lay.PageBytes())
-		for i := range n {
+		return f.eachPage(n, func(ctx context.Context, i int, page []byte) error {
 			name := "raw/" + strconv.Itoa(i%f.pages)
+			var err error
 			if put {
-				_, err := f.s3.PutObject(ctx, s3Bucket, name, bytes.NewReader(f.hostView(i)), pb,
+				_, err = f.s3.PutObject(ctx, s3Bucket, name, bytes.NewReader(page), pb,
 					minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true})
-				if err != nil {
-					return fmt.Errorf("s3 put %s: %w", name, err)
-				}
-				continue
+			} else if obj, gerr := f.s3.GetObject(ctx, s3Bucket, name, minio.GetObjectOptions{}); gerr != nil {
+				err = gerr
+			} else {
+				_, err = io.ReadFull(obj, page)
+				obj.Close()
 			}
-			obj, err := f.s3.GetObject(ctx, s3Bucket, name, minio.GetObjectOptions{})
 			if err != nil {
-				return fmt.Errorf("s3 get %s: %w", name, err)
+				return fmt.Errorf("s3 object %s: %w", name, err)
 			}
-			_, err = io.ReadFull(obj, f.hostView(i))
-			obj.Close()
-			if err != nil {
-				return fmt.Errorf("s3 get %s: %w", name, err)
-			}
-		}
-		return nil
+			return nil
+		})
 	}
 }
 
@@ -103,7 +97,7 @@ func (f *Fixture) startSeaweed(dir string) (string, error) {
 		return "", err
 	}
 	p := func(i int) string { return strconv.Itoa(ports[i]) }
-	f.s3Proc = exec.Command("weed", "server", "-dir="+wdir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+	cmd := exec.Command("weed", "server", "-dir="+wdir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-master.port="+p(0), "-master.port.grpc="+p(1), "-master.volumeSizeLimitMB=1024",
 		"-volume.port="+p(2), "-volume.port.grpc="+p(3), "-volume.max=8",
 		"-filer", "-filer.port="+p(4), "-filer.port.grpc="+p(5),
@@ -113,23 +107,6 @@ func (f *Fixture) startSeaweed(dir string) (string, error) {
 		return "", err
 	}
 	defer log.Close()
-	f.s3Proc.Stdout, f.s3Proc.Stderr = log, log
-	if err := f.s3Proc.Start(); err != nil {
-		return "", fmt.Errorf("start weed server: %w", err)
-	}
-	return "127.0.0.1:" + p(6), nil
-}
-
-func (f *Fixture) closeS3() {
-	if f.s3Proc != nil && f.s3Proc.Process != nil {
-		_ = f.s3Proc.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = f.s3Proc.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = f.s3Proc.Process.Kill()
-			<-done
-		}
-	}
+	cmd.Stdout, cmd.Stderr = log, log
+	return "127.0.0.1:" + p(6), f.startServer(cmd)
 }

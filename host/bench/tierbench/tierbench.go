@@ -10,11 +10,11 @@
 package tierbench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -23,7 +23,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kvpilot/kvpilot/host/layout"
-	"github.com/kvpilot/kvpilot/host/natsembed"
 	"github.com/kvpilot/kvpilot/host/pool"
 	"github.com/kvpilot/kvpilot/host/pool/disk"
 	"github.com/kvpilot/kvpilot/host/pool/memfd"
@@ -113,29 +112,32 @@ type Targets struct {
 	Met           bool   `json:"met"`
 }
 
+func (o *Options) defaults() {
+	o.Pages = cmp.Or(o.Pages, 128)
+	o.RemotePages = cmp.Or(o.RemotePages, 16)
+	o.Iters = cmp.Or(o.Iters, 5)
+	o.Cores = cmp.Or(o.Cores, runtime.NumCPU())
+	if o.Layout == nil {
+		o.Layout = DefaultLayout()
+	}
+}
+
 // DefaultLayout is the page the benchmark moves unless told otherwise.
 func DefaultLayout() *layout.Layout {
 	l := layout.MHA("bench-llama-3-8b", 16, layout.BF16, 32, 8, 128, 128, layout.HalfSplit)
 	return &l
 }
 
+// arm is one measured transfer of pages pages.
+type arm struct {
+	name  string
+	pages int
+	fn    func(n int) error
+}
+
 // Run measures every arm.
 func Run(ctx context.Context, o Options) (*Result, error) {
-	if o.Pages <= 0 {
-		o.Pages = 128
-	}
-	if o.RemotePages <= 0 {
-		o.RemotePages = 16
-	}
-	if o.Iters <= 0 {
-		o.Iters = 5
-	}
-	if o.Layout == nil {
-		o.Layout = DefaultLayout()
-	}
-	if o.Cores <= 0 {
-		o.Cores = runtime.NumCPU()
-	}
+	o.defaults()
 	if o.Dir == "" {
 		d, err := os.MkdirTemp("", "kvpilot-bench-tiers-")
 		if err != nil {
@@ -157,86 +159,55 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 	}
-	pb := int64(o.Layout.PageBytes())
-	res := &Result{Scenario: "tiers", Arms: map[string]Arm{}, Ratio: map[string]float64{}, Target: Target,
-		Params: map[string]any{"pages": o.Pages, "remote_pages": o.RemotePages, "page_bytes": pb, "iters": o.Iters,
-			"layout": o.Layout.String(), "fsync": "one fdatasync per batch, both arms", "cores": o.Cores,
-			"memory_baseline": "per round, the fastest of Go copy, REP MOVSB and non-temporal AVX2 stores, on as many cores as the pair"}}
-	type arm = struct {
-		name  string
-		pages int
-		fn    func(n int) error
-	}
-	var arms []arm
-	coreCounts := []int{1}
+	coreCounts, methods := []int{1}, copyMethods()
 	if o.Cores > 1 {
 		coreCounts = append(coreCounts, o.Cores)
 	}
-	methods := copyMethods()
+	var arms []arm
 	for _, c := range coreCounts {
 		for _, m := range methods {
 			arms = append(arms, arm{armName("memcpy_"+m.name, c), o.Pages, f.copyWith(m, c)})
 		}
-		arms = append(arms,
-			arm{armName("device_to_host", c), o.Pages, f.deviceToHostOn(c)},
-			arm{armName("host_to_device", c), o.Pages, f.hostToDeviceOn(c)})
+		arms = append(arms, arm{armName("device_to_host", c), o.Pages, f.deviceCopyOn(c, false)},
+			arm{armName("host_to_device", c), o.Pages, f.deviceCopyOn(c, true)})
 	}
-	arms = append(arms,
-		arm{"file_write", o.Pages, f.FileWrite},
-		arm{"host_to_disk", o.Pages, f.HostToDisk},
-		arm{"file_read", o.Pages, f.FileRead},
-		arm{"disk_to_host", o.Pages, f.DiskToHost})
-	if !o.NoRemote {
-		arms = append(arms,
-			arm{"jetstream_raw_put", o.RemotePages, f.rawJetStream(true)},
-			arm{"host_to_remote", o.RemotePages, f.HostToRemote},
-			arm{"jetstream_raw_get", o.RemotePages, f.rawJetStream(false)},
-			arm{"remote_to_host", o.RemotePages, f.RemoteToHost})
-	}
-	if f.redis != nil {
-		arms = append(arms,
-			arm{"redis_raw_set", o.RemotePages, f.rawRedis(true)},
-			arm{"host_to_redis", o.RemotePages, f.storeArm(f.redis, true)},
-			arm{"redis_raw_get", o.RemotePages, f.rawRedis(false)},
-			arm{"redis_to_host", o.RemotePages, f.storeArm(f.redis, false)})
-	}
-	if f.s3 != nil {
-		arms = append(arms,
-			arm{"s3_raw_put", o.RemotePages, f.rawS3(true)},
-			arm{"s3_raw_get", o.RemotePages, f.rawS3(false)})
-	}
-	// Arms run interleaved, round by round, and each ratio is the median of
-	// its per-round ratios: a pair and its baseline are measured seconds
-	// apart, so load from other processes shifts both alike.
-	for _, a := range arms { // one unmeasured pass: warms caches, creates what read arms read
-		if err := a.fn(a.pages); err != nil {
-			return nil, fmt.Errorf("arm %s: %w", a.name, err)
+	arms = append(arms, arm{"file_write", o.Pages, f.fileArm(true)}, arm{"host_to_disk", o.Pages, f.storeArm(f.disk, true)},
+		arm{"file_read", o.Pages, f.fileArm(false)}, arm{"disk_to_host", o.Pages, f.storeArm(f.disk, false)})
+	stores := f.remoteStores()
+	for _, s := range stores {
+		for _, put := range []bool{true, false} {
+			arms = append(arms, arm{s.arm(put, true), o.RemotePages, s.raw(put)})
+			if s.backend != nil {
+				arms = append(arms, arm{s.arm(put, false), o.RemotePages, f.storeArm(s.backend, put)})
+			}
 		}
 	}
-	secs := map[string][]float64{}
-	for range o.Iters {
-		for _, a := range arms {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			start := time.Now()
-			if err := a.fn(a.pages); err != nil {
-				return nil, fmt.Errorf("arm %s: %w", a.name, err)
-			}
-			secs[a.name] = append(secs[a.name], time.Since(start).Seconds())
-		}
+	secs, err := measure(ctx, arms, o.Iters)
+	if err != nil {
+		return nil, err
+	}
+	pb := int64(o.Layout.PageBytes())
+	res := &Result{Scenario: "tiers", Arms: map[string]Arm{}, Ratio: map[string]float64{}, Target: Target, Pass: true,
+		Params: map[string]any{"pages": o.Pages, "remote_pages": o.RemotePages, "page_bytes": pb, "iters": o.Iters,
+			"layout": o.Layout.String(), "fsync": "one fdatasync per batch, both arms", "cores": o.Cores,
+			"memory_baseline": "per round, the fastest of Go copy, REP MOVSB and non-temporal AVX2 stores, on as many cores as the pair"}}
+	record := func(name string, pages int, s []float64) {
+		sec, bytes := median(s), int64(pages)*pb
+		res.Arms[name] = Arm{Bytes: bytes, Seconds: sec, GBps: float64(bytes) / sec / 1e9}
 	}
 	for _, a := range arms {
-		sec := median(secs[a.name])
-		bytes := int64(a.pages) * pb
-		res.Arms[a.name] = Arm{Bytes: bytes, Seconds: sec, GBps: float64(bytes) / sec / 1e9}
+		record(a.name, a.pages, secs[a.name])
 	}
+	// Each ratio is the median of its per-round ratios: a pair and its
+	// baseline are measured seconds apart, so load from other processes
+	// shifts both alike. Same bytes: the time ratio is the throughput ratio.
 	ratio := func(arm, base string) float64 {
 		rs := make([]float64, o.Iters)
 		for i := range rs {
-			rs[i] = secs[base][i] / secs[arm][i] // same bytes: time ratio is throughput ratio
+			rs[i] = secs[base][i] / secs[arm][i]
 		}
-		return median(rs)
+		res.Ratio[arm] = median(rs)
+		return res.Ratio[arm]
 	}
 	// The memory baseline of each core count is each round's fastest
 	// method, recorded as the arm "memcpy" ("memcpy_x2").
@@ -248,58 +219,54 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		best, top := bestOf(secs, names)
 		base := armName("memcpy", c)
 		secs[base] = best
-		sec, bytes := median(best), int64(o.Pages)*pb
-		res.Arms[base] = Arm{Bytes: bytes, Seconds: sec, GBps: float64(bytes) / sec / 1e9}
+		record(base, o.Pages, best)
 		res.Baselines = append(res.Baselines, Baseline{Cores: c, Method: methods[top].name, GBps: res.Arms[base].GBps})
-		for _, pair := range []string{"device_to_host", "host_to_device"} {
-			res.Ratio[armName(pair, c)] = ratio(armName(pair, c), base)
-		}
+		dh, hd := ratio(armName("device_to_host", c), base), ratio(armName("host_to_device", c), base)
+		res.Pass = res.Pass && dh >= Target && hd >= Target
 	}
-	res.Ratio["host_to_disk"] = ratio("host_to_disk", "file_write")
-	res.Ratio["disk_to_host"] = ratio("disk_to_host", "file_read")
-	res.Pass = true
-	for _, r := range res.Ratio {
-		if r < Target {
-			res.Pass = false
-		}
-	}
+	hd, dh := ratio("host_to_disk", "file_write"), ratio("disk_to_host", "file_read")
+	res.Pass = res.Pass && hd >= Target && dh >= Target
 	res.Targets = Targets{MemoryDiskRatioMin: Target, RemoteRatioMin: RemoteTarget, FastestRemoteGBpsMin: FastestRemoteGBps, Met: res.Pass}
 	if o.NoRemote {
 		return res, nil
 	}
 	fastest := 0.0
-	for _, b := range []struct{ name, put, putRaw, get, getRaw string }{
-		{"jetstream", "host_to_remote", "jetstream_raw_put", "remote_to_host", "jetstream_raw_get"},
-		{"redis", "host_to_redis", "redis_raw_set", "redis_to_host", "redis_raw_get"},
-	} {
-		if _, ok := res.Arms[b.put]; !ok {
+	for _, s := range stores {
+		res.Candidates = append(res.Candidates, Candidate{Store: s.name, PutGBps: res.Arms[s.arm(true, true)].GBps,
+			GetGBps: res.Arms[s.arm(false, true)].GBps, Backend: s.backend != nil})
+		if s.backend == nil {
 			continue
 		}
-		res.Ratio[b.put] = ratio(b.put, b.putRaw)
-		res.Ratio[b.get] = ratio(b.get, b.getRaw)
-		if res.Ratio[b.put] < RemoteTarget || res.Ratio[b.get] < RemoteTarget {
-			res.Targets.Met = false
-		}
-		if slow := min(res.Arms[b.put].GBps, res.Arms[b.get].GBps); slow > fastest {
-			fastest, res.Targets.FastestRemote = slow, b.name
+		put, get := ratio(s.arm(true, false), s.arm(true, true)), ratio(s.arm(false, false), s.arm(false, true))
+		res.Targets.Met = res.Targets.Met && put >= RemoteTarget && get >= RemoteTarget
+		if slow := min(res.Arms[s.arm(true, false)].GBps, res.Arms[s.arm(false, false)].GBps); slow > fastest {
+			fastest, res.Targets.FastestRemote = slow, s.name
 		}
 	}
-	if fastest < FastestRemoteGBps {
-		res.Targets.Met = false
-	}
-	for _, c := range []struct {
-		store, put, get string
-		backend         bool
-	}{
-		{"jetstream", "jetstream_raw_put", "jetstream_raw_get", true},
-		{"redis", "redis_raw_set", "redis_raw_get", true},
-		{"s3", "s3_raw_put", "s3_raw_get", false},
-	} {
-		if put, ok := res.Arms[c.put]; ok {
-			res.Candidates = append(res.Candidates, Candidate{Store: c.store, PutGBps: put.GBps, GetGBps: res.Arms[c.get].GBps, Backend: c.backend})
-		}
-	}
+	res.Targets.Met = res.Targets.Met && fastest >= FastestRemoteGBps
 	return res, nil
+}
+
+// measure runs the arms interleaved, round by round, after one unmeasured
+// pass (it warms caches and stores what the read arms read), and returns
+// each arm's seconds per round.
+func measure(ctx context.Context, arms []arm, iters int) (map[string][]float64, error) {
+	secs := map[string][]float64{}
+	for round := -1; round < iters; round++ {
+		for _, a := range arms {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			start := time.Now()
+			if err := a.fn(a.pages); err != nil {
+				return nil, fmt.Errorf("arm %s: %w", a.name, err)
+			}
+			if round >= 0 {
+				secs[a.name] = append(secs[a.name], time.Since(start).Seconds())
+			}
+		}
+	}
+	return secs, nil
 }
 
 func median(v []float64) float64 {
@@ -358,24 +325,19 @@ func (r *Result) Table(w io.Writer) {
 // Fixture holds the pools and baselines the arms use; the Go benchmarks
 // share it.
 type Fixture struct {
-	lay    *layout.Layout
-	pages  int
-	dev    *memfd.Arena
-	host   *memfd.Arena
-	raw    *memfd.Arena // memcpy baseline destination
-	disk   *disk.Store
-	file   *os.File
-	nats   *natsembed.NATS
-	remote *remote.Store
-	rawObs jetstream.ObjectStore // the raw JetStream baseline's bucket handle
-
-	redis     *remote.Store // the redis backend, when the run has one
-	rc        *redis.Client // the raw Redis baseline's client
-	redisProc *exec.Cmd     // a redis-server started for the run
-	s3        *minio.Client // the s3 candidate arms' client
-	s3Proc    *exec.Cmd     // a SeaweedFS server started for the run
-	devSlots  []pool.Slot
-	hostSlot  []pool.Slot
+	lay            *layout.Layout
+	pages          int
+	dev, host, raw *memfd.Arena // raw: the memory baseline's destination
+	devSlots       []pool.Slot
+	hostSlots      []pool.Slot
+	disk           *disk.Store
+	file           *os.File
+	remote         *remote.Store         // JetStream's backend, when the fixture has one
+	rawObs         jetstream.ObjectStore // the raw JetStream baseline's bucket handle
+	redis          *remote.Store         // the redis backend, when the run has one
+	rc             *redis.Client         // the raw Redis baseline's client
+	s3             *minio.Client         // the s3 candidate arms' client
+	closers        []func()              // what Close releases, the last opened first
 }
 
 // NewFixture opens pools of pages pages under dir, filled with data.
@@ -386,195 +348,110 @@ func NewFixture(dir string, l *layout.Layout, pages int, withRemote bool) (f *Fi
 			f.Close()
 		}
 	}()
-	if f.dev, err = memfd.New(memfd.Options{Tier: tier.Device, Layout: l, Pages: pages, Arrangement: layout.LayerMajor}); err != nil {
-		return nil, err
-	}
-	if f.host, err = memfd.New(memfd.Options{Tier: tier.Host, Layout: l, Pages: pages, Arrangement: layout.PageMajor}); err != nil {
-		return nil, err
-	}
-	if f.raw, err = memfd.New(memfd.Options{Tier: tier.Host, Layout: l, Pages: pages, Arrangement: layout.PageMajor, Name: "kvpilot-bench-raw"}); err != nil {
-		return nil, err
-	}
-	if f.devSlots, err = f.dev.Alloc(nil, pages); err != nil {
-		return nil, err
-	}
-	if f.hostSlot, err = f.host.Alloc(nil, pages); err != nil {
-		return nil, err
-	}
-	if _, err = f.raw.Alloc(nil, pages); err != nil {
-		return nil, err
-	}
-	// Every arena is written once so no arm pays first-touch page faults.
-	for _, a := range []*memfd.Arena{f.host, f.dev, f.raw} {
-		mem := a.Bytes()
+	arena := func(t tier.Tier, a layout.Arrangement, name string) (*memfd.Arena, []pool.Slot, error) {
+		m, err := memfd.New(memfd.Options{Tier: t, Layout: l, Pages: pages, Arrangement: a, Name: name})
+		if err != nil {
+			return nil, nil, err
+		}
+		f.onClose(func() { m.Close() })
+		slots, err := m.Alloc(nil, pages)
+		// Every arena is written once so no arm pays first-touch page faults.
+		mem := m.Bytes()
 		for i := range mem {
 			mem[i] = byte(i*7 + i>>12)
 		}
+		return m, slots, err
+	}
+	if f.dev, f.devSlots, err = arena(tier.Device, layout.LayerMajor, ""); err != nil {
+		return nil, err
+	}
+	if f.host, f.hostSlots, err = arena(tier.Host, layout.PageMajor, ""); err != nil {
+		return nil, err
+	}
+	if f.raw, _, err = arena(tier.Host, layout.PageMajor, "kvpilot-bench-raw"); err != nil {
+		return nil, err
 	}
 	// Twice the pages: Put writes a fresh slot before retiring the old copy.
 	if f.disk, err = disk.Open(disk.Options{Dir: filepath.Join(dir, "disk"), Layout: l, Pages: 2 * pages, Fsync: disk.FsyncBatch}); err != nil {
 		return nil, err
 	}
+	f.onClose(func() { f.disk.Close() })
 	if f.file, err = os.OpenFile(filepath.Join(dir, "baseline.raw"), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
 		return nil, err
 	}
+	f.onClose(func() { f.file.Close() })
 	if withRemote {
-		if f.nats, err = natsembed.Start(natsembed.Options{DataDir: filepath.Join(dir, "nats")}); err != nil {
-			return nil, err
-		}
-		js, err := f.nats.JetStream()
-		if err != nil {
-			return nil, err
-		}
-		if f.remote, err = remote.Open(context.Background(), remote.Options{JS: js, Layout: l, Bucket: "kvpilot-bench"}); err != nil {
-			return nil, err
-		}
-		if err = f.openRawJetStream(js); err != nil {
-			return nil, err
-		}
+		err = f.openJetStream(filepath.Join(dir, "nats"))
 	}
-	return f, nil
+	return f, err
+}
+
+// onClose has Close run fn.
+func (f *Fixture) onClose(fn func()) { f.closers = append(f.closers, fn) }
+
+// Close releases everything.
+func (f *Fixture) Close() error {
+	for i := len(f.closers) - 1; i >= 0; i-- {
+		f.closers[i]()
+	}
+	f.closers = nil
+	return nil
 }
 
 // PageBytes is the size of one page.
 func (f *Fixture) PageBytes() int { return f.lay.PageBytes() }
 
 func (f *Fixture) hostView(i int) []byte {
-	v, _ := f.host.PageView(f.hostSlot[i%f.pages])
+	v, _ := f.host.PageView(f.hostSlots[i%f.pages])
 	return v
 }
 
-// Memcpy is the memory baseline: n pages copied between two mappings.
-func (f *Fixture) Memcpy(n int) error {
-	pb := f.lay.PageBytes()
-	src, dst := f.host.Bytes(), f.raw.Bytes()
-	for i := range n {
-		off := (i % f.pages) * pb
-		copy(dst[off:off+pb], src[off:off+pb])
-	}
-	return nil
-}
-
-// DeviceToHost reads n device pages (layer-major gather) into host pages.
-func (f *Fixture) DeviceToHost(n int) error {
-	for i := range n {
-		if err := f.dev.ReadPage(f.devSlots[i%f.pages], f.hostView(i)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// HostToDevice writes n host pages into device slots (layer-major scatter).
-func (f *Fixture) HostToDevice(n int) error {
-	for i := range n {
-		if err := f.dev.WritePage(f.devSlots[i%f.pages], f.hostView(i)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// FileWrite is the disk write baseline: n pages written sequentially to a
-// plain file, then one fdatasync.
-func (f *Fixture) FileWrite(n int) error {
-	pb := f.lay.PageBytes()
-	for i := range n {
-		if _, err := f.file.WriteAt(f.hostView(i), int64(i)*int64(pb)); err != nil {
-			return err
-		}
-	}
-	return unix.Fdatasync(int(f.file.Fd()))
-}
-
-// FileRead is the disk read baseline: n pages read sequentially.
-func (f *Fixture) FileRead(n int) error {
-	pb := f.lay.PageBytes()
-	for i := range n {
-		if _, err := f.file.ReadAt(f.hostView(i), int64(i%f.pages)*int64(pb)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// HostToDisk stores n host pages in the disk tier, then one Sync.
-func (f *Fixture) HostToDisk(n int) error {
+// eachPage runs fn on host pages 0..n-1 (the fixture holds f.pages; page i
+// is i modulo those); the first error stops it.
+func (f *Fixture) eachPage(n int, fn func(ctx context.Context, i int, page []byte) error) error {
 	ctx := context.Background()
 	for i := range n {
-		e := pool.Entry{Key: pool.Key{Namespace: "bench", Seq: uint64(i % f.pages)}, Local: uint64(i)}
-		if err := f.disk.Put(ctx, e, f.hostView(i)); err != nil {
-			return err
-		}
-	}
-	return f.disk.Sync()
-}
-
-// DiskToHost reads n pages (verified) from the disk tier into host pages.
-func (f *Fixture) DiskToHost(n int) error {
-	ctx := context.Background()
-	for i := range n {
-		if err := f.disk.Get(ctx, pool.Key{Namespace: "bench", Seq: uint64(i % f.pages)}, f.hostView(i)); err != nil {
+		if err := fn(ctx, i, f.hostView(i)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// HostToRemote stores n host pages in the object store.
-func (f *Fixture) HostToRemote(n int) error {
-	if f.remote == nil {
-		return fmt.Errorf("no remote tier in this fixture")
-	}
-	ctx := context.Background()
-	for i := range n {
-		e := pool.Entry{Key: pool.Key{Namespace: "bench", Seq: uint64(i % f.pages)}, Local: uint64(i)}
-		if err := f.remote.Put(ctx, e, f.hostView(i)); err != nil {
+// fileArm is the disk baseline: n pages written sequentially to a plain
+// file, then one fdatasync; or read back.
+func (f *Fixture) fileArm(write bool) func(n int) error {
+	pb := int64(f.lay.PageBytes())
+	return func(n int) error {
+		err := f.eachPage(n, func(_ context.Context, i int, page []byte) error {
+			if write {
+				_, err := f.file.WriteAt(page, int64(i)*pb)
+				return err
+			}
+			_, err := f.file.ReadAt(page, int64(i%f.pages)*pb)
+			return err
+		})
+		if err != nil || !write {
 			return err
 		}
+		return unix.Fdatasync(int(f.file.Fd()))
 	}
-	return nil
 }
 
-// RemoteToHost reads n pages from the object store into host pages.
-func (f *Fixture) RemoteToHost(n int) error {
-	if f.remote == nil {
-		return fmt.Errorf("no remote tier in this fixture")
-	}
-	ctx := context.Background()
-	for i := range n {
-		if err := f.remote.Get(ctx, pool.Key{Namespace: "bench", Seq: uint64(i % f.pages)}, f.hostView(i)); err != nil {
+// storeArm puts n host pages in s (the disk tier, a remote backend), then
+// syncs it once; or gets them back (verified).
+func (f *Fixture) storeArm(s pool.Store, put bool) func(n int) error {
+	return func(n int) error {
+		err := f.eachPage(n, func(ctx context.Context, i int, page []byte) error {
+			k := pool.Key{Namespace: "bench", Seq: uint64(i % f.pages)}
+			if put {
+				return s.Put(ctx, pool.Entry{Key: k, Local: uint64(i)}, page)
+			}
+			return s.Get(ctx, k, page)
+		})
+		if err != nil || !put {
 			return err
 		}
+		return s.Sync()
 	}
-	return nil
-}
-
-// Close releases everything.
-func (f *Fixture) Close() error {
-	f.closeRedis()
-	f.closeS3()
-	for _, c := range []io.Closer{f.remote, f.disk, f.dev, f.host, f.raw, f.file} {
-		if c != nil && !isNil(c) {
-			c.Close()
-		}
-	}
-	if f.nats != nil {
-		f.nats.Close()
-	}
-	return nil
-}
-
-func isNil(c io.Closer) bool {
-	switch v := c.(type) {
-	case *remote.Store:
-		return v == nil
-	case *disk.Store:
-		return v == nil
-	case *memfd.Arena:
-		return v == nil
-	case *os.File:
-		return v == nil
-	}
-	return false
 }

@@ -134,32 +134,32 @@ func benchArmAfter(b *testing.B, prep, arm func(f *Fixture) func(int) error, rem
 //
 //	go test -run X -bench 'Tier' ./host/bench/tierbench
 func BenchmarkTierMemcpy(b *testing.B) {
-	benchArm(b, func(f *Fixture) func(int) error { return f.Memcpy }, false)
+	benchArm(b, func(f *Fixture) func(int) error { return f.copyWith(copyMethods()[0], 1) }, false)
 }
 func BenchmarkTierDeviceToHost(b *testing.B) {
-	benchArm(b, func(f *Fixture) func(int) error { return f.DeviceToHost }, false)
+	benchArm(b, func(f *Fixture) func(int) error { return f.deviceCopyOn(1, false) }, false)
 }
 func BenchmarkTierHostToDevice(b *testing.B) {
-	benchArm(b, func(f *Fixture) func(int) error { return f.HostToDevice }, false)
+	benchArm(b, func(f *Fixture) func(int) error { return f.deviceCopyOn(1, true) }, false)
 }
 func BenchmarkTierFileWrite(b *testing.B) {
-	benchArm(b, func(f *Fixture) func(int) error { return f.FileWrite }, false)
+	benchArm(b, func(f *Fixture) func(int) error { return f.fileArm(true) }, false)
 }
 func BenchmarkTierHostToDisk(b *testing.B) {
-	benchArm(b, func(f *Fixture) func(int) error { return f.HostToDisk }, false)
+	benchArm(b, func(f *Fixture) func(int) error { return f.storeArm(f.disk, true) }, false)
 }
 func BenchmarkTierFileRead(b *testing.B) {
-	benchArmAfter(b, func(f *Fixture) func(int) error { return f.FileWrite },
-		func(f *Fixture) func(int) error { return f.FileRead }, false)
+	benchArmAfter(b, func(f *Fixture) func(int) error { return f.fileArm(true) },
+		func(f *Fixture) func(int) error { return f.fileArm(false) }, false)
 }
 func BenchmarkTierDiskToHost(b *testing.B) {
-	benchArmAfter(b, func(f *Fixture) func(int) error { return f.HostToDisk },
-		func(f *Fixture) func(int) error { return f.DiskToHost }, false)
+	benchArmAfter(b, func(f *Fixture) func(int) error { return f.storeArm(f.disk, true) },
+		func(f *Fixture) func(int) error { return f.storeArm(f.disk, false) }, false)
 }
 func BenchmarkTierHostToRemote(b *testing.B) {
-	benchArm(b, func(f *Fixture) func(int) error { return f.HostToRemote }, true)
+	benchArm(b, func(f *Fixture) func(int) error { return f.storeArm(f.remote, true) }, true)
 }
 func BenchmarkTierRemoteToHost(b *testing.B) {
-	benchArmAfter(b, func(f *Fixture) func(int) error { return f.HostToRemote },
-		func(f *Fixture) func(int) error { return f.RemoteToHost }, true)
+	benchArmAfter(b, func(f *Fixture) func(int) error { return f.storeArm(f.remote, true) },
+		func(f *Fixture) func(int) error { return f.storeArm(f.remote, false) }, true)
 }
