@@ -21,7 +21,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"runtime"
 	"slices"
 	"sync"
@@ -302,22 +301,4 @@ func fill(b []byte, dt kernels.DType) {
 	for i := 0; i+len(one) <= len(b); i += len(one) {
 		copy(b[i:], one)
 	}
-}
-
-// Table writes the people's table.
-func (r Result) Table(w io.Writer) {
-	fmt.Fprintf(w, "rotate  device=%s model=%v dtype=%v slots=%v layers=%v bytes=%v",
-		r.Device, r.Params["model"], r.Params["dtype"], r.Params["slots"], r.Params["layers"], r.Params["bytes_touched"])
-	if k, ok := r.Params["kernels"]; ok {
-		fmt.Fprintf(w, " kernels=%v", k)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "%-22s %10s\n", "arm", "GB/s")
-	fmt.Fprintf(w, "%-22s %10.2f\n", "rotate (RoPE slice)", r.GBps)
-	base := "memcpy (same bytes)"
-	if r.Device == "cuda" {
-		base = "D2D copy (same bytes)"
-	}
-	fmt.Fprintf(w, "%-22s %10.2f\n", base, r.BaselineGBps)
-	fmt.Fprintf(w, "ratio %.2f (target >= %.1f), targets met: %v\n", r.Ratio, r.Targets.RatioMin, r.Targets.Met)
 }

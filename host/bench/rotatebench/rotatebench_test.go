@@ -1,10 +1,8 @@
 package rotatebench
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/kvpilot/kvpilot/kernels"
@@ -19,11 +17,6 @@ func TestRunSmallCPU(t *testing.T) {
 		if r.Scenario != "rotate" || r.Device != "cpu" || !(r.GBps > 0) || !(r.BaselineGBps > 0) || r.Ratio != r.GBps/r.BaselineGBps ||
 			r.Targets.RatioMin != RatioMinCPU || r.Targets.Met != (r.Ratio >= RatioMinCPU) {
 			t.Fatalf("%s: implausible result %+v", model, r)
-		}
-		var buf bytes.Buffer
-		r.Table(&buf)
-		if !strings.Contains(buf.String(), "ratio") {
-			t.Fatalf("table: %s", buf.String())
 		}
 	}
 	if _, err := Run(context.Background(), Options{Model: "mamba"}); !errors.Is(err, ErrOptions) {

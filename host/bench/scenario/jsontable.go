@@ -226,3 +226,20 @@ func number(v any) float64 {
 	f, _ := n.Float64()
 	return f
 }
+
+// JSONTable prints the table of v's JSON (a harness's result that is not a
+// Report), its sections as a Report from JSON shows them.
+func JSONTable(v any, sections ...string) func(io.Writer) error {
+	return func(w io.Writer) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		doc, err := decodeJSON(b)
+		if err != nil {
+			return err
+		}
+		obj, _ := doc.(object)
+		return writeSections(w, obj, sections...)
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -273,53 +272,6 @@ func median(v []float64) float64 {
 	v = slices.Clone(v)
 	slices.Sort(v)
 	return v[len(v)/2]
-}
-
-// Table prints the result for people.
-func (r *Result) Table(w io.Writer) {
-	fmt.Fprintf(w, "tiers: %v pages of %v bytes (%v)\n\n", r.Params["pages"], r.Params["page_bytes"], r.Params["layout"])
-	fmt.Fprintf(w, "%-20s %12s %10s %8s\n", "arm", "bytes", "GB/s", "ratio")
-	var names []string
-	for _, b := range r.Baselines {
-		for _, a := range []string{"memcpy_go", "memcpy_erms", "memcpy_nt", "memcpy", "device_to_host", "host_to_device"} {
-			names = append(names, armName(a, b.Cores))
-		}
-	}
-	names = append(names, "file_write", "host_to_disk", "file_read", "disk_to_host",
-		"jetstream_raw_put", "host_to_remote", "jetstream_raw_get", "remote_to_host",
-		"redis_raw_set", "host_to_redis", "redis_raw_get", "redis_to_host", "s3_raw_put", "s3_raw_get")
-	for _, name := range names {
-		a, ok := r.Arms[name]
-		if !ok {
-			continue
-		}
-		ratio := ""
-		if v, ok := r.Ratio[name]; ok {
-			ratio = fmt.Sprintf("%.2f", v)
-		}
-		fmt.Fprintf(w, "%-20s %12d %10.2f %8s\n", name, a.Bytes, a.GBps, ratio)
-	}
-	for _, b := range r.Baselines {
-		fmt.Fprintf(w, "memory baseline on %d core(s): %.2f GB/s, fastest by %s in most rounds\n", b.Cores, b.GBps, b.Method)
-	}
-	if len(r.Candidates) > 0 {
-		fmt.Fprintf(w, "\nshared-tier stores, raw (GB/s): ")
-		for i, c := range r.Candidates {
-			if i > 0 {
-				fmt.Fprint(w, "; ")
-			}
-			backend := ""
-			if !c.Backend {
-				backend = ", no backend"
-			}
-			fmt.Fprintf(w, "%s put %.2f get %.2f%s", c.Store, c.PutGBps, c.GetGBps, backend)
-		}
-		fmt.Fprintln(w)
-	}
-	t := r.Targets
-	fmt.Fprintf(w, "\ntargets: ratio >= %.2f for memory and disk pairs (%v); remote backends >= %.2f of their raw baseline; the fastest (%s) >= %.1f GB/s both ways\n",
-		t.MemoryDiskRatioMin, map[bool]string{true: "met", false: "missed"}[r.Pass], t.RemoteRatioMin, t.FastestRemote, t.FastestRemoteGBpsMin)
-	fmt.Fprintf(w, "targets met: %v\n", t.Met)
 }
 
 // Fixture holds the pools and baselines the arms use; the Go benchmarks

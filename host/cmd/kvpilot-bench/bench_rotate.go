@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"io"
 
 	"github.com/kvpilot/kvpilot/host/bench/rotatebench"
 	"github.com/kvpilot/kvpilot/host/bench/scenario"
@@ -29,6 +28,6 @@ func rotateFlags(fs *flag.FlagSet) runFunc {
 		if err != nil {
 			return nil, err
 		}
-		return tableReport{r, func(w io.Writer) error { r.Table(w); return nil }}, nil
+		return tableReport{r, scenario.JSONTable(r, "scenario", "device", "params", "gbps", "baseline_gbps", "ratio", "targets")}, nil
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"io"
 	"runtime"
 	"runtime/debug"
 
@@ -40,6 +39,6 @@ func tiersFlags(fs *flag.FlagSet) runFunc {
 			return nil, err
 		}
 		r.Params["gc_percent"] = *gcPercent
-		return tableReport{r, func(w io.Writer) error { r.Table(w); return nil }}, nil
+		return tableReport{r, scenario.JSONTable(r, "scenario", "params", "arms", "ratio", "pass", "memory_baselines", "candidates", "targets")}, nil
 	}
 }
