@@ -111,13 +111,6 @@ func hitAndPrefill(what string, arms []string, m map[string]ArmStats) []Chart {
 	}
 }
 
-func okWord(ok bool) string {
-	if ok {
-		return "ok"
-	}
-	return "VIOLATED"
-}
-
 func ratio(a, b int) float64 {
 	if b == 0 {
 		return 0

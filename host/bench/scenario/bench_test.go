@@ -106,7 +106,7 @@ func TestPinFloodTiny(t *testing.T) {
 		t.Fatalf("speedup %.2f (baseline %.1f ms, pinned %.1f ms)", rep.Speedup, b.TTFTms, p.TTFTms)
 	}
 	var table bytes.Buffer
-	if err := rep.WriteTable(&table); err != nil || !strings.Contains(table.String(), "pinned") {
+	if err := JSONTable(rep)(&table); err != nil || !strings.Contains(table.String(), "pinned") {
 		t.Fatalf("table: %v\n%s", err, table.String())
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/term"
 )
 
-// Output writes a report the way every `kvpilot bench` scenario does: the
+// Output writes a report the way every `kvpilot bench` scenario does: its
 // table, or one JSON object with --json; and the SVG plot when plotPath is
 // set.
 func Output(stdout io.Writer, rep Report, asJSON bool, plotPath, title string) error {
@@ -28,10 +28,12 @@ func Output(stdout io.Writer, rep Report, asJSON bool, plotPath, title string) e
 		}
 	}
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		return enc.Encode(rep)
+		return json.NewEncoder(stdout).Encode(rep)
 	}
-	return rep.WriteTable(stdout)
+	if t, ok := rep.(interface{ WriteTable(io.Writer) error }); ok {
+		return t.WriteTable(stdout)
+	}
+	return JSONTable(rep)(stdout)
 }
 
 // TerminalProgress reports progress on stderr when it is a terminal,

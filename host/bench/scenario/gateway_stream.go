@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
@@ -75,23 +74,6 @@ func readChatStream(r io.Reader, start time.Time) (ChatResult, error) {
 		return res, err
 	}
 	return res, io.ErrUnexpectedEOF
-}
-
-// WriteTable prints the arms.
-func (r *GatewayReport) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	pj, _ := json.Marshal(r.Params.Policy)
-	fmt.Fprintf(tw, "gateway: %d real sessions resent in full through the front door (OpenAI streaming) to the reference engine; edits: truncation %s\n\n",
-		len(r.Sessions), pj)
-	fmt.Fprintf(tw, "arm\trequests\tedited\tprompt tokens\tcached\tprefill (+fills)\tedit cost\tTTFT p50 / p90 / mean (HTTP)\tmodelled TTFT\tcontract\n")
-	for _, name := range gatewayArms {
-		a := r.Arms[name]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d (+%d)\t%d\t%.1f / %.1f / %.1f ms\t%.1f s\t%s\n", name, a.Requests, a.EditedRequests, a.PromptTokens,
-			a.CachedTokens, a.PrefillTokens, a.FillTokens, r.EditCost[name], a.TTFTms.P50, a.TTFTms.P90, a.TTFTms.Mean, a.ModelledTTFTs, okWord(a.ContractOK))
-	}
-	fmt.Fprintf(tw, "\nedit cost = an arm's prefill (fills included) beyond the prefix-cache arm's, which never edits\n")
-	fmt.Fprintf(tw, "splice saved %.1f%% of the re-prefill arm's edit cost (target >= %.0f%%): met=%v\n", 100*r.Saved, 100*r.Targets.SavedMin, r.Targets.Met)
-	return tw.Flush()
 }
 
 // Charts: prefill and mean TTFT per arm.

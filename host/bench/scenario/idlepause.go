@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
@@ -275,22 +273,6 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 	a.ResumeWallMs = float64(wall.Microseconds()) / 1e3 / float64(p.Idle)
 	a.HitRate = ratio(a.ResumeCachedTokens, a.ResumePromptTokens)
 	return a, rig.PageBytes(), nil
-}
-
-// WriteTable prints the arms.
-func (r *IdlePauseReport) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	p := r.Params
-	fmt.Fprintf(tw, "idle-pause: %d sessions x %d turns, %d go idle past %s (idle-pause policy, pause tier disk), then return\n", p.Sessions, p.Turns, p.Idle, p.IdleAfter)
-	fmt.Fprintf(tw, "%s; page %d tokens = %d bytes\n\n", r.SystemPrefix, p.PageSize, r.PageBytes)
-	fmt.Fprintf(tw, "arm\tdevice pages\tidle sessions' pages\tfreed MiB\tresume hit\tresume prefill\tloaded MiB\tresume TTFT ms\tresume wall ms\n")
-	for _, name := range idlePauseArms {
-		a := r.Arms[name]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.1f%%\t%d\t%.2f\t%.1f\t%.2f\n", name, a.DevicePages, a.IdleDevicePages, float64(a.DeviceBytesFreed)/(1<<20),
-			100*a.HitRate, a.ResumePrefillTokens, float64(a.ResumeLoadedBytes)/(1<<20), a.ResumeTTFTms, a.ResumeWallMs)
-	}
-	fmt.Fprintf(tw, "\npause freed %.1f%% of the device; resuming cost %.1fx less modelled TTFT than re-prefilling (drop)\n", 100*r.DeviceFreedFraction, r.ResumeVsReprefill)
-	return tw.Flush()
 }
 
 // Charts: device pages held and resume TTFT per arm.

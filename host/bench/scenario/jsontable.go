@@ -35,6 +35,11 @@ func (o object) get(key string) any {
 	return nil
 }
 
+// has: o has a member named key.
+func (o object) has(key string) bool {
+	return slices.ContainsFunc(o, func(m member) bool { return m.key == key })
+}
+
 // decodeJSON reads one JSON value.
 func decodeJSON(b []byte) (any, error) {
 	d := json.NewDecoder(bytes.NewReader(b))
@@ -83,12 +88,14 @@ func decodeValue(d *json.Decoder) (any, error) {
 	return arr, nil
 }
 
-// writeSections prints the named sections of a report: an object of flat
-// objects (the arms) as a table, a row a member and a column a field; a
-// list of flat objects likewise, a row an item; any other object as a line
-// of its flat members, `name:  key=value ...` (wrapped), its nested ones after it
-// under their path.
+// writeSections prints the named sections of a report (all of its
+// members when none is named), each as writeSection does.
 func writeSections(w io.Writer, doc object, sections ...string) error {
+	if len(sections) == 0 {
+		for _, m := range doc {
+			sections = append(sections, m.key)
+		}
+	}
 	var b bytes.Buffer
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	for _, s := range sections {
@@ -102,34 +109,62 @@ func writeSections(w io.Writer, doc object, sections ...string) error {
 	return err
 }
 
+// writeSection prints v under name: an object of objects (the arms), or a
+// list of objects, as a table, a row a member (an item) and a column a
+// flat field, and each field that is an object in every row as a table of
+// its own, name.field; any other object as a line of its flat members,
+// `name:  key=value ...` (wrapped), its other members after it under
+// their path; a scalar as `name: value`.
 func writeSection(w io.Writer, name string, v any) {
 	if labels, rows := rowsOf(v); rows != nil {
-		var cols []string
+		var cols, nested []string
 		for _, r := range rows {
 			for _, m := range r {
-				if !slices.Contains(cols, m.key) {
+				if _, obj := m.val.(object); obj && !slices.Contains(nested, m.key) {
+					nested = append(nested, m.key)
+				} else if !obj && !slices.Contains(cols, m.key) {
 					cols = append(cols, m.key)
 				}
 			}
 		}
-		fmt.Fprintf(w, "\n%s\t%s\n", name, strings.Join(cols, "\t"))
-		for i, r := range rows {
-			cells := make([]string, len(cols))
-			for j, c := range cols {
-				cells[j] = format(r.get(c))
+		if len(cols) > 0 {
+			fmt.Fprintf(w, "\n%s\t%s\n", name, strings.Join(cols, "\t"))
+			for i, r := range rows {
+				cells := make([]string, len(cols))
+				for j, c := range cols {
+					cells[j] = format(r.get(c))
+				}
+				fmt.Fprintf(w, "%s\t%s\n", labels[i], strings.Join(cells, "\t"))
 			}
-			fmt.Fprintf(w, "%s\t%s\n", labels[i], strings.Join(cells, "\t"))
+			fmt.Fprintln(w)
 		}
-		fmt.Fprintln(w)
+		for _, k := range nested {
+			sub := make(object, len(rows))
+			for i, r := range rows {
+				sub[i] = member{labels[i], r.get(k)}
+			}
+			writeSection(w, name+"."+k, sub)
+		}
 		return
 	}
-	obj, ok := v.(object)
-	if !ok {
+	var members object
+	switch x := v.(type) {
+	case object:
+		members = x
+	case []any:
+		if isFlat(x) {
+			fmt.Fprintf(w, "%s: %s\n", name, format(v))
+			return
+		}
+		for i, e := range x {
+			members = append(members, member{strconv.Itoa(i + 1), e})
+		}
+	default:
 		fmt.Fprintf(w, "%s: %s\n", name, format(v))
 		return
 	}
 	line := name + ":"
-	for _, m := range obj {
+	for _, m := range members {
 		if !isFlat(m.val) {
 			continue
 		}
@@ -143,7 +178,7 @@ func writeSection(w io.Writer, name string, v any) {
 	if strings.Contains(line, "=") {
 		fmt.Fprintln(w, line)
 	}
-	for _, m := range obj {
+	for _, m := range members {
 		if !isFlat(m.val) {
 			writeSection(w, name+"."+m.key, m.val)
 		}
@@ -151,12 +186,17 @@ func writeSection(w io.Writer, name string, v any) {
 }
 
 // rowsOf reads v as table rows: the members of an object, or the items of
-// a list, when every one is an object of flat values; rows is nil when v
-// is not such a table.
+// a list, when every one is an object whose members are flat or objects of
+// flat members, and some field is in every one (records, not sections);
+// rows is nil when v is not such a table.
 func rowsOf(v any) (labels []string, rows []object) {
+	flatObject := func(v any) bool {
+		o, ok := v.(object)
+		return ok && !slices.ContainsFunc(o, func(m member) bool { return !isFlat(m.val) })
+	}
 	add := func(label string, item any) bool {
 		o, ok := item.(object)
-		if !ok || slices.ContainsFunc(o, func(m member) bool { return !isFlat(m.val) }) {
+		if !ok || slices.ContainsFunc(o, func(m member) bool { return !isFlat(m.val) && !flatObject(m.val) }) {
 			return false
 		}
 		labels, rows = append(labels, label), append(rows, o)
@@ -176,7 +216,15 @@ func rowsOf(v any) (labels []string, rows []object) {
 			}
 		}
 	}
-	return labels, rows
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	for _, m := range rows[0] {
+		if !slices.ContainsFunc(rows, func(r object) bool { return !r.has(m.key) }) {
+			return labels, rows // m.key is in every row
+		}
+	}
+	return nil, nil
 }
 
 // isFlat: v is a scalar or a list of scalars.

@@ -4,10 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
@@ -320,26 +318,6 @@ feed:
 	}
 	a.WallSeconds = time.Since(start).Seconds()
 	return a, nil
-}
-
-// WriteTable prints the arms side by side.
-func (r *PinFloodReport) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	p, s := r.Params, r.Sizes
-	fmt.Fprintf(tw, "pin-flood: VIP %s, %d warm-up turns (ttl %s in the pinned arm), then turn %d\n", s.VIPSession, p.WarmupTurns, p.TTL, p.WarmupTurns+1)
-	fmt.Fprintf(tw, "capacity %d tokens (device %d + host %d pages of %d); flood %d sessions, %d requests, %d unique tokens (%.1fx capacity), %d clients\n",
-		s.CapacityTokens, p.DevicePages, p.HostPages, p.PageSize, s.FloodSessions, s.FloodRequests, s.FloodUniqueTokens,
-		float64(s.FloodUniqueTokens)/float64(max(1, s.CapacityTokens)), p.Concurrency)
-	fmt.Fprintf(tw, "%s; TTFT modelled: %.2f ms/token prefill, %.0f GB/s load-back, %.0f ms overhead\n\n", s.SystemPrefix, p.Cost.PrefillMsPerToken, p.Cost.LoadBackGBps, p.Cost.OverheadMs)
-	fmt.Fprintf(tw, "arm\tcached/prompt\thit\tpinned tokens\tpinned hit\tloaded pages\tTTFT ms\n")
-	for _, name := range []string{"baseline", "pinned"} {
-		a := r.Arms[name]
-		fmt.Fprintf(tw, "%s\t%d/%d\t%.1f%%\t%d\t%.1f%%\t%d\t%.1f\n", name, a.CachedTokens, a.PromptTokens, 100*a.HitRate, a.PinnedTokens, 100*a.PinnedHit, a.LoadedPages, a.TTFTms)
-	}
-	fmt.Fprintf(tw, "\nspeedup %.1fx (target >= %.0fx); pinned hit %.1f%% (target >= %.0f%%); baseline hit %.1f%% (target <= %.0f%%): met=%v\n",
-		r.Speedup, r.Targets.SpeedupMin, 100*r.Arms["pinned"].PinnedHit, 100*r.Targets.PinnedHitMin,
-		100*r.Arms["baseline"].HitRate, 100*r.Targets.BaselineHitMax, r.Targets.Met)
-	return tw.Flush()
 }
 
 // Charts: TTFT and hit rate per arm.

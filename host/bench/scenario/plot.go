@@ -26,9 +26,10 @@ type Chart struct {
 }
 
 // Report is what every scenario returns: JSON for machines (the value
-// itself), a table for people, and charts for --plot.
+// itself), and charts for --plot. Its table for people is its JSON's, as
+// JSONTable prints it, unless it writes its own (WriteTable, as a Python
+// driver's report does, to name the sections shown).
 type Report interface {
-	WriteTable(w io.Writer) error
 	Charts() []Chart
 }
 

@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/kvpilot/kvpilot/host/engine"
 	"github.com/kvpilot/kvpilot/sdk/chat"
@@ -191,21 +189,6 @@ func spliceReplayArm(ctx context.Context, p SpliceReplayParams, arm string, c le
 	build.finish()
 	replay.finish()
 	return build, replay, nil
-}
-
-// WriteTable prints the replay request per arm.
-func (r *SpliceReplayReport) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	p := r.Params
-	fmt.Fprintf(tw, "splice-replay: %d turns behind a %s, answers from trace %s; edit %s; model %s, page %d\n\n",
-		p.Turns, r.SystemPrefix, p.Answers.SessionID, r.Edit, p.Model, p.PageSize)
-	fmt.Fprintf(tw, "arm\treplay cached/prompt\thit\tprefill tokens\tfill tokens\tTTFT ms\tchecked rows\trotated rows\tcontract\n")
-	for _, name := range spliceReplayArms {
-		a := r.Arms[name]
-		fmt.Fprintf(tw, "%s\t%d/%d\t%.1f%%\t%d\t%d\t%.1f\t%d\t%d\t%s\n", name, a.CachedTokens, a.PromptTokens, 100*a.HitRate, a.PrefillTokens, a.FillTokens, a.TTFTms, a.CheckedRows, a.RotatedRows, okWord(a.ContractOK))
-	}
-	fmt.Fprintf(tw, "\nPublished reference (a radix cache and a splicing cache on this benchmark): radix 49.6%%, splice 60.8%%. Target: splice >= %.0f%%, radix lower, contract held: met=%v\n", 100*r.Targets.SpliceHitMin, r.Targets.Met)
-	return tw.Flush()
 }
 
 // Charts: replay hit rate and prefill per arm.

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
-	"text/tabwriter"
 
 	"github.com/kvpilot/kvpilot/sdk/directive"
 )
@@ -133,22 +131,6 @@ func thinkStripArm(ctx context.Context, p ThinkStripParams, arm string, reqs []R
 	}
 	a.finish()
 	return a, spliced, nil
-}
-
-// WriteTable prints the arms.
-func (r *ThinkStripReport) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	p := r.Params
-	fmt.Fprintf(tw, "think-strip: trace %s, %d requests, thinking rendered as <think>…</think> (%d tokens); %s\n\n",
-		p.Trace.SessionID, r.Arms["keep"].Requests, r.ThinkingTokens, r.SystemPrefix)
-	fmt.Fprintf(tw, "arm\tcached/prompt\thit\tprefill tokens\tTTFT ms (sum)\tsplices\trotated rows\tcontract\n")
-	for _, name := range thinkStripArms {
-		a := r.Arms[name]
-		fmt.Fprintf(tw, "%s\t%d/%d\t%.1f%%\t%d\t%.0f\t%d\t%d\t%s\n", name, a.CachedTokens, a.PromptTokens, 100*a.HitRate, a.PrefillTokens, a.TTFTms, a.Splices, a.RotatedRows, okWord(a.ContractOK))
-	}
-	fmt.Fprintf(tw, "\nstrip-splice kept %d tokens cached that strip-reprefill prefilled again (%d think spans spliced out). SGLang strip-thinking anchor: 11.1%% -> 17.1%% hit\n",
-		r.ReusedTokens, r.StrippedSpans)
-	return tw.Flush()
 }
 
 // Charts: hit rate and prefill per arm.

@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"sort"
-	"text/tabwriter"
 
 	"github.com/kvpilot/kvpilot/policies/truncation"
 	"github.com/kvpilot/kvpilot/sdk/chat"
@@ -246,23 +244,6 @@ func tokenSplices(sess *policytest.Session, ds []policy.Directive) ([]directive.
 		res[len(out)-1-i] = out[i] // left to right
 	}
 	return res, fill, nil
-}
-
-// WriteTable prints the arms.
-func (r *TruncationReport) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	pj, _ := json.Marshal(r.Params.Policy)
-	fmt.Fprintf(tw, "truncation: %d sessions under the truncation policy %s; %d splices before %d requests; %s\n\n",
-		len(r.Sessions), pj, r.Edits, r.EditedRequests, r.SystemPrefix)
-	fmt.Fprintf(tw, "arm\tprefill for edits\tof which fills\tnew-turn tokens\thit after edits\tprefill, all requests\thit, all\trotated rows\tcontract\n")
-	for _, name := range truncationArms {
-		a := r.Arms[name]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.1f%%\t%d\t%.1f%%\t%d\t%s\n", name, a.PrefillTokens, a.AfterEdit.FillTokens, a.NewTokens, 100*a.AfterEdit.HitRate,
-			a.All.PrefillTokens, 100*a.All.HitRate, a.All.RotatedRows, okWord(a.All.ContractOK))
-	}
-	fmt.Fprintf(tw, "\nprefill for edits = prefill of the requests right after an edit, fills included, less their new turns (both arms prefill those)\n")
-	fmt.Fprintf(tw, "splice saved %.1f%% of the re-prefill arm's prefill after edits (target >= %.0f%%): met=%v\n", 100*r.Saved, 100*r.Targets.SavedMin, r.Targets.Met)
-	return tw.Flush()
 }
 
 // Charts: prefill after edits per arm.
