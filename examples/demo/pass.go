@@ -149,7 +149,7 @@ func replay(ctx context.Context, o options, url string, sessions []session, rec 
 	turn := func(s session, i int) (scenario.ChatResult, error) {
 		t := s.turns[i]
 		rec.expect(t.Messages)
-		r, err := scenario.StreamChatModel(ctx, url, o.profile.model, s.id, t.Messages)
+		r, err := scenario.StreamChat(ctx, url, o.profile.model, s.id, t.Messages)
 		if err != nil {
 			return r, fmt.Errorf("session %s request %d: %w", s.id, i+1, err)
 		}

@@ -15,19 +15,30 @@ import (
 
 // Shape is what every trace-replaying scenario's params hold: the
 // deterministic system block before each session, the page size of the
-// host and the engine, and the engine's cost model (its modelled TTFT).
+// host and the engine, the reference engine's model (gqa or mla) and cost
+// model (its modelled TTFT), and the device tier's pages (0: the scenario
+// sizes it to what it replays).
 type Shape struct {
 	SystemTokens int                 `json:"system_tokens"`
 	PageSize     int                 `json:"page_size"`
+	Model        string              `json:"model"`
 	Cost         refengine.CostModel `json:"cost"`
+	DevicePages  int                 `json:"device_pages"`
 }
 
 // defaults fills what is zero: a 4K-token system block, pages of 16
-// tokens, the reference engine's default cost.
+// tokens, the gqa model at the reference engine's default cost.
 func (s *Shape) defaults() {
 	s.SystemTokens = cmp.Or(s.SystemTokens, 4000)
 	s.PageSize = cmp.Or(s.PageSize, 16)
+	s.Model = cmp.Or(s.Model, "gqa")
 	s.Cost = cmp.Or(s.Cost, refengine.DefaultCost)
+}
+
+// rig shapes an arm's host and engine: DevicePages on the device and as
+// many on the host (an arm changes what it needs to).
+func (s Shape) rig() RigOptions {
+	return RigOptions{PageSize: s.PageSize, DevicePages: s.DevicePages, HostPages: s.DevicePages, Model: s.Model, Cost: s.Cost}
 }
 
 // systemPrefix names the system block in a report.

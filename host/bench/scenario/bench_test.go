@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/syncbuf"
 	"github.com/kvpilot/kvpilot/sdk/chat"
+	"github.com/kvpilot/kvpilot/sdk/policytest"
 )
 
 // synthTrace is a small agent session: user task, then turns of an
@@ -81,7 +82,7 @@ func TestPinFloodTiny(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		flood = append(flood, synthTrace(fmt.Sprint("flood", i), 6, 400, false))
 	}
-	rep, err := RunPinFlood(ctxFor(t, 240*time.Second), PinFloodParams{VIP: vip, Flood: flood, Shape: Shape{PageSize: 16, SystemTokens: 100}, DevicePages: 160, HostPages: 160,
+	rep, err := RunPinFlood(ctxFor(t, 240*time.Second), PinFloodParams{VIP: vip, Flood: flood, Shape: Shape{PageSize: 16, SystemTokens: 100, DevicePages: 160}, HostPages: 160,
 		Concurrency: 8, FloodFactor: 5, DeviceHigh: 0.5, DeviceLow: 0.3}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -210,8 +211,8 @@ func TestSVG(t *testing.T) {
 }
 
 func TestFindTraceMissing(t *testing.T) {
-	t.Setenv(TracesEnv, t.TempDir())
-	if _, err := FindTrace("no-such-trace.jsonl"); err == nil || !strings.Contains(err.Error(), TracesEnv) {
+	t.Setenv(policytest.TracesEnv, t.TempDir())
+	if _, err := FindTrace("no-such-trace.jsonl"); err == nil || !strings.Contains(err.Error(), policytest.TracesEnv) {
 		t.Fatalf("missing trace: %v", err)
 	}
 }

@@ -20,9 +20,6 @@ type Trace = policytest.Trace
 // is prefix-stable: a message renders to the same tokens wherever it sits.
 func Tokenize(s string) []uint32 { return policytest.Tokenize(s) }
 
-// TracesEnv names a directory of traces used instead of the repository's.
-const TracesEnv = policytest.TracesEnv
-
 // FindTrace resolves a trace file name: a path that exists as given, else
 // the file of that name in $KVPILOT_TRACES or the repository's
 // examples/traces (policytest.TracePath).

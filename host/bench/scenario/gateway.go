@@ -3,20 +3,15 @@ package scenario
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"slices"
 	"sort"
-	"time"
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/daemon"
 	"github.com/kvpilot/kvpilot/host/gateway"
-	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
 )
 
@@ -114,12 +109,21 @@ func RunGateway(ctx context.Context, p GatewayParams, prog Progress) (*GatewayRe
 	if len(p.Traces) == 0 {
 		return nil, fmt.Errorf("gateway: at least one trace is required")
 	}
-	rep := &GatewayReport{Scenario: "gateway", Params: p, Arms: map[string]GatewayArm{}, EditCost: map[string]int{}}
-	for _, tr := range p.Traces {
-		rep.Sessions = append(rep.Sessions, tr.SessionID)
+	var ids []string
+	sessions := make([][]Turn, len(p.Traces))
+	longest := 0
+	for i, tr := range p.Traces {
+		ids = append(ids, tr.SessionID)
+		sessions[i] = ChatTurns(tr, SystemBlock("agent", p.SystemTokens), p.MaxRequests)
+		if n := len(sessions[i]); n > 0 {
+			toks, _ := chatwire.Render(sessions[i][n-1].Messages, Tokenize)
+			longest = max(longest, len(toks))
+		}
 	}
+	p.DevicePages = cmp.Or(p.DevicePages, 2*len(p.Traces)*longest/p.PageSize+512)
+	rep := &GatewayReport{Scenario: "gateway", Params: p, Sessions: ids, Arms: map[string]GatewayArm{}, EditCost: map[string]int{}}
 	for _, arm := range gatewayArms {
-		a, err := gatewayArm(ctx, p, arm, prog)
+		a, err := gatewayArm(ctx, p, arm, sessions, prog)
 		if err != nil {
 			return nil, fmt.Errorf("gateway %s: %w", arm, err)
 		}
@@ -140,7 +144,7 @@ func RunGateway(ctx context.Context, p GatewayParams, prog Progress) (*GatewayRe
 
 // gatewayArm starts a host with the front door and the engine's HTTP
 // server behind it, and replays every session through it.
-func gatewayArm(ctx context.Context, p GatewayParams, arm string, prog Progress) (GatewayArm, error) {
+func gatewayArm(ctx context.Context, p GatewayParams, arm string, sessions [][]Turn, prog Progress) (GatewayArm, error) {
 	a := GatewayArm{ContractOK: true}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -153,23 +157,13 @@ func gatewayArm(ctx context.Context, p GatewayParams, arm string, prog Progress)
 			return a, err
 		}
 	}
-	longest := 0
-	sessions := make([][]Turn, len(p.Traces))
-	system := SystemBlock("agent", p.SystemTokens)
-	for i, tr := range p.Traces {
-		sessions[i] = ChatTurns(tr, system, p.MaxRequests)
-		if n := len(sessions[i]); n > 0 {
-			toks, _ := chatwire.Render(sessions[i][n-1].Messages, Tokenize)
-			longest = max(longest, len(toks))
-		}
+	o := p.rig()
+	o.AutoSplice, o.Options = arm == ArmEditsSplice, []daemon.Option{daemon.WithGatewayRules(rules)}
+	o.Adjust = func(c *config.Config) {
+		c.Gateway.Listen = "127.0.0.1:0"
+		c.Gateway.Upstream = "http://" + ln.Addr().String() + "/v1"
 	}
-	pages := 2*len(p.Traces)*longest/p.PageSize + 512
-	rig, err := StartRig(ctx, RigOptions{PageSize: p.PageSize, DevicePages: pages, HostPages: pages, Cost: p.Cost,
-		AutoSplice: arm == ArmEditsSplice, Options: []daemon.Option{daemon.WithGatewayRules(rules)},
-		Adjust: func(c *config.Config) {
-			c.Gateway.Listen = "127.0.0.1:0"
-			c.Gateway.Upstream = "http://" + ln.Addr().String() + "/v1"
-		}})
+	rig, err := StartRig(ctx, o)
 	if err != nil {
 		return a, err
 	}
@@ -184,7 +178,7 @@ func gatewayArm(ctx context.Context, p GatewayParams, arm string, prog Progress)
 		for ti, t := range turns {
 			prog.say("gateway %s: session %d/%d request %d/%d", arm, si+1, len(sessions), ti+1, len(turns))
 			fills := rig.Fills.Tokens.Load()
-			r, err := StreamChat(ctx, url, fmt.Sprintf("bench-%d", si), t.Messages)
+			r, err := StreamChat(ctx, url, RefModel, fmt.Sprintf("bench-%d", si), t.Messages)
 			if err != nil {
 				a.ContractOK, a.Error = false, err.Error()
 				return a, nil
@@ -208,139 +202,10 @@ func gatewayArm(ctx context.Context, p GatewayParams, arm string, prog Progress)
 	return a, nil
 }
 
-// Turn is one request of a chat session: the full history a harness sends.
-type Turn struct{ Messages []chat.Message }
-
-// ChatTurns renders a trace as a harness's chat requests: each run of
-// assistant messages is one request's answer, one assistant message (its
-// texts and thinking joined, thinking as reasoning_content, its tool uses
-// as tool calls with ids), and every request resends the whole history
-// before it. Tool results answer the answer's calls in order, as chat
-// APIs require: a result the trace holds no call for (an agent whose
-// action is in its text) gets a call of its own in the answer, a call the
-// trace holds no result for is left out, and a result after no answer at
-// all is a user message.
-func ChatTurns(tr Trace, system string, maxRequests int) []Turn {
-	hist := []chat.Message{{Role: "system", Content: system}}
-	var out []Turn
-	answer := -1   // hist's index of the current answer, while its results follow it
-	var open []int // indices into hist[answer].ToolCalls not yet answered, oldest first
-	endResults := func() {
-		if answer < 0 {
-			return
-		}
-		a := &hist[answer]
-		kept := a.ToolCalls[:0:0]
-		for j, c := range a.ToolCalls {
-			if !slices.Contains(open, j) {
-				kept = append(kept, c)
-			}
-		}
-		a.ToolCalls, answer, open = kept, -1, nil
+// Charts: prefill and mean TTFT per arm.
+func (r *GatewayReport) Charts() []Chart {
+	return []Chart{
+		{Title: "prefill tokens", Unit: "tokens", Bars: barsOf(gatewayArms, func(n string) float64 { return float64(r.Arms[n].PrefillTokens) })},
+		{Title: "TTFT through HTTP, mean", Unit: "ms", Bars: barsOf(gatewayArms, func(n string) float64 { return r.Arms[n].TTFTms.Mean })},
 	}
-	for i, m := range tr.Messages {
-		switch m.Role {
-		case "assistant":
-			if i == 0 || tr.Messages[i-1].Role != "assistant" {
-				endResults()
-				if maxRequests > 0 && len(out) >= maxRequests {
-					return out
-				}
-				out = append(out, Turn{Messages: append([]chat.Message(nil), hist...)})
-				hist = append(hist, chat.Message{Role: "assistant"})
-				answer = len(hist) - 1
-			}
-			a := &hist[answer]
-			a.ThinkingText = joined(a.ThinkingText, m.ThinkingText)
-			if m.ToolName == "" {
-				a.Content = joined(a.Content, m.Content)
-				continue
-			}
-			args, _ := json.Marshal(map[string]string{"input": m.Content})
-			open = append(open, len(a.ToolCalls))
-			a.ToolCalls = append(a.ToolCalls, chat.ToolCall{ID: fmt.Sprintf("call_%d", i), Type: "function",
-				Function: chat.FunctionCall{Name: m.ToolName, Arguments: string(args)}})
-		case "tool":
-			if answer < 0 {
-				hist = append(hist, chat.Message{Role: "user", Content: m.Content})
-				continue
-			}
-			a := &hist[answer]
-			if len(open) == 0 { // a result of an action the answer's text took
-				name := m.ToolName
-				if name == "" {
-					name = "tool"
-				}
-				open = append(open, len(a.ToolCalls))
-				a.ToolCalls = append(a.ToolCalls, chat.ToolCall{ID: fmt.Sprintf("call_%d", i), Type: "function",
-					Function: chat.FunctionCall{Name: name, Arguments: "{}"}})
-			}
-			c := a.ToolCalls[open[0]]
-			open = open[1:]
-			hist = append(hist, chat.Message{Role: "tool", ToolCallID: c.ID, ToolName: c.Function.Name, Content: m.Content})
-		default:
-			endResults()
-			role := m.Role
-			if role != "user" && role != "system" {
-				role = "user"
-			}
-			hist = append(hist, chat.Message{Role: role, Content: m.Content, ThinkingText: m.ThinkingText})
-		}
-	}
-	return out
-}
-
-// joined appends b to a on a new line.
-func joined(a, b string) string {
-	switch {
-	case a == "":
-		return b
-	case b == "":
-		return a
-	}
-	return a + "\n" + b
-}
-
-// ChatResult is one streamed answer as the client saw it: the prompt and
-// cached tokens of its usage, the tool uses its applied_edits report
-// cleared, the time to its first chunk, the engine's modelled TTFT (the
-// reference engine's) and the answer's text.
-type ChatResult struct {
-	Prompt, Cached, Cleared int
-	TTFTms, ModelledMs      float64
-	Text                    string
-}
-
-// RefModel is the model name the reference engine serves.
-const RefModel = "ref-gqa"
-
-// StreamChat sends one streaming chat completions request to the
-// reference engine's model through the front door at url, in session, and
-// reads it to the end.
-func StreamChat(ctx context.Context, url, session string, msgs []chat.Message) (ChatResult, error) {
-	return StreamChatModel(ctx, url, RefModel, session, msgs)
-}
-
-// StreamChatModel is StreamChat to the named model: 16 tokens, greedy.
-func StreamChatModel(ctx context.Context, url, model, session string, msgs []chat.Message) (ChatResult, error) {
-	var res ChatResult
-	body, _ := json.Marshal(map[string]any{"model": model, "messages": msgs, "max_tokens": 16, "temperature": 0,
-		"stream": true, "stream_options": map[string]bool{"include_usage": true}})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytesReader(body))
-	if err != nil {
-		return res, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(gateway.SessionHeader, session)
-	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return res, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return res, fmt.Errorf("front door answered %d: %s", resp.StatusCode, b)
-	}
-	return readChatStream(resp.Body, start)
 }

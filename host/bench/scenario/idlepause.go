@@ -27,10 +27,6 @@ type IdlePauseParams struct {
 	Turns           int    `json:"turns"`
 	MaxMessageChars int    `json:"max_message_chars"`
 	IdleAfter       string `json:"idle_after"`
-	// DevicePages 0 sizes the device (and host and disk) to hold every
-	// session with room to spare: the point is memory held by idle
-	// sessions, not eviction.
-	DevicePages int `json:"device_pages"`
 }
 
 func (p *IdlePauseParams) defaults() {
@@ -109,9 +105,9 @@ func RunIdlePause(ctx context.Context, p IdlePauseParams, prog Progress) (*IdleP
 		last := sessions[i][p.Turns]
 		total += len(last.Prompt) + len(last.Output)
 	}
-	if p.DevicePages == 0 {
-		p.DevicePages = total/p.PageSize*2 + 256
-	}
+	// The device (and host and disk) holds every session with room to
+	// spare: the point is memory held by idle sessions, not eviction.
+	p.DevicePages = cmp.Or(p.DevicePages, total/p.PageSize*2+256)
 	rep := &IdlePauseReport{Scenario: "idle-pause", Params: p, Arms: map[string]IdlePauseArm{},
 		SystemPrefix: fmt.Sprintf("one deterministic %d-token system block shared by every session", p.SystemTokens)}
 	for _, arm := range idlePauseArms {
@@ -137,8 +133,9 @@ func RunIdlePause(ctx context.Context, p IdlePauseParams, prog Progress) (*IdleP
 
 func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter time.Duration, sessions [][]Request, prog Progress) (IdlePauseArm, int64, error) {
 	var a IdlePauseArm
-	rig, err := StartRig(ctx, RigOptions{PageSize: p.PageSize, DevicePages: p.DevicePages, HostPages: p.DevicePages, DiskPages: p.DevicePages,
-		Cost: p.Cost, SkipContract: true, PauseTier: "disk"})
+	o := p.rig()
+	o.DiskPages, o.SkipContract, o.PauseTier = p.DevicePages, true, "disk"
+	rig, err := StartRig(ctx, o)
 	if err != nil {
 		return a, 0, err
 	}

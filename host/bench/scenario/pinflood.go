@@ -26,7 +26,6 @@ type PinFloodParams struct {
 	// run's VIP had a ~3.8K-token system prompt).
 	Shape
 
-	DevicePages int     `json:"device_pages"`
 	HostPages   int     `json:"host_pages"`
 	WarmupTurns int     `json:"warmup_turns"`
 	FloodFactor float64 `json:"flood_factor"`
@@ -195,15 +194,13 @@ func pinFloodArm(ctx context.Context, p PinFloodParams, pinned bool, vip []Reque
 	if pinned {
 		arm = "pinned"
 	}
-	rig, err := StartRig(ctx, RigOptions{PageSize: p.PageSize, DevicePages: p.DevicePages, HostPages: p.HostPages, Cost: p.Cost, SkipContract: true,
-		Adjust: func(c *config.Config) {
-			if p.DeviceHigh > 0 {
-				c.Tiers.Device.HighWatermark = p.DeviceHigh
-			}
-			if p.DeviceLow > 0 {
-				c.Tiers.Device.LowWatermark = p.DeviceLow
-			}
-		}})
+	o := p.rig()
+	o.HostPages, o.SkipContract = p.HostPages, true
+	o.Adjust = func(c *config.Config) {
+		c.Tiers.Device.HighWatermark = cmp.Or(p.DeviceHigh, c.Tiers.Device.HighWatermark)
+		c.Tiers.Device.LowWatermark = cmp.Or(p.DeviceLow, c.Tiers.Device.LowWatermark)
+	}
+	rig, err := StartRig(ctx, o)
 	if err != nil {
 		return a, err
 	}

@@ -21,19 +21,15 @@ type SpliceReplayParams struct {
 	Answers Trace `json:"-"`
 	Shape
 
-	Turns       int    `json:"turns"`
-	EditTurn    int    `json:"edit_turn"`
-	AnswerChars int    `json:"answer_chars"`
-	Model       string `json:"model"`
-	// DevicePages 0 sizes the device to hold every phase without eviction.
-	DevicePages int `json:"device_pages"`
+	Turns       int `json:"turns"`
+	EditTurn    int `json:"edit_turn"`
+	AnswerChars int `json:"answer_chars"`
 }
 
 func (p *SpliceReplayParams) defaults() {
 	p.Shape.defaults()
 	p.Turns = cmp.Or(p.Turns, 6)
 	p.AnswerChars = cmp.Or(p.AnswerChars, 8000)
-	p.Model = cmp.Or(p.Model, "gqa")
 }
 
 // leylineThemes are the benchmark's four themes: a template and its topic word,
@@ -129,10 +125,8 @@ func RunSpliceReplay(ctx context.Context, p SpliceReplayParams, prog Progress) (
 	if err != nil {
 		return nil, fmt.Errorf("splice-replay: %w", err)
 	}
-	if p.DevicePages == 0 {
-		n := len(c.replay.Prompt) + len(c.replay.Output)
-		p.DevicePages = 4*n/p.PageSize + 256
-	}
+	// The device holds every phase without eviction.
+	p.DevicePages = cmp.Or(p.DevicePages, 4*(len(c.replay.Prompt)+len(c.replay.Output))/p.PageSize+256)
 	rep := &SpliceReplayReport{Scenario: "splice-replay", Params: p, Arms: map[string]ArmStats{}, Phases: map[string]ArmStats{},
 		Edit: c.edited, SystemPrefix: p.systemPrefix(), ContractOK: true}
 	for _, arm := range spliceReplayArms {
@@ -151,8 +145,9 @@ func RunSpliceReplay(ctx context.Context, p SpliceReplayParams, prog Progress) (
 
 func spliceReplayArm(ctx context.Context, p SpliceReplayParams, arm string, c leylineConversation, prog Progress) (build, replay ArmStats, err error) {
 	build.ContractOK, replay.ContractOK = true, true
-	rig, err := StartRig(ctx, RigOptions{PageSize: p.PageSize, DevicePages: p.DevicePages, HostPages: p.DevicePages, Model: p.Model,
-		Cost: p.Cost, AutoSplice: arm == "splice"})
+	o := p.rig()
+	o.AutoSplice = arm == "splice"
+	rig, err := StartRig(ctx, o)
 	if err != nil {
 		return build, replay, err
 	}

@@ -16,18 +16,14 @@ type ThinkStripParams struct {
 	Trace Trace `json:"-"`
 	Shape
 
-	MaxRequests     int    `json:"max_requests"`
-	MaxMessageChars int    `json:"max_message_chars"`
-	Model           string `json:"model"`
-	// DevicePages 0 sizes the device to hold the session without eviction.
-	DevicePages int `json:"device_pages"`
+	MaxRequests     int `json:"max_requests"`
+	MaxMessageChars int `json:"max_message_chars"`
 }
 
 func (p *ThinkStripParams) defaults() {
 	p.Shape.defaults()
 	p.MaxRequests = cmp.Or(p.MaxRequests, 80)
 	p.MaxMessageChars = cmp.Or(p.MaxMessageChars, 3000)
-	p.Model = cmp.Or(p.Model, "gqa")
 }
 
 // ThinkStripReport is the scenario's result over every request of the
@@ -69,10 +65,9 @@ func RunThinkStrip(ctx context.Context, p ThinkStripParams, prog Progress) (*Thi
 	if thinking == 0 {
 		return nil, fmt.Errorf("think-strip: trace %s has no thinking in its first %d requests", p.Trace.SessionID, p.MaxRequests)
 	}
-	if p.DevicePages == 0 && len(keep) > 0 {
-		last := keep[len(keep)-1]
-		p.DevicePages = 3*(len(last.Prompt)+len(last.Output))/p.PageSize + 256
-	}
+	// The device holds the session without eviction.
+	last := keep[len(keep)-1]
+	p.DevicePages = cmp.Or(p.DevicePages, 3*(len(last.Prompt)+len(last.Output))/p.PageSize+256)
 	rep := &ThinkStripReport{Scenario: "think-strip", Params: p, Arms: map[string]ArmStats{}, ThinkingTokens: thinking, ContractOK: true,
 		SystemPrefix: p.systemPrefix()}
 	for _, arm := range thinkStripArms {
@@ -96,7 +91,7 @@ func RunThinkStrip(ctx context.Context, p ThinkStripParams, prog Progress) (*Thi
 
 func thinkStripArm(ctx context.Context, p ThinkStripParams, arm string, reqs []Request, prog Progress) (ArmStats, int, error) {
 	a := ArmStats{ContractOK: true}
-	rig, err := StartRig(ctx, RigOptions{PageSize: p.PageSize, DevicePages: p.DevicePages, HostPages: p.DevicePages, Model: p.Model, Cost: p.Cost})
+	rig, err := StartRig(ctx, p.rig())
 	if err != nil {
 		return a, 0, err
 	}

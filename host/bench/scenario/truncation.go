@@ -23,7 +23,6 @@ type TruncationParams struct {
 	Shape
 
 	Policy map[string]any `json:"policy"`
-	Model  string         `json:"model"`
 	// MaxRequests per session (0: the whole session).
 	MaxRequests int `json:"max_requests"`
 }
@@ -33,7 +32,6 @@ func (p *TruncationParams) defaults() {
 	if p.Policy == nil {
 		p.Policy = truncationDefaults
 	}
-	p.Model = cmp.Or(p.Model, "gqa")
 }
 
 // truncationDefaults are the truncation policy's params the scenarios use
@@ -89,6 +87,14 @@ func RunTruncation(ctx context.Context, p TruncationParams, prog Progress) (*Tru
 	if len(p.Traces) == 0 {
 		return nil, fmt.Errorf("truncation: at least one trace is required")
 	}
+	// The device holds the longest session twice over.
+	longest := 0
+	for _, tr := range p.Traces {
+		if rs := Render(tr, RenderOptions{System: SystemBlock("agent", p.SystemTokens), MaxRequests: p.MaxRequests}); len(rs) > 0 {
+			longest = max(longest, len(rs[len(rs)-1].Prompt)+len(rs[len(rs)-1].Output))
+		}
+	}
+	p.DevicePages = cmp.Or(p.DevicePages, 3*longest/p.PageSize+256)
 	rep := &TruncationReport{Scenario: "truncation", Params: p, Arms: map[string]TruncationArm{}, ContractOK: true, SystemPrefix: p.systemPrefix()}
 	for _, tr := range p.Traces {
 		rep.Sessions = append(rep.Sessions, tr.SessionID)
@@ -112,16 +118,7 @@ func RunTruncation(ctx context.Context, p TruncationParams, prog Progress) (*Tru
 func truncationArm(ctx context.Context, p TruncationParams, arm string, prog Progress) (TruncationArm, int, int, error) {
 	a := TruncationArm{All: ArmStats{ContractOK: true}, AfterEdit: ArmStats{ContractOK: true}}
 	system := SystemBlock("agent", p.SystemTokens)
-	// Size the device to hold the longest session twice over.
-	longest := 0
-	for _, tr := range p.Traces {
-		rs := Render(tr, RenderOptions{System: system, MaxRequests: p.MaxRequests})
-		if n := len(rs); n > 0 {
-			longest = max(longest, len(rs[n-1].Prompt)+len(rs[n-1].Output))
-		}
-	}
-	pages := 3*longest/p.PageSize + 256
-	rig, err := StartRig(ctx, RigOptions{PageSize: p.PageSize, DevicePages: pages, HostPages: pages, Model: p.Model, Cost: p.Cost})
+	rig, err := StartRig(ctx, p.rig())
 	if err != nil {
 		return a, 0, 0, err
 	}
