@@ -109,13 +109,10 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	slots := make([]int, l.Slots())
-	plus, minus := make([]int, l.Slots()), make([]int, l.Slots())
-	for i := range slots {
-		slots[i], plus[i], minus[i] = i, 7, -7 // alternate so values stay bounded
-	}
 	touched := int64(l.RopeBytesPerSlot()) * int64(l.Slots())
-	var rotate, baseline func() error
+	var e kernels.Engine
+	var arena kernels.Arena
+	var baseline func() error
 	var cleanup func()
 	device := o.Device
 	if device == "auto" {
@@ -128,9 +125,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	switch device {
 	case "cpu":
-		rotate, baseline, err = cpuArms(l, slots, plus, minus, touched)
+		e, arena, baseline, err = cpuArms(l, touched)
 	case "cuda":
-		rotate, baseline, cleanup, err = cudaArms(l, slots, plus, minus, touched)
+		e, arena, baseline, cleanup, err = cudaArms(l, touched)
 	default:
 		err = fmt.Errorf("device %q: want cpu, cuda or auto: %w", o.Device, ErrOptions)
 	}
@@ -139,6 +136,19 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	if cleanup != nil {
 		defer cleanup()
+	}
+	// Every slot by +7 then -7 by turns, so values stay bounded.
+	slots, plus, minus := make([]int, l.Slots()), make([]int, l.Slots()), make([]int, l.Slots())
+	for i := range slots {
+		slots[i], plus[i], minus[i] = i, 7, -7
+	}
+	flip := false
+	rotate := func() error {
+		flip = !flip
+		if flip {
+			return e.Rotate(arena, slots, plus)
+		}
+		return e.Rotate(arena, slots, minus)
 	}
 	// One untimed round of each warms caches, page tables and the JIT.
 	if err := rotate(); err != nil {
@@ -186,22 +196,15 @@ func median(v []float64) float64 {
 	return v[len(v)/2]
 }
 
-func cpuArms(l *kernels.Layout, slots, plus, minus []int, touched int64) (rotate, baseline func() error, err error) {
+// cpuArms are the CPU engine, its arena, and the baseline: a copy of the
+// bytes the rotation touches.
+func cpuArms(l *kernels.Layout, touched int64) (kernels.Engine, kernels.Arena, func() error, error) {
 	arena := kernels.Arena{Layout: l, Host: aligned(int(l.ArenaBytes()))}
 	fill(arena.Host, l.DType())
-	e := kernels.NewCPU()
-	flip := false
-	rotate = func() error {
-		flip = !flip
-		if flip {
-			return e.Rotate(arena, slots, plus)
-		}
-		return e.Rotate(arena, slots, minus)
-	}
 	src, dst := aligned(int(touched)), aligned(int(touched))
 	fill(src, l.DType())
 	workers := runtime.GOMAXPROCS(0)
-	baseline = func() error {
+	baseline := func() error {
 		// memcpy of the same bytes, split over as many goroutines as the
 		// engine uses, so the ratio compares work, not parallelism.
 		var wg sync.WaitGroup
@@ -217,31 +220,39 @@ func cpuArms(l *kernels.Layout, slots, plus, minus []int, touched int64) (rotate
 		wg.Wait()
 		return nil
 	}
-	return rotate, baseline, nil
+	return kernels.NewCPU(), arena, baseline, nil
 }
 
-func cudaArms(l *kernels.Layout, slots, plus, minus []int, touched int64) (rotate, baseline func() error, cleanup func(), err error) {
+// cudaArms are the CUDA engine, its arena on device 0, the baseline (a
+// device-to-device copy of the bytes the rotation touches) and what frees
+// them.
+func cudaArms(l *kernels.Layout, touched int64) (e kernels.Engine, arena kernels.Arena, baseline func() error, cleanup func(), err error) {
 	d, err := cudadrv.Load()
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, arena, nil, nil, err
 	}
 	ctx, err := d.Open(0)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, arena, nil, nil, err
 	}
-	e, err := cuda.New(ctx)
+	ce, err := cuda.New(ctx)
 	if err != nil {
 		_ = ctx.Close()
-		return nil, nil, nil, err
+		return nil, arena, nil, nil, err
 	}
 	var ptrs []cudadrv.DevicePtr
 	cleanup = func() {
 		for _, p := range ptrs {
 			_ = ctx.MemFree(p)
 		}
-		_ = e.Close()
+		_ = ce.Close()
 		_ = ctx.Close()
 	}
+	defer func() {
+		if err != nil {
+			cleanup()
+		}
+	}()
 	alloc := func(n int64) (cudadrv.DevicePtr, error) {
 		p, err := ctx.MemAlloc(int(n))
 		if err == nil {
@@ -251,36 +262,23 @@ func cudaArms(l *kernels.Layout, slots, plus, minus []int, touched int64) (rotat
 	}
 	arenaPtr, err := alloc(l.ArenaBytes())
 	if err != nil {
-		cleanup()
-		return nil, nil, nil, err
+		return nil, arena, nil, nil, err
 	}
 	host := aligned(int(l.ArenaBytes()))
 	fill(host, l.DType())
-	if err := ctx.CopyHtoD(arenaPtr, host); err != nil {
-		cleanup()
-		return nil, nil, nil, err
+	if err = ctx.CopyHtoD(arenaPtr, host); err != nil {
+		return nil, arena, nil, nil, err
 	}
 	src, err := alloc(touched)
 	if err != nil {
-		cleanup()
-		return nil, nil, nil, err
+		return nil, arena, nil, nil, err
 	}
 	dst, err := alloc(touched)
 	if err != nil {
-		cleanup()
-		return nil, nil, nil, err
-	}
-	arena := kernels.Arena{Layout: l, Device: arenaPtr}
-	flip := false
-	rotate = func() error {
-		flip = !flip
-		if flip {
-			return e.Rotate(arena, slots, plus)
-		}
-		return e.Rotate(arena, slots, minus)
+		return nil, arena, nil, nil, err
 	}
 	baseline = func() error { return ctx.CopyDtoD(dst, src, int(touched)) }
-	return rotate, baseline, cleanup, nil
+	return ce, kernels.Arena{Layout: l, Device: arenaPtr}, baseline, cleanup, nil
 }
 
 // aligned returns n zeroed bytes with an 8-byte-aligned base.
