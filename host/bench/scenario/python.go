@@ -86,7 +86,7 @@ func runDriver(ctx context.Context, py, module string, args []string, stderr io.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = grace
 	if err := cmd.Run(); err != nil {
-		return nil, childError(py, module, err, errs.String())
+		return nil, childError(py, module, root, err, errs.String())
 	}
 	return out.Bytes(), nil
 }
@@ -99,8 +99,8 @@ type ChildError struct {
 	Module string // the driver it ran with -m (a kvbench module)
 	Err    error  // the exit
 	Last   string // the last error line on its stderr; "" when none
-	// Install is what to run when a module was missing: the lock's pins
-	// into that interpreter, or the package's name outside the repository.
+	// Install is what to run when a module was missing: the repository's
+	// lock and kvpilot package into that interpreter.
 	Install string
 }
 
@@ -125,11 +125,9 @@ func (e *ChildError) Hint() string {
 // errorLine matches the line a Python traceback ends with.
 var errorLine = regexp.MustCompile(`^([A-Za-z_][\w.]*(Error|Exception|Interrupt)|Killed)\b.*`)
 
-// missingModule matches the error of an import that failed.
-var missingModule = regexp.MustCompile(`^ModuleNotFoundError: No module named '([\w.]+)'`)
-
-// childError explains a child's failure from its stderr.
-func childError(py, module string, err error, stderr string) *ChildError {
+// childError explains the failure of a child run from the repository at
+// root from its stderr.
+func childError(py, module, root string, err error, stderr string) *ChildError {
 	ce := &ChildError{Python: py, Module: module, Err: err}
 	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
@@ -138,23 +136,11 @@ func childError(py, module string, err error, stderr string) *ChildError {
 			break
 		}
 	}
-	if m := missingModule.FindStringSubmatch(ce.Last); m != nil {
-		ce.Install = installCommand(py, strings.SplitN(m[1], ".", 2)[0])
+	if strings.HasPrefix(ce.Last, "ModuleNotFoundError: No module named ") {
+		// Whatever the module, the pinned lock has it (or make py-env).
+		pkg := filepath.Join(root, "sdk", "python")
+		ce.Install = fmt.Sprintf("%s -m pip install --no-deps -r %s && %s -m pip install --no-deps -e %s (or make py-env in %s, whose .venv is found on its own)",
+			py, filepath.Join(pkg, "requirements.txt"), py, pkg, root)
 	}
 	return ce
-}
-
-// installCommand installs the repository's pinned Python lock and the
-// kvpilot package into py, from the repository the working directory is
-// in; outside one, the missing module by name.
-func installCommand(py, module string) string {
-	if root, ok := findUp(filepath.Join("sdk", "python", "requirements.txt")); ok {
-		reqs, pkg := filepath.Join(root, "sdk", "python", "requirements.txt"), filepath.Join(root, "sdk", "python")
-		return fmt.Sprintf("%s -m pip install --no-deps -r %s && %s -m pip install --no-deps -e %s (or make py-env in %s, whose .venv is found on its own)",
-			py, reqs, py, pkg, root)
-	}
-	if module == "kvpilot" {
-		return py + " -m pip install ./sdk/python (from the repository)"
-	}
-	return py + " -m pip install " + module
 }
