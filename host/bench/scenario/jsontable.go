@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -254,10 +253,7 @@ func format(v any) string {
 			return x.String()
 		}
 		f, _ := x.Float64()
-		if math.Abs(f) >= 1000 {
-			return strconv.FormatFloat(f, 'f', 0, 64)
-		}
-		return strconv.FormatFloat(f, 'g', 4, 64)
+		return formatNumber(f)
 	case []any:
 		parts := make([]string, len(x))
 		for i, e := range x {

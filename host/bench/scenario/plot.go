@@ -5,6 +5,7 @@ import (
 	"html"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -62,7 +63,7 @@ func WriteSVG(w io.Writer, title string, charts []Chart) error {
 		}
 		peak := 0.0
 		for _, bar := range c.Bars {
-			if !math.IsNaN(bar.Value) && !math.IsInf(bar.Value, 0) {
+			if finite(bar.Value) {
 				peak = math.Max(peak, bar.Value)
 			}
 		}
@@ -73,14 +74,14 @@ func WriteSVG(w io.Writer, title string, charts []Chart) error {
 		slot := plotW / n
 		for j, bar := range c.Bars {
 			v := bar.Value
-			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			if !finite(v) || v < 0 {
 				v = 0
 			}
 			h := int(float64(panelH-20) * v / peak)
 			bx := x0 + j*slot + slot/6
 			bw := slot * 2 / 3
 			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`+"\n", bx, top+panelH-h, bw, h, barColors[j%len(barColors)])
-			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", bx+bw/2, top+panelH-h-4, formatValue(bar.Value))
+			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", bx+bw/2, top+panelH-h-4, formatNumber(bar.Value))
 			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", bx+bw/2, top+panelH+16, html.EscapeString(bar.Label))
 		}
 	}
@@ -89,17 +90,16 @@ func WriteSVG(w io.Writer, title string, charts []Chart) error {
 	return err
 }
 
-func formatValue(v float64) string {
+// formatNumber prints a measurement, in a chart or a table: whole from a
+// thousand up, else to four significant digits; "-" when it is not finite.
+func formatNumber(v float64) string {
 	switch {
-	case math.IsNaN(v) || math.IsInf(v, 0):
+	case !finite(v):
 		return "-"
-	case v == math.Trunc(v) && math.Abs(v) < 1e7:
-		return fmt.Sprintf("%.0f", v)
-	case math.Abs(v) >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case math.Abs(v) >= 1:
-		return fmt.Sprintf("%.1f", v)
-	default:
-		return fmt.Sprintf("%.3f", v)
+	case math.Abs(v) >= 1000:
+		return strconv.FormatFloat(v, 'f', 0, 64)
 	}
+	return strconv.FormatFloat(v, 'g', 4, 64)
 }
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -51,16 +51,14 @@ func writeCurves(b *strings.Builder, c Chart, x0, top, plotW, panelH int) {
 			x, y := at(p)
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x, y))
 			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s %s: %s, %s</title></circle>`+"\n",
-				x, y, color, html.EscapeString(s.Name), html.EscapeString(p.Label), formatValue(p.X), formatValue(p.Y))
+				x, y, color, html.EscapeString(s.Name), html.EscapeString(p.Label), formatNumber(p.X), formatNumber(p.Y))
 		}
 		if len(pts) > 1 {
 			fmt.Fprintf(b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"/>`+"\n", strings.Join(pts, " "), color)
 		}
 		fmt.Fprintf(b, `<text x="%d" y="%d" fill="%s">%s</text>`+"\n", x0+plotW-90, top+14*(j+1), color, html.EscapeString(s.Name))
 	}
-	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", x0+plotW, top+panelH+16, formatValue(xMax))
+	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", x0+plotW, top+panelH+16, formatNumber(xMax))
 	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", x0+plotW/2, top+panelH+32, html.EscapeString(c.XUnit))
-	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", x0-4, top+24, formatValue(yMax))
+	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", x0-4, top+24, formatNumber(yMax))
 }
-
-func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
