@@ -125,6 +125,9 @@ type Request struct {
 	Thinking []chat.Span
 }
 
+// seq is the session's sequence after the request: its prompt and output.
+func (r Request) seq() []uint32 { return append(slices.Clip(r.Prompt), r.Output...) }
+
 // Render turns a trace into its requests, the way policytest.Replay cuts
 // it: each run of assistant messages is one request's output.
 func Render(tr Trace, o RenderOptions) []Request {

@@ -145,7 +145,6 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 	if err := pol.Configure(params); err != nil {
 		return a, 0, fmt.Errorf("configure idle-pause: %w", err)
 	}
-	const tenant = "bench"
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	observe := func(obs policy.Observation) ([]policy.Directive, error) {
 		obs.Time, obs.Tenant = now, tenant
@@ -167,10 +166,9 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 			return st, nil, err
 		}
 		now = now.Add(time.Second)
-		all := append(append([]uint32(nil), r.Prompt...), r.Output...)
 		fin, err := observe(policy.Observation{Kind: policy.KindRequestFinished, Session: id, Finished: &policy.RequestFinished{
 			RequestID: fmt.Sprintf("%s/%d", id, k), Usage: policy.Usage{InputTokens: int64(len(r.Prompt)), CachedTokens: int64(st.Cached), OutputTokens: int64(len(r.Output))},
-			BlockHashes: hashesOf(all, p.PageSize, tenant)}})
+			BlockHashes: hashesOf(r.seq(), p.PageSize, tenant)}})
 		now = now.Add(time.Second)
 		return st, append(out, fin...), err
 	}
@@ -190,8 +188,7 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 		if _, _, err := turn(i, p.Turns); err != nil {
 			return a, 0, err
 		}
-		r := sessions[i][p.Turns]
-		for _, h := range hashesOf(append(append([]uint32(nil), r.Prompt...), r.Output...), p.PageSize, tenant) {
+		for _, h := range hashesOf(sessions[i][p.Turns].seq(), p.PageSize, tenant) {
 			active[h] = true
 		}
 	}
@@ -232,9 +229,8 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 	a.SettleMs = float64(time.Since(settle).Microseconds()) / 1e3
 	a.DevicePages = rig.Stats().Tiers[tier.Device].Pages
 	for i := 0; i < p.Idle; i++ {
-		r := sessions[i][p.Turns-1]
 		var own []uint64
-		for _, h := range hashesOf(append(append([]uint32(nil), r.Prompt...), r.Output...), p.PageSize, tenant) {
+		for _, h := range hashesOf(sessions[i][p.Turns-1].seq(), p.PageSize, tenant) {
 			if !active[h] {
 				own = append(own, h)
 			}

@@ -146,7 +146,8 @@ func RunPinFlood(ctx context.Context, p PinFloodParams, prog Progress) (*PinFloo
 		if err != nil {
 			return nil, fmt.Errorf("pin-flood %s: %w", arm, err)
 		}
-		a.FloodCapacityX = float64(a.FloodUniqueTokens) / float64(capTokens)
+		a.FloodSessions, a.FloodRequests, a.FloodUniqueTokens = len(flood), nreq, unique
+		a.FloodCapacityX = float64(unique) / float64(capTokens)
 		rep.Arms[arm] = a
 	}
 	b, pin := rep.Arms["baseline"], rep.Arms["pinned"]
@@ -156,6 +157,44 @@ func RunPinFlood(ctx context.Context, p PinFloodParams, prog Progress) (*PinFloo
 	rep.Targets = PinFloodTargets{PinnedHitMin: 0.99, BaselineHitMax: 0.01, SpeedupMin: 5}
 	rep.Targets.Met = pin.PinnedHit >= 0.99 && b.HitRate <= 0.01 && rep.Speedup >= 5
 	return rep, nil
+}
+
+// runFlood runs the flood from p.Concurrency clients, each taking the next
+// whole session and running it turn by turn, admitted while their tokens
+// fit; the first error stops them all. say hears of every 100th request.
+func runFlood(ctx context.Context, rig *Rig, p PinFloodParams, flood []floodSession, say func(done, total int64)) error {
+	total := int64(0)
+	for _, f := range flood {
+		total += int64(len(f.requests))
+	}
+	g := newGate(p.AdmitTokens)
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var next, done atomic.Int64
+	var wg sync.WaitGroup
+	for range p.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; int(i) < len(flood) && fctx.Err() == nil; i = next.Add(1) - 1 {
+				for _, r := range flood[i].requests {
+					tr := refengine.TurnRequest{Session: flood[i].name, Tenant: tenant, Tokens: r.Prompt, Output: r.Output}
+					if _, err := runTurn(fctx, rig.Engine, g, tr); err != nil {
+						cancel(err)
+						return
+					}
+					if n := done.Add(1); n%100 == 0 {
+						say(n, total)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(fctx); err != nil {
+		return fmt.Errorf("flood: %w", err)
+	}
+	return nil
 }
 
 // floodSchedule cycles the flood traces, each copy under its own short
@@ -209,7 +248,6 @@ func pinFloodArm(ctx context.Context, p PinFloodParams, pinned bool, vip []Reque
 	if err != nil {
 		return a, fmt.Errorf("ttl %q: %w", p.TTL, err)
 	}
-	const tenant = "bench"
 	var lastPrefix []uint32
 	for i := 0; i < p.WarmupTurns; i++ {
 		prog.say("pin-flood %s: VIP warm-up turn %d/%d", arm, i+1, p.WarmupTurns)
@@ -226,7 +264,7 @@ func pinFloodArm(ctx context.Context, p PinFloodParams, pinned bool, vip []Reque
 			return a, fmt.Errorf("VIP turn %d: cache_control did not pin", i+1)
 		}
 		a.PinnedBlocks = st.PinnedBlocks
-		lastPrefix = append(append(lastPrefix[:0], r.Prompt...), r.Output...)
+		lastPrefix = r.seq()
 	}
 	full := len(lastPrefix) / p.PageSize * p.PageSize
 	a.PrefixTokens = full
@@ -237,60 +275,12 @@ func pinFloodArm(ctx context.Context, p PinFloodParams, pinned bool, vip []Reque
 		return a, err
 	}
 
-	// The flood: Concurrency clients, each running whole sessions turn by
-	// turn, admitted while their tokens fit.
 	floodStart := time.Now()
-	g := newGate(p.AdmitTokens)
-	work := make(chan floodSession)
-	var done atomic.Int64
-	var unique atomic.Int64
-	errc := make(chan error, p.Concurrency)
-	var wg sync.WaitGroup
-	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	total := 0
-	for _, f := range flood {
-		total += len(f.requests)
-	}
-	for c := 0; c < p.Concurrency; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for f := range work {
-				for _, r := range f.requests {
-					if _, err := runTurn(fctx, rig.Engine, g, refengine.TurnRequest{Session: f.name, Tenant: tenant, Tokens: r.Prompt, Output: r.Output}); err != nil {
-						errc <- err
-						cancel()
-						return
-					}
-					if n := done.Add(1); n%100 == 0 {
-						prog.say("pin-flood %s: flood %d/%d requests", arm, n, total)
-					}
-				}
-				last := f.requests[len(f.requests)-1]
-				unique.Add(int64(len(last.Prompt) + len(last.Output)))
-			}
-		}()
-	}
-feed:
-	for _, f := range flood {
-		select {
-		case work <- f:
-		case <-fctx.Done():
-			break feed
-		}
-	}
-	close(work)
-	wg.Wait()
-	select {
-	case err := <-errc:
-		return a, fmt.Errorf("flood: %w", err)
-	default:
-	}
-	if err := ctx.Err(); err != nil {
+	if err := runFlood(ctx, rig, p, flood, func(done, total int64) {
+		prog.say("pin-flood %s: flood %d/%d requests", arm, done, total)
+	}); err != nil {
 		return a, err
 	}
-	a.FloodSessions, a.FloodRequests, a.FloodUniqueTokens = len(flood), int(done.Load()), unique.Load()
 	a.FloodSeconds = time.Since(floodStart).Seconds()
 	if err := rig.WaitSettled(ctx, 30*time.Second); err != nil {
 		return a, err

@@ -23,6 +23,9 @@ import (
 	"github.com/kvpilot/kvpilot/sdk/policy"
 )
 
+// tenant is the tenant the scenarios' requests and directives run under.
+const tenant = "bench"
+
 // ErrDirective: the host refused a directive turn a scenario needed.
 var ErrDirective = errors.New("directive turn refused")
 
@@ -274,18 +277,27 @@ func verbs(ds []directive.Directive) string {
 // WaitSettled waits until the mover has no write-through queued and no
 // transfer in flight, so a measurement sees the tiers at rest.
 func (r *Rig) WaitSettled(ctx context.Context, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
+	return waitFor(ctx, within, func() (int, string) {
 		st := r.Stats()
 		pending := st.WriteThroughQueued + st.InFlight
 		for _, t := range st.Tiers {
 			pending += t.PendingIn + t.PendingDrop
 		}
-		if pending == 0 {
+		return pending, "tiers not settled (transfers pending)"
+	})
+}
+
+// waitFor polls left every 10 ms until it counts nothing left, failing
+// with what it says is left after within.
+func waitFor(ctx context.Context, within time.Duration, left func() (int, string)) error {
+	deadline := time.Now().Add(within)
+	for {
+		n, what := left()
+		if n == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("bench rig: tiers not settled after %v (%d transfers pending)", within, pending)
+			return fmt.Errorf("bench rig: %s after %v: %d", what, within, n)
 		}
 		select {
 		case <-ctx.Done():
@@ -309,9 +321,7 @@ func hashesOf(tokens []uint32, pageSize int, tenant string) []uint64 {
 // WaitLeasesSettled waits until every named lease has its pages on the
 // pause tier alone (the hotter copies freed).
 func (r *Rig) WaitLeasesSettled(ctx context.Context, ids []string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		unsettled := 0
+	return waitFor(ctx, within, func() (unsettled int, _ string) {
 		r.Daemon.Index().Do(func(ix *cache.Index) {
 			for _, id := range ids {
 				if li, ok := ix.Lease(id); ok && !li.Settled {
@@ -319,16 +329,6 @@ func (r *Rig) WaitLeasesSettled(ctx context.Context, ids []string, within time.D
 				}
 			}
 		})
-		if unsettled == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("bench rig: %d of %d leases not settled after %v", unsettled, len(ids), within)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return unsettled, fmt.Sprintf("leases of %d not settled", len(ids))
+	})
 }

@@ -159,7 +159,7 @@ func spliceReplayArm(ctx context.Context, p SpliceReplayParams, arm string, c le
 		if arm == "cache-off" {
 			return fmt.Sprintf("off-%d", n)
 		}
-		return "bench"
+		return tenant
 	}
 	for i, r := range c.build {
 		prog.say("splice-replay %s: build turn %d/%d", arm, i+1, len(c.build))

@@ -96,7 +96,6 @@ func thinkStripArm(ctx context.Context, p ThinkStripParams, arm string, reqs []R
 		return a, 0, err
 	}
 	defer rig.Close()
-	const tenant = "bench"
 	session := "reasoning"
 	spliced := 0
 	for i, r := range reqs {

@@ -127,7 +127,6 @@ func truncationArm(ctx context.Context, p TruncationParams, arm string, prog Pro
 	if err != nil {
 		return a, 0, 0, err
 	}
-	const tenant = "bench"
 	edits, edited := 0, 0
 	for si, tr := range p.Traces {
 		pol := truncation.New()
