@@ -10,16 +10,6 @@ import (
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
-// Progress reports a scenario's progress to a person (nil: silent). The
-// CLI passes one that rewrites a line on stderr when it is a terminal.
-type Progress func(format string, args ...any)
-
-func (p Progress) say(format string, args ...any) {
-	if p != nil {
-		p(format, args...)
-	}
-}
-
 // gate admits requests while the tokens of those running fit a budget, as
 // an engine's scheduler admits a request only when its KV fits in device
 // memory. Clients beyond it wait in line: concurrency 128 is the number of

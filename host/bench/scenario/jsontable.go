@@ -110,15 +110,20 @@ func writeSections(w io.Writer, doc object, sections ...string) error {
 
 // writeSection prints v under name: an object of objects (the arms), or a
 // list of objects, as a table, a row a member (an item) and a column a
-// flat field, and each field that is an object in every row as a table of
-// its own, name.field; any other object as a line of its flat members,
-// `name:  key=value ...` (wrapped), its other members after it under
-// their path; a scalar as `name: value`.
+// flat field, and each field that is an object in the rows as a table of
+// its own, name.field; any other object or list as a line of its flat
+// members, `name:  key=value ...` (wrapped), its other members after it
+// under their path; a scalar or a list of scalars as `name: value`.
 func writeSection(w io.Writer, name string, v any) {
-	if labels, rows := rowsOf(v); rows != nil {
+	members, ok := membersOf(v)
+	if !ok || isFlat(v) {
+		fmt.Fprintf(w, "%s: %s\n", name, format(v))
+		return
+	}
+	if isTable(members) {
 		var cols, nested []string
-		for _, r := range rows {
-			for _, m := range r {
+		for _, row := range members {
+			for _, m := range row.val.(object) {
 				if _, obj := m.val.(object); obj && !slices.Contains(nested, m.key) {
 					nested = append(nested, m.key)
 				} else if !obj && !slices.Contains(cols, m.key) {
@@ -128,38 +133,22 @@ func writeSection(w io.Writer, name string, v any) {
 		}
 		if len(cols) > 0 {
 			fmt.Fprintf(w, "\n%s\t%s\n", name, strings.Join(cols, "\t"))
-			for i, r := range rows {
-				cells := make([]string, len(cols))
-				for j, c := range cols {
-					cells[j] = format(r.get(c))
+			for _, row := range members {
+				cells := []string{row.key}
+				for _, c := range cols {
+					cells = append(cells, format(row.val.(object).get(c)))
 				}
-				fmt.Fprintf(w, "%s\t%s\n", labels[i], strings.Join(cells, "\t"))
+				fmt.Fprintln(w, strings.Join(cells, "\t"))
 			}
 			fmt.Fprintln(w)
 		}
 		for _, k := range nested {
-			sub := make(object, len(rows))
-			for i, r := range rows {
-				sub[i] = member{labels[i], r.get(k)}
+			sub := make(object, len(members))
+			for i, row := range members {
+				sub[i] = member{row.key, row.val.(object).get(k)}
 			}
 			writeSection(w, name+"."+k, sub)
 		}
-		return
-	}
-	var members object
-	switch x := v.(type) {
-	case object:
-		members = x
-	case []any:
-		if isFlat(x) {
-			fmt.Fprintf(w, "%s: %s\n", name, format(v))
-			return
-		}
-		for i, e := range x {
-			members = append(members, member{strconv.Itoa(i + 1), e})
-		}
-	default:
-		fmt.Fprintf(w, "%s: %s\n", name, format(v))
 		return
 	}
 	line := name + ":"
@@ -184,46 +173,47 @@ func writeSection(w io.Writer, name string, v any) {
 	}
 }
 
-// rowsOf reads v as table rows: the members of an object, or the items of
-// a list, when every one is an object whose members are flat or objects of
-// flat members, and some field is in every one (records, not sections);
-// rows is nil when v is not such a table.
-func rowsOf(v any) (labels []string, rows []object) {
-	flatObject := func(v any) bool {
-		o, ok := v.(object)
-		return ok && !slices.ContainsFunc(o, func(m member) bool { return !isFlat(m.val) })
-	}
-	add := func(label string, item any) bool {
-		o, ok := item.(object)
-		if !ok || slices.ContainsFunc(o, func(m member) bool { return !isFlat(m.val) && !flatObject(m.val) }) {
-			return false
-		}
-		labels, rows = append(labels, label), append(rows, o)
-		return true
-	}
+// membersOf is v's members: an object's, or a list's items keyed 1, 2...
+func membersOf(v any) (object, bool) {
 	switch x := v.(type) {
 	case object:
-		for _, m := range x {
-			if !add(m.key, m.val) {
-				return nil, nil
-			}
-		}
+		return x, true
 	case []any:
-		for i, item := range x {
-			if !add(strconv.Itoa(i+1), item) {
-				return nil, nil
+		o := make(object, len(x))
+		for i, e := range x {
+			o[i] = member{strconv.Itoa(i + 1), e}
+		}
+		return o, true
+	}
+	return nil, false
+}
+
+// isTable: the members are table rows, records rather than sections:
+// each an object whose fields are flat or objects of flat fields, with
+// some field in every one.
+func isTable(members object) bool {
+	if len(members) == 0 {
+		return false
+	}
+	for _, row := range members {
+		o, ok := row.val.(object)
+		if !ok {
+			return false
+		}
+		for _, f := range o {
+			if inner, obj := f.val.(object); obj && !allFlat(inner) || !obj && !isFlat(f.val) {
+				return false
 			}
 		}
 	}
-	if len(rows) == 0 {
-		return nil, nil
-	}
-	for _, m := range rows[0] {
-		if !slices.ContainsFunc(rows, func(r object) bool { return !r.has(m.key) }) {
-			return labels, rows // m.key is in every row
-		}
-	}
-	return nil, nil
+	return slices.ContainsFunc(members[0].val.(object), func(f member) bool {
+		return !slices.ContainsFunc(members, func(row member) bool { return !row.val.(object).has(f.key) })
+	})
+}
+
+// allFlat: every member of o is flat.
+func allFlat(o object) bool {
+	return !slices.ContainsFunc(o, func(m member) bool { return !isFlat(m.val) })
 }
 
 // isFlat: v is a scalar or a list of scalars.

@@ -98,7 +98,33 @@ func (s benchScenario) run(ctx context.Context, args []string, stdout, stderr io
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", s.Name, err)
 	}
-	return rep, scenario.Output(stdout, rep, *asJSON, *plot, "kvpilot bench "+s.Name)
+	return rep, output(stdout, rep, *asJSON, *plot, "kvpilot bench "+s.Name)
+}
+
+// output writes a report the way every `kvpilot bench` scenario does: its
+// table, or one JSON object with --json; and the SVG plot when plotPath is
+// set.
+func output(stdout io.Writer, rep scenario.Report, asJSON bool, plotPath, title string) error {
+	if plotPath != "" {
+		f, err := os.Create(plotPath)
+		if err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		werr := scenario.WriteSVG(f, title, rep.Charts())
+		if err := f.Close(); werr == nil {
+			werr = err
+		}
+		if werr != nil {
+			return fmt.Errorf("plot %s: %w", plotPath, werr)
+		}
+	}
+	if asJSON {
+		return json.NewEncoder(stdout).Encode(rep)
+	}
+	if t, ok := rep.(interface{ WriteTable(io.Writer) error }); ok {
+		return t.WriteTable(stdout)
+	}
+	return scenario.JSONTable(rep)(stdout)
 }
 
 // errTargetsMissed: --check was given and a target was missed (exit 1).

@@ -28,6 +28,6 @@ func rotateFlags(fs *flag.FlagSet) runFunc {
 		if err != nil {
 			return nil, err
 		}
-		return tableReport{r, scenario.JSONTable(r, "scenario", "device", "params", "gbps", "baseline_gbps", "ratio", "targets")}, nil
+		return tableReport{r, scenario.JSONTable(r)}, nil
 	}
 }

@@ -39,6 +39,6 @@ func tiersFlags(fs *flag.FlagSet) runFunc {
 			return nil, err
 		}
 		r.Params["gc_percent"] = *gcPercent
-		return tableReport{r, scenario.JSONTable(r, "scenario", "params", "arms", "ratio", "pass", "memory_baselines", "candidates", "targets")}, nil
+		return tableReport{r, scenario.JSONTable(r)}, nil
 	}
 }
