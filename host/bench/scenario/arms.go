@@ -69,11 +69,15 @@ type ArmStats struct {
 
 // turn runs r on the rig's engine as session's next request and adds it
 // to a. A contract violation ends the arm: ok is false and err nil (the
-// report says so); any other error is returned.
+// report says so, in ContractOK and Error); any other error is returned.
 func (a *ArmStats) turn(ctx context.Context, rig *Rig, session, tenant string, r Request) (st refengine.TurnStats, ok bool, err error) {
 	st, err = rig.turn(ctx, session, tenant, r)
+	if errors.Is(err, refengine.ErrContract) {
+		a.ContractOK, a.Error = false, err.Error()
+		return st, false, nil
+	}
 	if err != nil {
-		return st, false, a.fail(err)
+		return st, false, err
 	}
 	a.add(st)
 	return st, true, nil
@@ -84,24 +88,10 @@ func (a *ArmStats) add(st refengine.TurnStats) {
 	a.PromptTokens += st.Prompt
 	a.CachedTokens += st.Cached
 	a.PrefillTokens += st.Prefilled
+	a.HitRate = ratio(a.CachedTokens, a.PromptTokens)
 	a.TTFTms += st.TTFTms
 	a.CheckedRows += st.CheckedRows
 	a.RotatedRows += st.RoundedRows
-}
-
-func (a *ArmStats) finish() {
-	a.HitRate = ratio(a.CachedTokens, a.PromptTokens)
-}
-
-// fail records a contract violation as the arm's outcome (the report says
-// so) and passes any other error up.
-func (a *ArmStats) fail(err error) error {
-	if errors.Is(err, refengine.ErrContract) {
-		a.ContractOK = false
-		a.Error = err.Error()
-		return nil
-	}
-	return err
 }
 
 // barsOf is a bar per arm, in arms' order, of what value reads.

@@ -210,9 +210,9 @@ func TestSVG(t *testing.T) {
 	}
 }
 
-func TestFindTraceMissing(t *testing.T) {
+func TestLoadTracesMissing(t *testing.T) {
 	t.Setenv(policytest.TracesEnv, t.TempDir())
-	if _, err := FindTrace("no-such-trace.jsonl"); err == nil || !strings.Contains(err.Error(), policytest.TracesEnv) {
+	if _, err := LoadTraces("no-such-trace.jsonl"); err == nil || !strings.Contains(err.Error(), policytest.TracesEnv) {
 		t.Fatalf("missing trace: %v", err)
 	}
 }

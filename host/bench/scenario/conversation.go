@@ -15,21 +15,13 @@ import (
 // Trace is a recorded agent session (the examples/traces JSON Lines format).
 type Trace = policytest.Trace
 
-// Tokenize is the benchmarks' tokenizer: policytest's deterministic
-// 4-bytes-a-token stand-in. Its only property that matters here is that it
-// is prefix-stable: a message renders to the same tokens wherever it sits.
-func Tokenize(s string) []uint32 { return policytest.Tokenize(s) }
-
-// FindTrace resolves a trace file name: a path that exists as given, else
-// the file of that name in $KVPILOT_TRACES or the repository's
-// examples/traces (policytest.TracePath).
-func FindTrace(name string) (string, error) { return policytest.TracePath(name) }
-
-// LoadTraces reads the named trace files (see FindTrace) in order.
+// LoadTraces reads the named trace files in order: each a path that exists
+// as given, else the file of that name in $KVPILOT_TRACES or the
+// repository's examples/traces (policytest.TracePath).
 func LoadTraces(names ...string) ([]Trace, error) {
 	var out []Trace
 	for _, n := range names {
-		p, err := FindTrace(n)
+		p, err := policytest.TracePath(n)
 		if err != nil {
 			return nil, err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/daemon"
 	"github.com/kvpilot/kvpilot/host/gateway"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
+	"github.com/kvpilot/kvpilot/sdk/policytest"
 )
 
 // GatewayParams shape the gateway scenario: real agent sessions resent in
@@ -116,7 +117,7 @@ func RunGateway(ctx context.Context, p GatewayParams, prog Progress) (*GatewayRe
 		ids = append(ids, tr.SessionID)
 		sessions[i] = ChatTurns(tr, SystemBlock("agent", p.SystemTokens), p.MaxRequests)
 		if n := len(sessions[i]); n > 0 {
-			toks, _ := chatwire.Render(sessions[i][n-1].Messages, Tokenize)
+			toks, _ := chatwire.Render(sessions[i][n-1].Messages, policytest.Tokenize)
 			longest = max(longest, len(toks))
 		}
 	}

@@ -155,9 +155,7 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 	turn := func(i, k int) (refengine.TurnStats, []policy.Directive, error) {
 		r := sessions[i][k]
 		id := fmt.Sprintf("s%d", i)
-		out, err := observe(policy.Observation{Kind: policy.KindRequestStarted, Session: id, Started: &policy.RequestStarted{
-			RequestID: fmt.Sprintf("%s/%d", id, k), Turn: int64(k), PromptTokens: int64(len(r.Prompt)), PageSize: uint32(p.PageSize),
-			BlockHashes: hashesOf(r.Prompt, p.PageSize, tenant), Messages: r.Messages}})
+		out, err := observe(started(id, k, r.Prompt, r.Messages, p.PageSize))
 		if err != nil {
 			return refengine.TurnStats{}, nil, err
 		}
@@ -207,7 +205,7 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 	}
 	settle := time.Now()
 	if arm != "keep" {
-		if err := rig.ApplyPolicy(ctx, idlepause.Name, tenant, ds); err != nil {
+		if err := rig.ApplyPolicy(ctx, idlepause.Name, ds); err != nil {
 			return a, 0, err
 		}
 		if arm == "drop" {
@@ -252,7 +250,7 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 		if arm == "pause" {
 			// The policy resumes the lease when it sees the session back
 			// (after the request matched, as the host observes it).
-			if err := rig.ApplyPolicy(ctx, idlepause.Name, tenant, ds); err != nil {
+			if err := rig.ApplyPolicy(ctx, idlepause.Name, ds); err != nil {
 				return a, 0, err
 			}
 		}
@@ -265,7 +263,8 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 	a.ResumeTTFTms /= float64(p.Idle)
 	a.ResumeWallMs = float64(wall.Microseconds()) / 1e3 / float64(p.Idle)
 	a.HitRate = ratio(a.ResumeCachedTokens, a.ResumePromptTokens)
-	return a, rig.PageBytes(), nil
+	layout := rig.Engine.Layout()
+	return a, int64(layout.PageBytes()), nil
 }
 
 // Charts: device pages held and resume TTFT per arm.

@@ -30,7 +30,8 @@ type PyScenario struct {
 	// Grace is how long the driver may take to stop what it started once
 	// told to (SIGTERM).
 	Grace time.Duration
-	// Sections are the members of the report its table shows, in order.
+	// Sections are the members of the report its table shows, in order
+	// (none: all).
 	Sections []string
 	// Charts draws the report for --plot.
 	Charts func(report object) []Chart
@@ -118,8 +119,7 @@ func (r *PyReport) Charts() []Chart { return r.s.Charts(r.doc) }
 // trained model, unless its --model names a random-weight one; full
 // prefill, the prefix from kvpilot, re-prefill after an edit, the splice.
 var RealModel = &PyScenario{Name: "real-model", Module: "kvbench.realmodel", Grace: 5 * time.Second,
-	Rig:      &RigOptions{DevicePages: 2048, HostPages: 4096, Adjust: func(c *config.Config) { c.Index.SinkTokens = 0 }},
-	Sections: []string{"scenario", "params", "arms", "ratios", "checks", "targets"},
+	Rig: &RigOptions{DevicePages: 2048, HostPages: 4096, Adjust: func(c *config.Config) { c.Index.SinkTokens = 0 }},
 	Charts: func(r object) []Chart {
 		return []Chart{
 			{Title: "time to first token", Unit: "ms, wall clock", Bars: jsonBars(r.get("arms"), "ttft_ms")},
@@ -139,6 +139,7 @@ var SpliceQuality = &PyScenario{Name: "splice-quality", Module: "kvbench.spliceq
 		c.Index.SinkTokens = 0
 		c.Index.WritePolicy = "none"
 	}},
+	// Its cases (every arm of every case) are in the JSON only.
 	Sections: []string{"scenario", "params", "arms", "curves", "checks", "targets"},
 	Charts: func(r object) []Chart {
 		c := Chart{Title: "KL against a re-prefill", Unit: "mean per token", XUnit: "share of the edited region recomputed"}
@@ -162,8 +163,7 @@ var SpliceQuality = &PyScenario{Name: "splice-quality", Module: "kvbench.spliceq
 var VLLM = &PyScenario{Name: "vllm", Module: "kvbench.vllm",
 	// The driver stops its hosts and vLLM processes on SIGTERM; they may
 	// take a while.
-	Grace:    30 * time.Second,
-	Sections: []string{"scenario", "params", "models", "targets"},
+	Grace: 30 * time.Second,
 	Charts: func(r object) []Chart {
 		var charts []Chart
 		models, _ := r.get("models").(object)

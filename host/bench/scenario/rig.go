@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/daemon"
 	"github.com/kvpilot/kvpilot/host/tier"
+	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
 	"github.com/kvpilot/kvpilot/sdk/directive"
 	"github.com/kvpilot/kvpilot/sdk/policy"
@@ -25,9 +28,6 @@ import (
 
 // tenant is the tenant the scenarios' requests and directives run under.
 const tenant = "bench"
-
-// ErrDirective: the host refused a directive turn a scenario needed.
-var ErrDirective = errors.New("directive turn refused")
 
 // RigOptions shape a benchmark host and its reference engine.
 type RigOptions struct {
@@ -178,12 +178,6 @@ func (r *Rig) Close() error {
 	return errors.Join(errs...)
 }
 
-// PageBytes is the size of one page of the engine's layout.
-func (r *Rig) PageBytes() int64 {
-	l := r.Engine.Layout()
-	return int64(l.PageBytes())
-}
-
 // Stats is the cache index's snapshot.
 func (r *Rig) Stats() (st cache.Stats) {
 	r.Daemon.Index().Do(func(ix *cache.Index) { st = ix.Stats() })
@@ -223,7 +217,7 @@ func (r *Rig) Apply(ctx context.Context, source, tenant string, ds ...directive.
 	case err != nil:
 		return rep, fmt.Errorf("bench rig: %s from %s: %w", verbs(ds), source, err)
 	case !rep.OK():
-		return rep, fmt.Errorf("%w: %s from %s: %v", ErrDirective, verbs(ds), source, rep.Error)
+		return rep, fmt.Errorf("directive turn refused: %s from %s: %v", verbs(ds), source, rep.Error)
 	}
 	return rep, nil
 }
@@ -244,21 +238,15 @@ func (r *Rig) control(source string) (*controlclient.UnixClient, error) {
 }
 
 // ApplyPolicy applies a policy's directives, one turn per tenant (a policy
-// may scope directives to tenants with policy.WithTenant).
-func (r *Rig) ApplyPolicy(ctx context.Context, source, tenant string, ds []policy.Directive) error {
+// may scope directives to tenants with policy.WithTenant; unscoped, the
+// scenarios' tenant).
+func (r *Rig) ApplyPolicy(ctx context.Context, source string, ds []policy.Directive) error {
 	byTenant := map[string][]directive.Directive{}
-	var order []string
 	for _, d := range ds {
 		t, inner := policy.Unwrap(d)
-		if t == "" {
-			t = tenant
-		}
-		if _, ok := byTenant[t]; !ok {
-			order = append(order, t)
-		}
-		byTenant[t] = append(byTenant[t], inner)
+		byTenant[cmp.Or(t, tenant)] = append(byTenant[cmp.Or(t, tenant)], inner)
 	}
-	for _, t := range order {
+	for _, t := range slices.Sorted(maps.Keys(byTenant)) {
 		if _, err := r.Apply(ctx, source, t, byTenant[t]...); err != nil {
 			return err
 		}
@@ -310,6 +298,14 @@ func waitFor(ctx context.Context, within time.Duration, left func() (int, string
 // turn runs req on the engine as session's next request for tenant.
 func (r *Rig) turn(ctx context.Context, session, tenant string, req Request) (refengine.TurnStats, error) {
 	return runTurn(ctx, r.Engine, nil, refengine.TurnRequest{Session: session, Tenant: tenant, Tokens: req.Prompt, Output: req.Output, Messages: req.Messages})
+}
+
+// started is the observation a policy gets of request k of session
+// starting, for the scenarios' tenant, with its prompt and messages.
+func started(session string, k int, prompt []uint32, msgs []chat.Message, pageSize int) policy.Observation {
+	return policy.Observation{Kind: policy.KindRequestStarted, Session: session, Tenant: tenant, Started: &policy.RequestStarted{
+		RequestID: fmt.Sprintf("%s/%d", session, k), Turn: int64(k), PromptTokens: int64(len(prompt)), PageSize: uint32(pageSize),
+		BlockHashes: hashesOf(prompt, pageSize, tenant), Messages: msgs}}
 }
 
 // hashesOf returns the sequence hashes of tokens' full pages as the host

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/kvpilot/kvpilot/host/engine"
 	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
@@ -154,7 +153,7 @@ func spliceReplayArm(ctx context.Context, p SpliceReplayParams, arm string, c le
 	defer rig.Close()
 	n := 0
 	// cache-off: every request under its own tenant, so nothing is shared.
-	tenant := func() string {
+	tenantOf := func() string {
 		n++
 		if arm == "cache-off" {
 			return fmt.Sprintf("off-%d", n)
@@ -163,39 +162,27 @@ func spliceReplayArm(ctx context.Context, p SpliceReplayParams, arm string, c le
 	}
 	for i, r := range c.build {
 		prog.say("splice-replay %s: build turn %d/%d", arm, i+1, len(c.build))
-		if _, ok, err := build.turn(ctx, rig, "leyline", tenant(), r); !ok {
+		if _, ok, err := build.turn(ctx, rig, "leyline", tenantOf(), r); !ok {
 			return build, replay, err
 		}
 	}
 	prog.say("splice-replay %s: edit", arm)
-	if _, ok, err := build.turn(ctx, rig, "leyline-edit", tenant(), c.edit); !ok {
+	if _, ok, err := build.turn(ctx, rig, "leyline-edit", tenantOf(), c.edit); !ok {
 		return build, replay, err
 	}
 	prog.say("splice-replay %s: replay", arm)
-	before, fills := spliceCounters(rig), rig.Fills.Tokens.Load()
-	if _, ok, err := replay.turn(ctx, rig, "leyline", tenant(), c.replay); !ok {
+	splices, fills := rig.Daemon.Engine().Stats().AutoSplices, rig.Fills.Tokens.Load()
+	if _, ok, err := replay.turn(ctx, rig, "leyline", tenantOf(), c.replay); !ok {
 		return build, replay, err
 	}
-	after := spliceCounters(rig)
-	replay.Splices = int(after.AutoSplices - before.AutoSplices)
+	replay.Splices = int(rig.Daemon.Engine().Stats().AutoSplices - splices)
 	// The fills prefilled the splice's replacements: that is prefill too.
 	replay.FillTokens = int(rig.Fills.Tokens.Load() - fills)
 	replay.PrefillTokens += replay.FillTokens
-	build.finish()
-	replay.finish()
 	return build, replay, nil
 }
 
 // Charts: replay hit rate and prefill per arm.
 func (r *SpliceReplayReport) Charts() []Chart {
 	return hitAndPrefill("replay ", spliceReplayArms, r.Arms)
-}
-
-// spliceCounters reads the engine service's counters (zero before an
-// engine registered).
-func spliceCounters(r *Rig) engine.Stats {
-	if svc := r.Daemon.Engine(); svc != nil {
-		return svc.Stats()
-	}
-	return engine.Stats{}
 }

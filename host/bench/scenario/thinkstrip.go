@@ -123,7 +123,6 @@ func thinkStripArm(ctx context.Context, p ThinkStripParams, arm string, reqs []R
 			return a, spliced, err
 		}
 	}
-	a.finish()
 	return a, spliced, nil
 }
 

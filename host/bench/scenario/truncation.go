@@ -150,14 +150,12 @@ func truncationArm(ctx context.Context, p TruncationParams, arm string, prog Pro
 			}
 			prog.say("truncation %s: session %d/%d request %d", arm, si+1, len(p.Traces), turn+1)
 			toks := sess.Tokens()
-			ds, err := pol.Observe(ctx, policy.Observation{Kind: policy.KindRequestStarted, Session: session, Tenant: tenant, Started: &policy.RequestStarted{
-				RequestID: fmt.Sprintf("%s/%d", session, turn), Turn: int64(turn), PromptTokens: int64(len(toks)), PageSize: uint32(p.PageSize),
-				BlockHashes: hashesOf(toks, p.PageSize, tenant), Messages: sess.Messages()}})
+			ds, err := pol.Observe(ctx, started(session, turn, toks, sess.Messages(), p.PageSize))
 			if err != nil {
 				return a, 0, 0, fmt.Errorf("truncation policy: %w", err)
 			}
 			before := sess.Len()
-			splices, _, err := tokenSplices(sess, ds)
+			splices, err := tokenSplices(sess, ds)
 			if err != nil {
 				return a, 0, 0, err
 			}
@@ -203,8 +201,6 @@ func truncationArm(ctx context.Context, p TruncationParams, arm string, prog Pro
 			turn++
 		}
 	}
-	a.All.finish()
-	a.AfterEdit.finish()
 	a.PrefillTokens = a.AfterEdit.PrefillTokens - a.NewTokens
 	return a, edits, edited, nil
 }
@@ -212,9 +208,9 @@ func truncationArm(ctx context.Context, p TruncationParams, arm string, prog Pro
 // tokenSplices applies the policy's splices to the harness's model of
 // the session (the truncated history it will send) and returns them with
 // token replacements, as an engine-side harness sends them (the host
-// takes token ids), plus the replacement tokens the fills will prefill.
-// The positions name the sequence before the edits, as a turn's do.
-func tokenSplices(sess *policytest.Session, ds []policy.Directive) ([]directive.Directive, int, error) {
+// takes token ids), left to right. The positions name the sequence before
+// the edits, as a turn's do.
+func tokenSplices(sess *policytest.Session, ds []policy.Directive) ([]directive.Directive, error) {
 	var out []directive.Splice
 	for _, d := range ds {
 		_, inner := policy.Unwrap(d)
@@ -223,23 +219,21 @@ func tokenSplices(sess *policytest.Session, ds []policy.Directive) ([]directive.
 			continue
 		}
 		if s.Replacement.Text != "" {
-			s.Replacement = directive.Replacement{Tokens: Tokenize(s.Replacement.Text)}
+			s.Replacement = directive.Replacement{Tokens: policytest.Tokenize(s.Replacement.Text)}
 		}
 		out = append(out, s)
 	}
+	// The session is edited from the right, so the positions to the left
+	// still hold.
 	sort.Slice(out, func(a, b int) bool { return out[a].Start > out[b].Start })
-	fill := 0
-	for _, s := range out {
-		if err := sess.Splice(s.Start, s.End, s.Replacement.Tokens); err != nil {
-			return nil, 0, fmt.Errorf("truncation splice %d..%d: %w", s.Start, s.End, err)
-		}
-		fill += len(s.Replacement.Tokens)
-	}
 	res := make([]directive.Directive, len(out))
-	for i := range out {
-		res[len(out)-1-i] = out[i] // left to right
+	for i, s := range out {
+		if err := sess.Splice(s.Start, s.End, s.Replacement.Tokens); err != nil {
+			return nil, fmt.Errorf("truncation splice %d..%d: %w", s.Start, s.End, err)
+		}
+		res[len(out)-1-i] = s
 	}
-	return res, fill, nil
+	return res, nil
 }
 
 // Charts: prefill after edits per arm.
