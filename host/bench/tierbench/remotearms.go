@@ -84,29 +84,29 @@ func (f *Fixture) openJetStream(dir string) error {
 // rawJetStream puts n host pages as plain objects of the bench bucket, or
 // gets them back.
 func (f *Fixture) rawJetStream(put bool) func(n int) error {
-	return func(n int) error {
-		return f.eachPage(n, func(ctx context.Context, i int, page []byte) error {
-			name := "raw/" + strconv.Itoa(i%f.pages)
-			if put {
-				_, err := f.rawObs.PutBytes(ctx, name, page)
-				return err
-			}
-			b, err := f.rawObs.GetBytes(ctx, name)
-			copy(page, b)
-			return err
-		})
-	}
+	return f.rawArm(put, "raw/", func(ctx context.Context, name string, page []byte) error {
+		_, err := f.rawObs.PutBytes(ctx, name, page)
+		return err
+	}, func(ctx context.Context, name string) ([]byte, error) { return f.rawObs.GetBytes(ctx, name) })
 }
 
 // rawRedis sets n host pages as plain strings, or gets them back.
 func (f *Fixture) rawRedis(set bool) func(n int) error {
+	return f.rawArm(set, "kvpilot-bench-raw:", func(ctx context.Context, key string, page []byte) error {
+		return f.rc.Set(ctx, key, page, 0).Err()
+	}, func(ctx context.Context, key string) ([]byte, error) { return f.rc.Get(ctx, key).Bytes() })
+}
+
+// rawArm puts n host pages with put under prefix and their number, or
+// gets them back with get.
+func (f *Fixture) rawArm(put bool, prefix string, putFn func(context.Context, string, []byte) error, getFn func(context.Context, string) ([]byte, error)) func(n int) error {
 	return func(n int) error {
 		return f.eachPage(n, func(ctx context.Context, i int, page []byte) error {
-			key := "kvpilot-bench-raw:" + strconv.Itoa(i%f.pages)
-			if set {
-				return f.rc.Set(ctx, key, page, 0).Err()
+			name := prefix + strconv.Itoa(i%f.pages)
+			if put {
+				return putFn(ctx, name, page)
 			}
-			b, err := f.rc.Get(ctx, key).Bytes()
+			b, err := getFn(ctx, name)
 			copy(page, b)
 			return err
 		})
