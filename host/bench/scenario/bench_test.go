@@ -185,7 +185,7 @@ func TestSpliceReplayTiny(t *testing.T) {
 
 func TestTruncationTiny(t *testing.T) {
 	log := captureHostLog(t)
-	rep, err := RunTruncation(ctxFor(t, 90*time.Second), TruncationParams{Traces: []Trace{synthTrace("trunc", 8, 1200, false)}, Shape: Shape{SystemTokens: 200}}, nil)
+	rep, err := RunTruncation(ctxFor(t, 90*time.Second), TruncationParams{EditedSessions{Traces: []Trace{synthTrace("trunc", 8, 1200, false)}, Shape: Shape{SystemTokens: 200}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestLoadTracesMissing(t *testing.T) {
 // with the engine's contract check on every cached row.
 func TestGatewayTiny(t *testing.T) {
 	log := captureHostLog(t)
-	rep, err := RunGateway(ctxFor(t, 120*time.Second), GatewayParams{Traces: []Trace{synthTrace("gw", 8, 1200, true)}, Shape: Shape{SystemTokens: 200},
+	rep, err := RunGateway(ctxFor(t, 120*time.Second), GatewayParams{EditedSessions: EditedSessions{Traces: []Trace{synthTrace("gw", 8, 1200, true)}, Shape: Shape{SystemTokens: 200}},
 		TimeScale: 0.01}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -18,24 +18,17 @@ import (
 
 // GatewayParams shape the gateway scenario: real agent sessions resent in
 // full, as a harness sends them, through the front door (OpenAI chat
-// completions, streaming) to the reference engine's HTTP server. Policy is
-// the truncation policy's params, the edits the front door applies.
+// completions, streaming) to the reference engine's HTTP server, the
+// truncation policy's edits applied by the front door.
 type GatewayParams struct {
-	Traces []Trace `json:"-"`
-	Shape
-
-	Policy      map[string]any `json:"policy"`
-	MaxRequests int            `json:"max_requests"`
+	EditedSessions
 	// TimeScale makes the engine wait its modelled TTFT times this before
 	// answering, so the TTFT measured through HTTP carries the prefill.
 	TimeScale float64 `json:"time_scale"`
 }
 
 func (p *GatewayParams) defaults() {
-	p.Shape.defaults()
-	if p.Policy == nil {
-		p.Policy = truncationDefaults
-	}
+	p.EditedSessions.defaults()
 	p.TimeScale = cmp.Or(p.TimeScale, 1)
 }
 

@@ -14,29 +14,29 @@ import (
 	"github.com/kvpilot/kvpilot/sdk/policytest"
 )
 
-// TruncationParams shape the truncation scenario: real agent sessions
-// replayed under the built-in truncation policy (in process, through its
-// Go API), whose harness sends the truncated history. Policy holds the
-// policy's params (default truncationDefaults).
-type TruncationParams struct {
+// EditedSessions are real agent sessions replayed under the truncation
+// policy's edits, what the gateway and truncation scenarios take: Policy
+// holds the policy's params (default: Leyline's truncate_older_than(n=2,
+// max_chars=200)), MaxRequests the requests per session (0: all).
+type EditedSessions struct {
 	Traces []Trace `json:"-"`
 	Shape
 
-	Policy map[string]any `json:"policy"`
-	// MaxRequests per session (0: the whole session).
-	MaxRequests int `json:"max_requests"`
+	Policy      map[string]any `json:"policy"`
+	MaxRequests int            `json:"max_requests"`
 }
 
-func (p *TruncationParams) defaults() {
+func (p *EditedSessions) defaults() {
 	p.Shape.defaults()
 	if p.Policy == nil {
-		p.Policy = truncationDefaults
+		p.Policy = map[string]any{"older_than": 2, "max_chars": 200}
 	}
 }
 
-// truncationDefaults are the truncation policy's params the scenarios use
-// unless told otherwise: Leyline's truncate_older_than(n=2, max_chars=200).
-var truncationDefaults = map[string]any{"older_than": 2, "max_chars": 200}
+// TruncationParams shape the truncation scenario: the sessions under the
+// built-in truncation policy (in process, through its Go API), whose
+// harness sends the truncated history.
+type TruncationParams struct{ EditedSessions }
 
 // TruncationArm sums an arm: over every request (All) and over the
 // requests whose history the policy had just edited (AfterEdit, where

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 
 	"github.com/kvpilot/kvpilot/host/bench/scenario"
@@ -10,10 +9,10 @@ import (
 // pinFloodFlags defines the flags of `kvpilot bench pin-flood` (its row in
 // scenarios.go) and returns what runs it.
 func pinFloodFlags(fs *flag.FlagSet) runFunc {
-	vip := traceFlag(fs, "the VIP session's trace file", scenario.TraceDebugGym)
-	flood := tracesFlag(fs, "flood-trace", "comma-separated flood trace files",
-		scenario.TraceSWESmith, scenario.TraceSWEAgent, scenario.TraceSubagent, scenario.TraceOpus)
 	var p scenario.PinFloodParams
+	vip := traceFlag(fs, "the VIP session's trace file", scenario.TraceDebugGym, &p.VIP)
+	flood := tracesFlag(fs, "flood-trace", "comma-separated flood trace files", &p.Flood,
+		scenario.TraceSWESmith, scenario.TraceSWEAgent, scenario.TraceSubagent, scenario.TraceOpus)
 	pageSizeFlag(fs, &p.PageSize)
 	fs.IntVar(&p.DevicePages, "device-pages", 2048, "device tier capacity in pages")
 	fs.IntVar(&p.HostPages, "host-pages", 4096, "host tier capacity in pages")
@@ -23,14 +22,5 @@ func pinFloodFlags(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&p.TTL, "ttl", "5m", "the pinned arm's cache_control ttl")
 	fs.Float64Var(&p.DeviceHigh, "device-high", 0, "device tier high watermark (0: the host default)")
 	fs.Float64Var(&p.DeviceLow, "device-low", 0, "device tier low watermark (0: the host default)")
-	return func(ctx context.Context, prog scenario.Progress) (scenario.Report, error) {
-		var err error
-		if p.VIP, err = vip(); err != nil {
-			return nil, err
-		}
-		if p.Flood, err = flood(); err != nil {
-			return nil, err
-		}
-		return scenario.RunPinFlood(ctx, p, prog)
-	}
+	return traceRun(&p, scenario.RunPinFlood, vip, flood)
 }
