@@ -108,7 +108,7 @@ var notRunHere = map[string]string{
 	"python -m sglang.launch_server ": "needs a GPU and a model; sdk/python/tests/test_sglang_*.py run the backend on SGLang's own cache code on CPU, " +
 		"examples/sglang/gpu-check.sh runs the server",
 	"bin/kvpilot bench vllm": "starts vLLM a dozen times on a 4K-token prompt (minutes); its parts run in " +
-		"sdk/python/tests/test_vllm_*.py and host/bench/scenario TestVLLMReport",
+		"sdk/python/tests/test_vllm_*.py and host/bench/scenario TestPyReport",
 	"go run ./examples/refengine/cmd/refengine --socket kvpilot-data/run/engine.sock --page-size 64 --listen ": "serves HTTP until interrupted; " +
 		"examples/refengine/gateway_test.go and sdk/python/tests/test_gateway_*.py run the front door against it",
 	"bin/kvpilot bench real-model": "three minutes of CPU on two cores (SmolLM2-135M-Instruct, 4,096 tokens, three runs " +

@@ -56,7 +56,8 @@ type SpliceReplayReport struct {
 	Targets      SpliceTargets       `json:"targets"`
 }
 
-// SpliceTargets: splice >= 95% replay hit, radix lower, contract held.
+// SpliceTargets: splice >= 95% replay hit, radix lower, contract held (the
+// published reference on this benchmark: radix 49.6%, splice 60.8%).
 type SpliceTargets struct {
 	SpliceHitMin float64 `json:"splice_hit_min"`
 	Met          bool    `json:"met"`

@@ -31,7 +31,8 @@ func (p *ThinkStripParams) defaults() {
 // strip-reprefill (stripped history on a prefix cache: everything after
 // the first stripped <think> is prefilled again), strip-splice (the
 // harness declares each strip as a Splice with an empty replacement, so
-// the answer after the thinking stays cached, moved by Δ).
+// the answer after the thinking stays cached, moved by Δ). SGLang's
+// strip-thinking anchor to compare with: 11.1% -> 17.1% hit.
 type ThinkStripReport struct {
 	Scenario string              `json:"scenario"`
 	Params   ThinkStripParams    `json:"params"`
