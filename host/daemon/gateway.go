@@ -9,8 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/engine"
 	"github.com/kvpilot/kvpilot/host/gateway"
+	"github.com/kvpilot/kvpilot/host/tier"
 )
 
 // bindGateway binds the front door's port (gateway.listen; off when
@@ -118,4 +121,20 @@ func (g gatewayEngine) SessionTokens(tenant, session string) ([]uint32, int, boo
 		return nil, 0, false
 	}
 	return s.Tokens, s.CachedTokens, true
+}
+
+// StagedPages counts the leading full pages of tokens on the device tier.
+func (g gatewayEngine) StagedPages(tenant string, tokens []uint32) int {
+	ix := g.d.core.index
+	seqs := blockid.Compute(tokens, ix.PageSize(), ix.Salt(tenant)).Sequence
+	n := 0
+	ix.Do(func(ix *cache.Index) {
+		for _, seq := range seqs {
+			if info, ok := ix.Lookup(tenant, seq); !ok || !info.Tiers.Has(tier.Device) {
+				return
+			}
+			n++
+		}
+	})
+	return n
 }
