@@ -138,3 +138,32 @@ func (g gatewayEngine) StagedPages(tenant string, tokens []uint32) int {
 	})
 	return n
 }
+
+// Stage loads back the leading pages of tokens the index holds, as a
+// Match does, within the engine's load-back deadline. It marks them used
+// now, as a Match does, so eviction takes other pages first until the
+// splice has moved them. Pages the index no longer holds anywhere are not
+// asked for: the splice ends before them.
+func (g gatewayEngine) Stage(ctx context.Context, tenant string, tokens []uint32) error {
+	var m cache.MatchResult
+	staged := true
+	g.d.core.index.Do(func(ix *cache.Index) {
+		ix.Match(tenant, ix.Salt(tenant), tokens, &m)
+		for _, p := range m.Pages {
+			staged = staged && p.Tiers.Has(tier.Device)
+		}
+	})
+	if staged {
+		return nil
+	}
+	mv := g.d.meta.mover.Load()
+	if mv == nil {
+		return errors.New("no pools are open")
+	}
+	seqs := make([]uint64, len(m.Pages))
+	for i, p := range m.Pages {
+		seqs[i] = p.Seq
+	}
+	_, err := mv.LoadBack(ctx, cache.TargetHashes(tenant, seqs...), time.Now().Add(g.d.cfg.Engine.LoadBackDeadline))
+	return err
+}

@@ -36,10 +36,15 @@ import (
 //     back before the pages are committed, and a splice planned then finds
 //     nothing to adopt and keeps nothing after the edit (with the save
 //     held back half a second, none of the demo's splices kept a page);
-//  5. it submits a Splice of the session: the splicer adopts the pages the
+//  5. it brings the session's cached pages back onto the device tier: the
+//     splicer moves only rows that are there, and a connector's device
+//     tier is a staging area that keeps a page only while it is in
+//     flight, so a session that waited behind others, or that idle-pause
+//     moved to disk, would keep only what is still staged;
+//  6. it submits a Splice of the session: the splicer adopts the pages the
 //     prefill cached and moves the old branch after them by the edit's Δ,
 //     re-rotating their keys;
-//  6. it forwards the request, whose prefix the engine then loads from
+//  7. it forwards the request, whose prefix the engine then loads from
 //     kvpilot up to the end of the old branch: only the new turn is
 //     prefilled.
 //
@@ -57,6 +62,9 @@ type Engine interface {
 	// StagedPages is how many leading full pages of tokens the host holds
 	// for tenant on its device tier, where a splice adopts and moves pages.
 	StagedPages(tenant string, tokens []uint32) int
+	// Stage brings the pages of tokens that the host holds for tenant on
+	// colder tiers back onto its device tier, within ctx.
+	Stage(ctx context.Context, tenant string, tokens []uint32) error
 }
 
 // savedWait bounds step 4's wait for the prefill's pages. A save lands
@@ -122,6 +130,10 @@ func (s *Server) prefillEdits(ctx context.Context, t *turn, raw map[string]json.
 			s.countEngineSplice(outcomeUnsaved, prefilled)
 			return
 		}
+	}
+	if err := s.cfg.Engine.Stage(ctx, t.tenant, old[:cached]); err != nil {
+		// The splice then keeps the rows that are on the device tier.
+		log.Warn("the session's cached pages did not all come back to the device tier before its splice", "error", err)
 	}
 	sp := directive.Splice{Session: t.sess.id, Start: int64(e.Start), End: int64(e.End),
 		Replacement: directive.Replacement{Tokens: e.Replacement}}

@@ -91,6 +91,9 @@ type connectorEngine struct {
 	up        *connectorUpstream
 	saveDelay time.Duration
 	noSave    bool
+	mu        sync.Mutex
+	// staged records Stage's calls.
+	staged [][]uint32
 }
 
 func (e *connectorEngine) PrefillPage() (int, bool) { return prefillPage, true }
@@ -111,6 +114,19 @@ func (e *connectorEngine) StagedPages(_ string, tokens []uint32) int {
 		}
 	}
 	return n / prefillPage
+}
+
+func (e *connectorEngine) Stage(_ context.Context, _ string, tokens []uint32) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.staged = append(e.staged, slices.Clone(tokens))
+	return nil
+}
+
+func (e *connectorEngine) stagedCalls() [][]uint32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.staged)
 }
 
 func commonPrefix(a, b []uint32) int {
@@ -256,7 +272,8 @@ func TestConnectorRecomputeFirstExtendsThePrefill(t *testing.T) {
 // vLLM's connector saves a request's pages on a background thread, so the
 // prefill's response can come before its pages are in the host: a splice
 // submitted then adopts nothing and keeps nothing after the edit. The front
-// door waits for them before splicing.
+// door waits for them, and has the session's cached pages brought back to
+// the device tier (the splicer moves only rows there) before splicing.
 func TestConnectorSpliceWaitsForThePrefillsPages(t *testing.T) {
 	history := append(conversation(1), chat.Message{Role: "user", Content: "now explain what the output says, at length, line by line"})
 	old := render(history)
@@ -266,9 +283,11 @@ func TestConnectorSpliceWaitsForThePrefillsPages(t *testing.T) {
 	eng := &connectorEngine{old: old, up: up, saveDelay: 50 * time.Millisecond}
 	dirs, m, gw := startConnectorGatewayOn(t, up, eng)
 	var stagedAtSplice, prefillPages int
+	var stageCalls [][]uint32
 	dirs.onSubmit = func() {
 		p := up.prompts[0]
 		stagedAtSplice, prefillPages = eng.StagedPages("", p), len(p)/prefillPage
+		stageCalls = eng.stagedCalls()
 	}
 	if code, b := post(t, gw+"/v1/chat/completions", clearBody(t, next), SessionHeader, "s1"); code != 200 {
 		t.Fatalf("%d %s", code, b)
@@ -278,6 +297,10 @@ func TestConnectorSpliceWaitsForThePrefillsPages(t *testing.T) {
 	}
 	if stagedAtSplice != prefillPages {
 		t.Fatalf("the splice was submitted with %d of the prefill's %d pages saved", stagedAtSplice, prefillPages)
+	}
+	cached := len(old) / prefillPage * prefillPage
+	if len(stageCalls) != 1 || !slices.Equal(stageCalls[0], old[:cached]) {
+		t.Fatalf("staged %d times before the splice, want once, the session's %d cached tokens", len(stageCalls), cached)
 	}
 	if n := counted(t, m.EngineSplices.WithLabelValues(outcomeSpliced)); n != 1 {
 		t.Fatalf("%v splices counted, want 1", n)
