@@ -59,7 +59,10 @@ type options struct {
 	// idleWait is how long the idle session stays away (past idle-pause's
 	// idle_after and a few ticks; 0: the engine's profile).
 	idleWait float64
-	profile  engineProfile
+	// verbose prints a line per request: what the engine took from the
+	// cache and what it prefilled.
+	verbose bool
+	profile engineProfile
 }
 
 func run() error {
@@ -70,6 +73,7 @@ func run() error {
 	flag.StringVar(&o.python, "python", "", "the Python that runs vLLM (default $KVPILOT_PYTHON, .venv/bin/python, python3)")
 	flag.IntVar(&o.sessions, "sessions", 3, "working sessions to replay (1 to 3), beside the idle one")
 	flag.IntVar(&o.requests, "requests", 0, "requests per session (0: 8 with vllm, 20 with refengine)")
+	flag.BoolVar(&o.verbose, "v", false, "print each request's prompt, cached and prefilled tokens")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

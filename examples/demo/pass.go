@@ -149,9 +149,14 @@ func replay(ctx context.Context, o options, url string, sessions []session, rec 
 	turn := func(s session, i int) (scenario.ChatResult, error) {
 		t := s.turns[i]
 		rec.expect(t.Messages)
+		fills := rec.fillTokens()
 		r, err := scenario.StreamChat(ctx, url, o.profile.model, s.id, t.Messages)
 		if err != nil {
 			return r, fmt.Errorf("session %s request %d: %w", s.id, i+1, err)
+		}
+		if o.verbose {
+			fmt.Fprintf(os.Stderr, "demo: %s: %s request %d: %d prompt tokens, %d from the cache, %d prefilled (+%d by the front door's splice prefill), edited %v\n",
+				res.name, s.id, i+1, r.Prompt, r.Cached, r.Prompt-r.Cached, rec.fillTokens()-fills, rec.lastEdited())
 		}
 		res.answers = append(res.answers, answer{text: r.Text, edited: rec.lastEdited()})
 		res.requests++

@@ -9,8 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvpilot/kvpilot/host/blockid"
+	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/engine"
 	"github.com/kvpilot/kvpilot/host/gateway"
+	"github.com/kvpilot/kvpilot/host/tier"
 )
 
 // bindGateway binds the front door's port (gateway.listen; off when
@@ -118,4 +121,49 @@ func (g gatewayEngine) SessionTokens(tenant, session string) ([]uint32, int, boo
 		return nil, 0, false
 	}
 	return s.Tokens, s.CachedTokens, true
+}
+
+// StagedPages counts the leading full pages of tokens on the device tier.
+func (g gatewayEngine) StagedPages(tenant string, tokens []uint32) int {
+	ix := g.d.core.index
+	seqs := blockid.Compute(tokens, ix.PageSize(), ix.Salt(tenant)).Sequence
+	n := 0
+	ix.Do(func(ix *cache.Index) {
+		for _, seq := range seqs {
+			if info, ok := ix.Lookup(tenant, seq); !ok || !info.Tiers.Has(tier.Device) {
+				return
+			}
+			n++
+		}
+	})
+	return n
+}
+
+// Stage loads back the leading pages of tokens the index holds, as a
+// Match does, within the engine's load-back deadline. It marks them used
+// now, as a Match does, so eviction takes other pages first until the
+// splice has moved them. Pages the index no longer holds anywhere are not
+// asked for: the splice ends before them.
+func (g gatewayEngine) Stage(ctx context.Context, tenant string, tokens []uint32) error {
+	var m cache.MatchResult
+	staged := true
+	g.d.core.index.Do(func(ix *cache.Index) {
+		ix.Match(tenant, ix.Salt(tenant), tokens, &m)
+		for _, p := range m.Pages {
+			staged = staged && p.Tiers.Has(tier.Device)
+		}
+	})
+	if staged {
+		return nil
+	}
+	mv := g.d.meta.mover.Load()
+	if mv == nil {
+		return errors.New("no pools are open")
+	}
+	seqs := make([]uint64, len(m.Pages))
+	for i, p := range m.Pages {
+		seqs[i] = p.Seq
+	}
+	_, err := mv.LoadBack(ctx, cache.TargetHashes(tenant, seqs...), time.Now().Add(g.d.cfg.Engine.LoadBackDeadline))
+	return err
 }

@@ -27,8 +27,10 @@
 // /tokenize, diffs them against the session's cached tokens, has vLLM
 // prefill the edited prompt up to the first page boundary after the
 // replacement with a prefill-only /v1/completions request (vLLM's
-// connector saves full prompt pages), and splices the session on top of
-// those pages, so the request that follows takes the tokens after the
+// connector saves full prompt pages, on a background thread: the front
+// door waits until the host holds them), brings the session's pages back
+// into staging, and splices the session on top of the prefill's pages,
+// so the request that follows takes the tokens after the
 // edit from kvpilot (sdk/python/tests/test_gateway_vllm.py checks that,
 // and that the first token's probabilities match vLLM computing the same
 // prompt alone).

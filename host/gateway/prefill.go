@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/kvpilot/kvpilot/host/splice"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
@@ -29,12 +30,21 @@ import (
 //     or after F plus the tenant's splice.recompute.first (Config.
 //     RecomputeFirst; within the prompt's last page): the engine computes
 //     the replacement's pages, and the kept tokens up to B afresh, and the
-//     connector saves them (it saves full prompt pages only) before the
-//     response comes back;
-//  4. it submits a Splice of the session: the splicer adopts the pages the
+//     connector saves them (it saves full prompt pages only);
+//  4. it waits until the host holds those pages on its device tier: vLLM's
+//     connector saves on a background thread, so the response can come
+//     back before the pages are committed, and a splice planned then finds
+//     nothing to adopt and keeps nothing after the edit (with the save
+//     held back half a second, none of the demo's splices kept a page);
+//  5. it brings the session's cached pages back onto the device tier: the
+//     splicer moves only rows that are there, and a connector's device
+//     tier is a staging area that keeps a page only while it is in
+//     flight, so a session that waited behind others, or that idle-pause
+//     moved to disk, would keep only what is still staged;
+//  6. it submits a Splice of the session: the splicer adopts the pages the
 //     prefill cached and moves the old branch after them by the edit's Δ,
 //     re-rotating their keys;
-//  5. it forwards the request, whose prefix the engine then loads from
+//  7. it forwards the request, whose prefix the engine then loads from
 //     kvpilot up to the end of the old branch: only the new turn is
 //     prefilled.
 //
@@ -49,7 +59,22 @@ type Engine interface {
 	// tokens are in cached pages; ok is false for a session the host does
 	// not know in tenant.
 	SessionTokens(tenant, session string) (tokens []uint32, cached int, ok bool)
+	// StagedPages is how many leading full pages of tokens the host holds
+	// for tenant on its device tier, where a splice adopts and moves pages.
+	StagedPages(tenant string, tokens []uint32) int
+	// Stage brings the pages of tokens that the host holds for tenant on
+	// colder tiers back onto its device tier, within ctx.
+	Stage(ctx context.Context, tenant string, tokens []uint32) error
 }
+
+// savedWait bounds step 4's wait for the prefill's pages. A save lands
+// milliseconds after the response on an idle machine; one that has not
+// landed within this was most likely skipped by the connector (its save
+// queue or the staging tier full), and the request re-prefills instead.
+const (
+	savedWait = 2 * time.Second
+	savedPoll = 2 * time.Millisecond
+)
 
 // tokenizeFields are the chat request's fields that decide its prompt's
 // tokens (vLLM's TokenizeChatRequest takes them all).
@@ -100,6 +125,15 @@ func (s *Server) prefillEdits(ctx context.Context, t *turn, raw map[string]json.
 			return
 		}
 		prefilled = end - e.Start/page*page // from the page the edit starts in: no prefix cache holds it
+		if !s.awaitStaged(ctx, t.tenant, toks[:end], page) {
+			log.Warn("edit not spliced: the engine did not save the prefill's pages in time", "pages", end/page, "waited", savedWait)
+			s.countEngineSplice(outcomeUnsaved, prefilled)
+			return
+		}
+	}
+	if err := s.cfg.Engine.Stage(ctx, t.tenant, old[:cached]); err != nil {
+		// The splice then keeps the rows that are on the device tier.
+		log.Warn("the session's cached pages did not all come back to the device tier before its splice", "error", err)
 	}
 	sp := directive.Splice{Session: t.sess.id, Start: int64(e.Start), End: int64(e.End),
 		Replacement: directive.Replacement{Tokens: e.Replacement}}
@@ -111,7 +145,30 @@ func (s *Server) prefillEdits(ctx context.Context, t *turn, raw map[string]json.
 	}
 	s.countEngineSplice(outcomeSpliced, prefilled)
 	t.recomputed = end - f
-	log.Debug("edit spliced", "start", e.Start, "end", e.End, "replacement", len(e.Replacement), "prefilled_to", end, "kept", cached-e.End)
+	moved := int64(0)
+	if len(reply.Results) > 0 {
+		moved = reply.Results[0].Effect.Tokens
+	}
+	log.Debug("edit spliced", "start", e.Start, "end", e.End, "replacement", len(e.Replacement), "prefilled_to", end,
+		"kept", cached-e.End, "moved", moved)
+}
+
+// awaitStaged waits until the host holds every full page of tokens on its
+// device tier, for at most savedWait; it reports whether it does.
+func (s *Server) awaitStaged(ctx context.Context, tenant string, tokens []uint32, page int) bool {
+	want := len(tokens) / page
+	deadline := time.Now().Add(savedWait)
+	for s.cfg.Engine.StagedPages(tenant, tokens) < want {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(savedPoll):
+		}
+	}
+	return true
 }
 
 func (s *Server) recomputeFirst(tenant string) int {
@@ -175,6 +232,7 @@ const (
 	outcomeSpliced  = "spliced"
 	outcomeTokenize = "tokenize"
 	outcomePrefill  = "prefill"
+	outcomeUnsaved  = "unsaved"
 	outcomeSplice   = "splice"
 )
 

@@ -46,7 +46,9 @@ type connectorUpstream struct {
 	mu      sync.Mutex
 	paths   []string
 	prompts [][]uint32
-	failTok bool
+	// answered is when each prefill request was answered.
+	answered []time.Time
+	failTok  bool
 }
 
 func (c *connectorUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -72,6 +74,7 @@ func (c *connectorUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		c.mu.Lock()
 		c.prompts = append(c.prompts, req.Prompt)
+		c.answered = append(c.answered, time.Now())
 		c.mu.Unlock()
 		writeJSON(w, 200, map[string]any{"choices": []any{map[string]any{"text": "x"}}})
 	default:
@@ -79,34 +82,89 @@ func (c *connectorUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-type connectorEngine struct{ old []uint32 }
+// connectorEngine is the host's side: session s1 holds old, whose pages
+// count as on the device tier; a prefill request's pages land there
+// saveDelay after its response (vLLM's connector saves on a background
+// thread), or never with noSave.
+type connectorEngine struct {
+	old       []uint32
+	up        *connectorUpstream
+	saveDelay time.Duration
+	noSave    bool
+	mu        sync.Mutex
+	// staged records Stage's calls.
+	staged [][]uint32
+}
 
-func (e connectorEngine) PrefillPage() (int, bool) { return prefillPage, true }
-func (e connectorEngine) SessionTokens(tenant, session string) ([]uint32, int, bool) {
+func (e *connectorEngine) PrefillPage() (int, bool) { return prefillPage, true }
+func (e *connectorEngine) SessionTokens(tenant, session string) ([]uint32, int, bool) {
 	if session != "s1" {
 		return nil, 0, false
 	}
 	return e.old, len(e.old) / prefillPage * prefillPage, true
 }
 
+func (e *connectorEngine) StagedPages(_ string, tokens []uint32) int {
+	n := commonPrefix(e.old, tokens)
+	e.up.mu.Lock()
+	defer e.up.mu.Unlock()
+	for i, p := range e.up.prompts {
+		if !e.noSave && time.Since(e.up.answered[i]) >= e.saveDelay {
+			n = max(n, commonPrefix(p, tokens))
+		}
+	}
+	return n / prefillPage
+}
+
+func (e *connectorEngine) Stage(_ context.Context, _ string, tokens []uint32) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.staged = append(e.staged, slices.Clone(tokens))
+	return nil
+}
+
+func (e *connectorEngine) stagedCalls() [][]uint32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.staged)
+}
+
+func commonPrefix(a, b []uint32) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
 type recordedDirectives struct {
 	mu    sync.Mutex
 	turns [][]directive.Directive
+	// onSubmit, when set, runs as each turn is submitted.
+	onSubmit func()
 }
 
 func (r *recordedDirectives) Submit(_ context.Context, _ string, ds []directive.Directive) directive.TurnReply {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.onSubmit != nil {
+		r.onSubmit()
+	}
 	r.turns = append(r.turns, ds)
 	return directive.TurnReply{Status: directive.StatusOK}
 }
 
 func startConnectorGateway(t *testing.T, up *connectorUpstream, old []uint32, first ...int) (*recordedDirectives, *metrics.Gateway, string) {
 	t.Helper()
+	return startConnectorGatewayOn(t, up, &connectorEngine{old: old, up: up}, first...)
+}
+
+func startConnectorGatewayOn(t *testing.T, up *connectorUpstream, eng *connectorEngine, first ...int) (*recordedDirectives, *metrics.Gateway, string) {
+	t.Helper()
 	us := httptestServer(t, up)
 	dirs := &recordedDirectives{}
 	m := &metrics.New().Gateway
-	cfg := Config{Upstream: us + "/v1", Timeout: 2 * time.Second, Engine: connectorEngine{old: old}, Metrics: m}
+	cfg := Config{Upstream: us + "/v1", Timeout: 2 * time.Second, Engine: eng, Metrics: m}
 	if len(first) > 0 {
 		cfg.RecomputeFirst = func(string) int { return first[0] }
 	}
@@ -208,6 +266,66 @@ func TestConnectorRecomputeFirstExtendsThePrefill(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(b), &resp); err != nil || resp.ContextManagement.RecomputedTokens != len(prompt)-f {
 		t.Fatalf("context_management %+v (%v), want recomputed_tokens %d", resp.ContextManagement, err, len(prompt)-f)
+	}
+}
+
+// vLLM's connector saves a request's pages on a background thread, so the
+// prefill's response can come before its pages are in the host: a splice
+// submitted then adopts nothing and keeps nothing after the edit. The front
+// door waits for them, and has the session's cached pages brought back to
+// the device tier (the splicer moves only rows there) before splicing.
+func TestConnectorSpliceWaitsForThePrefillsPages(t *testing.T) {
+	history := append(conversation(1), chat.Message{Role: "user", Content: "now explain what the output says, at length, line by line"})
+	old := render(history)
+	next := append(slices.Clone(history), chat.Message{Role: "assistant", Content: "it lists files"},
+		chat.Message{Role: "user", Content: "thanks"})
+	up := &connectorUpstream{fakeUpstream: fakeUpstream{mode: "ok"}}
+	eng := &connectorEngine{old: old, up: up, saveDelay: 50 * time.Millisecond}
+	dirs, m, gw := startConnectorGatewayOn(t, up, eng)
+	var stagedAtSplice, prefillPages int
+	var stageCalls [][]uint32
+	dirs.onSubmit = func() {
+		p := up.prompts[0]
+		stagedAtSplice, prefillPages = eng.StagedPages("", p), len(p)/prefillPage
+		stageCalls = eng.stagedCalls()
+	}
+	if code, b := post(t, gw+"/v1/chat/completions", clearBody(t, next), SessionHeader, "s1"); code != 200 {
+		t.Fatalf("%d %s", code, b)
+	}
+	if len(dirs.turns) != 1 {
+		t.Fatalf("directives %v, want one splice", dirs.turns)
+	}
+	if stagedAtSplice != prefillPages {
+		t.Fatalf("the splice was submitted with %d of the prefill's %d pages saved", stagedAtSplice, prefillPages)
+	}
+	cached := len(old) / prefillPage * prefillPage
+	if len(stageCalls) != 1 || !slices.Equal(stageCalls[0], old[:cached]) {
+		t.Fatalf("staged %d times before the splice, want once, the session's %d cached tokens", len(stageCalls), cached)
+	}
+	if n := counted(t, m.EngineSplices.WithLabelValues(outcomeSpliced)); n != 1 {
+		t.Fatalf("%v splices counted, want 1", n)
+	}
+}
+
+// A prefill whose pages never land (the connector skipped its save) is
+// not spliced: the request goes on, and the engine prefills after the edit.
+func TestConnectorUnsavedPrefillIsNotSpliced(t *testing.T) {
+	history := append(conversation(1), chat.Message{Role: "user", Content: "now explain what the output says, at length, line by line"})
+	up := &connectorUpstream{fakeUpstream: fakeUpstream{mode: "ok"}}
+	eng := &connectorEngine{old: render(history), up: up, noSave: true}
+	dirs, m, gw := startConnectorGatewayOn(t, up, eng)
+	next := append(slices.Clone(history), chat.Message{Role: "user", Content: "thanks"})
+	if code, b := post(t, gw+"/v1/chat/completions", clearBody(t, next), SessionHeader, "s1"); code != 200 {
+		t.Fatalf("%d %s", code, b)
+	}
+	if want := []string{"/tokenize", "/v1/completions", "/v1/chat/completions"}; !slices.Equal(up.paths, want) {
+		t.Fatalf("upstream saw %v, want %v", up.paths, want)
+	}
+	if len(dirs.turns) != 0 {
+		t.Fatalf("directives %v, want none", dirs.turns)
+	}
+	if n := counted(t, m.EngineSplices.WithLabelValues(outcomeUnsaved)); n != 1 {
+		t.Fatalf("%v unsaved prefills counted, want 1", n)
 	}
 }
 

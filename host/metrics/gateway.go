@@ -21,7 +21,8 @@ type Gateway struct {
 	ClearedTokens *prometheus.CounterVec
 	// EngineSplices counts the edits the front door splices itself on an
 	// engine that serves no fill orders (vLLM's connector), by outcome:
-	// spliced, or the step that failed (tokenize, prefill, splice).
+	// spliced, or the step that failed (tokenize, prefill, unsaved: the
+	// prefill's pages never reached the host, splice).
 	EngineSplices *prometheus.CounterVec
 	// PrefilledTokens counts the tokens of those splices' prefill requests.
 	PrefilledTokens prometheus.Counter
@@ -46,7 +47,7 @@ func (m *Metrics) newGateway() {
 			Name: "kvpilot_gateway_cleared_tokens_total", Help: "Input tokens removed by first-time clears, by edit type.",
 		}, []string{"type"}),
 		EngineSplices: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvpilot_gateway_engine_splices_total", Help: "Edits the front door spliced on a connector-mode engine, by outcome (spliced, or the failed step: tokenize, prefill, splice).",
+			Name: "kvpilot_gateway_engine_splices_total", Help: "Edits the front door spliced on a connector-mode engine, by outcome (spliced, or the failed step: tokenize, prefill, unsaved, splice).",
 		}, []string{"outcome"}),
 		PrefilledTokens: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvpilot_gateway_prefilled_tokens_total", Help: "Tokens of the prefill requests the front door sent ahead of its splices.",
