@@ -3,6 +3,7 @@ package scenario
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -94,5 +95,18 @@ func TestPyReport(t *testing.T) {
 				t.Errorf("%s: accepted %q", c.s.Name, bad)
 			}
 		}
+	}
+}
+
+// TestDriversPathPutsTheTreeFirst: the drivers and the SDK of the
+// repository come before the caller's PYTHONPATH (and so before any
+// installed kvpilot).
+func TestDriversPathPutsTheTreeFirst(t *testing.T) {
+	sep := string(os.PathListSeparator)
+	if got, want := driversPath("/r", ""), "/r/host/bench/python"+sep+"/r/sdk/python"; got != want {
+		t.Fatalf("driversPath = %q, want %q", got, want)
+	}
+	if got, want := driversPath("/r", "/x"), "/r/host/bench/python"+sep+"/r/sdk/python"+sep+"/x"; got != want {
+		t.Fatalf("driversPath = %q, want %q", got, want)
 	}
 }

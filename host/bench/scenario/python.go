@@ -18,8 +18,8 @@ import (
 // The benchmarks' Python drivers (the kvbench package under
 // host/bench/python) run as children: the interpreter that has the kvpilot
 // package, the drivers' folder on PYTHONPATH (they are not part of the
-// installed package), their report on stdout, and a failure explained from
-// the end of their stderr.
+// installed package) and the repository's SDK after it, their report on
+// stdout, and a failure explained from the end of their stderr.
 
 // FindPython resolves the interpreter that has the kvpilot package:
 // explicit, else $KVPILOT_PYTHON, else .venv/bin/python in the working
@@ -43,6 +43,23 @@ func FindPython(explicit string) (string, error) {
 
 // driversRel is where the drivers live, from the repository's root.
 const driversRel = "host/bench/python"
+
+// sdkRel is the repository's Python SDK (the kvpilot package).
+const sdkRel = "sdk/python"
+
+// driversPath is the PYTHONPATH a driver runs with, from the repository at
+// root: the drivers, then the SDK, then old (the caller's PYTHONPATH). The
+// SDK comes before any installed kvpilot so a benchmark measures the tree
+// it runs from: git worktrees sharing one .venv share its editable
+// install, which imports the checkout that made it.
+func driversPath(root, old string) string {
+	sep := string(os.PathListSeparator)
+	path := filepath.Join(root, driversRel) + sep + filepath.Join(root, sdkRel)
+	if old != "" {
+		path += sep + old
+	}
+	return path
+}
 
 // findUp is the nearest directory, the working directory or a parent,
 // that holds rel.
@@ -72,12 +89,9 @@ func runDriver(ctx context.Context, py, module string, args []string, stderr io.
 	if !ok {
 		return nil, fmt.Errorf("benchmark drivers: no %s above the working directory: run kvpilot bench from the kvpilot repository", driversRel)
 	}
-	path := filepath.Join(root, driversRel)
-	if old := os.Getenv("PYTHONPATH"); old != "" {
-		path += string(os.PathListSeparator) + old
-	}
 	cmd := exec.CommandContext(ctx, py, append([]string{"-m", module}, args...)...)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+path) // the last of a name wins
+	// The last of a name wins.
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+driversPath(root, os.Getenv("PYTHONPATH")))
 	var out, errs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errs
 	if stderr != nil {

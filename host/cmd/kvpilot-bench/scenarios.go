@@ -175,11 +175,11 @@ var scenarios = []benchScenario{
 		Summary:  "vLLM's CPU build with and without the kvpilot connector: misses, hits in a fresh process, vLLM's own prefix hit, a host restart",
 		Synopsis: "[--models LIST] [--tokens N] [--rounds N] [--workdir DIR] [--python PATH] [-v]",
 		Help: "Runs host/bench/python/kvbench/vllm: per model, a kvpilot host and three vLLM\n" +
-			"processes (CPU build, one without the connector, two with it), and per round a\n" +
-			"new random prompt through the arms, interleaved: a miss without the connector,\n" +
-			"a miss with it (saving to kvpilot), a fresh process served from kvpilot,\n" +
-			"vLLM's own prefix hit, and a hit after the host restarted with SIGTERM.\n" +
-			"Ratios per round, medians reported. Targets: on SmolLM2-135M-Instruct a miss\n" +
+			"processes (CPU build, one without the connector, two with it), and per round\n" +
+			"two new random prompts through the paired arms in ABBA order: a miss without\n" +
+			"the connector and one with it (saving to kvpilot), a fresh process served from\n" +
+			"kvpilot and vLLM's own prefix hit; then a hit after the host restarted with\n" +
+			"SIGTERM. Ratios per round, medians reported. Targets: on SmolLM2-135M-Instruct a miss\n" +
 			"with the connector <= 1.02x one without, a fresh process's hit <= 0.25x a full\n" +
 			"prefill and <= 1.2x vLLM's own prefix hit; on the save-heavy random Llama a\n" +
 			"miss <= 1.10x; every hit answers as vLLM alone. Starts vLLM many times: minutes.",

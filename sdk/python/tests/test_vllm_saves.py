@@ -186,3 +186,18 @@ def test_a_full_staging_tier_skips_the_save_and_counts_it(kvpilot_host_factory: 
         assert e.sched._inflight == {} and not e.sched.waiting_on_worker()
     finally:
         e.close()
+
+
+def test_the_save_thread_copies_on_one_thread(host: Any, engine: Engine) -> None:
+    # A save thread with its own OpenMP team makes libgomp stop spinning
+    # the forward's workers between parallel regions (kvpilot.vllm.saver).
+    step_threads = torch.get_num_threads()
+    seen: list[int] = []
+    req = engine.request("a", random_prompt(8, 2 * PAGE + 1))
+    engine.prefill(req)
+    engine.worker.saver.queue.then(lambda: seen.append(torch.get_num_threads()))
+    engine.finish(req)
+    assert engine.worker.saver.queue.drain(30)
+    assert engine.worker.saver.counters.as_dict()["committed_pages"] == 2
+    assert seen == [1]
+    assert torch.get_num_threads() == step_threads

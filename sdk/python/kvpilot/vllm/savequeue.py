@@ -62,10 +62,18 @@ class SaveQueue:
     by kvpilot request id, whatever its outcome.
     """
 
-    def __init__(self, max_pages: int, log: logging.Logger, name: str = "kvpilot-saves") -> None:
+    def __init__(
+        self,
+        max_pages: int,
+        log: logging.Logger,
+        name: str = "kvpilot-saves",
+        on_start: Callable[[], None] | None = None,
+    ) -> None:
         self.max_pages = max_pages
         self.log = log
         self.name = name
+        #: Runs first on the save thread (its own settings, e.g. threads).
+        self.on_start = on_start
         self._cv = threading.Condition()
         self._jobs: deque[SaveJob | Callable[[], None]] = deque()
         self._queued_pages = 0
@@ -181,6 +189,11 @@ class SaveQueue:
             self._thread.start()
 
     def _loop(self) -> None:
+        if self.on_start is not None:
+            try:
+                self.on_start()
+            except Exception:
+                self.log.exception("kvpilot connector: setting up the save thread failed")
         while True:
             with self._cv:
                 while not self._jobs and not self._closed:

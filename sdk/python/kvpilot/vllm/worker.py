@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -162,6 +163,7 @@ class WorkerSide:
             or not self.current(ld.registration_id)
         ):
             return False
+        t0 = time.perf_counter()
         device = self.caches[0].device
         blocks = torch.tensor(ld.block_ids, dtype=torch.long, device=device)
         for i, cache in enumerate(self.caches):
@@ -169,6 +171,12 @@ class WorkerSide:
             v = _take(self._stage(ld.registration_id, i, 1), ld.staging_slots)
             self.block_map.pages_into(cache, blocks, k, v)
         self.counters["loaded_pages"] += len(ld.block_ids)
+        self.log.debug(
+            "kvpilot connector (worker): loaded %d pages of request %s in %.1f ms",
+            len(ld.block_ids),
+            ld.req_id,
+            (time.perf_counter() - t0) * 1000,
+        )
         return True
 
     def take_failed_blocks(self) -> set[int]:

@@ -2,32 +2,40 @@
 
 Per model, one kvpilot host and three vLLM processes (kvbench.vllm.engine):
 ``plain`` without the connector, ``filler`` and ``fresh`` with it. Each
-round takes a new random prompt P of about ``tokens`` tokens and, in order
-(the two misses take turns going first):
+round takes two new random prompts P1 and P2 of about ``tokens`` tokens
+and measures each arm twice, in ABBA order (A, B, B, A):
 
-- ``no_connector_miss``: plain computes P (vLLM alone, nothing cached);
-- ``connector_miss``: filler computes P, saving its pages to kvpilot behind
-  the request; the round then waits for them to reach kvpilot's host tier
-  (not timed);
-- ``connector_hit_fresh_process``: fresh, which never saw P, is served P's
-  prefix from kvpilot;
-- ``vllm_prefix_hit``: plain computes P again, from its own prefix cache;
-- ``connector_hit_after_restart``: filler computes a second prompt R, the
+- ``no_connector_miss`` / ``connector_miss``: plain computes P1 (vLLM
+  alone, nothing cached), filler computes P1, filler computes P2, plain
+  computes P2; filler saves its pages to kvpilot behind each request, and
+  the round then waits for them to reach kvpilot's host tier (not timed);
+- ``connector_hit_fresh_process`` / ``vllm_prefix_hit``: fresh, which
+  never saw either prompt, is served P1's prefix from kvpilot; plain
+  computes P1 again, from its own prefix cache; then plain P2, fresh P2;
+- ``connector_hit_after_restart``: filler computes a third prompt R, the
   host is stopped with SIGTERM and started again on the same data, and
   fresh asks for R: what survived the restart is served (the disk tier;
   the staging and host tiers are memory), and the request never fails.
 
-Ratios are taken per round (the arms of a round run seconds apart, so
-another process's load shifts them alike) and their median reported, with
-the min and max. Each process serves one untimed prompt first, and each
-timed request starts once the host and every vLLM process have gone idle
-(kvbench.vllm.idle): the save an earlier arm left running is never charged
-to the next arm. Targets
-(issue: vLLM at full speed), on SmolLM2-135M-Instruct: a miss with the
-connector <= 1.02x one without, a fresh process's hit <= 0.25x a full
-prefill, a kvpilot hit <= 1.2x vLLM's own prefix hit; on the save-heavy
-random Llama: a miss <= 1.10x. Every hit must answer the token vLLM
-alone answers.
+Why ABBA: the machine's load drifts over the seconds a round takes, and a
+request that runs first leaves the CPU's caches in another state for the
+next. Two arms measured A, B, B, A have the same mean time within the
+round and each goes first once, so a round's ratio (the sum of one arm's
+two times over the other's) carries neither a linear drift nor an order
+effect, in every round on its own; alternating which arm goes first
+across rounds cancels them only on average over an even number of
+rounds. Each arm's two requests in a round are the same kind of request
+(a miss on a prompt its process never saw, or a hit on one it did).
+
+Ratios are taken per round and their median reported, with the min and
+max. Each process serves one untimed prompt first, and each timed request
+starts once the host and every vLLM process have gone idle
+(kvbench.vllm.idle): the save an earlier arm left running is never
+charged to the next arm. Targets (issue: vLLM at full speed), on
+SmolLM2-135M-Instruct: a miss with the connector <= 1.02x one without, a
+fresh process's hit <= 0.25x a full prefill, a kvpilot hit <= 1.2x vLLM's
+own prefix hit; on the save-heavy random Llama: a miss <= 1.10x. Every hit
+must answer the token vLLM alone answers.
 """
 
 from __future__ import annotations
@@ -109,15 +117,24 @@ def host_config() -> dict[str, Any]:
 
 @dataclass
 class ModelRun:
-    """One model's measurements: per arm, per round."""
+    """One model's measurements: per round, per arm, each request's."""
 
     spec: ModelSpec
     params: dict[str, Any] = field(default_factory=dict)
-    ms: dict[str, list[float]] = field(default_factory=lambda: {a: [] for a in ARMS})
+    rounds: list[dict[str, list[float]]] = field(default_factory=list)
     cached: dict[str, list[int]] = field(default_factory=lambda: {a: [] for a in ARMS})
     answers_match: list[bool] = field(default_factory=list)
 
+    def add(self, r: int, arm: str, out: dict[str, Any]) -> dict[str, Any]:
+        """Records one request of arm in round r; returns out."""
+        while len(self.rounds) <= r:
+            self.rounds.append({a: [] for a in ARMS})
+        self.rounds[r][arm].append(out["ms"])
+        self.cached[arm].append(out["cached_tokens"])
+        return out
+
     def report(self) -> dict[str, Any]:
+        ms = {a: [t for rd in self.rounds for t in rd[a]] for a in ARMS}
         arms = {
             a: {
                 "ms_median": statistics.median(v),
@@ -125,12 +142,18 @@ class ModelRun:
                 "ms_max": max(v),
                 "cached_tokens": self.cached[a],
             }
-            for a, v in self.ms.items()
+            for a, v in ms.items()
             if v
         }
         ratios = {}
         for name, (num, den) in RATIOS.items():
-            rs = [n / d for n, d in zip(self.ms[num], self.ms[den], strict=True) if d > 0]
+            # A round's ratio: the mean of one arm's requests in the round
+            # over the other's.
+            rs = [
+                statistics.fmean(rd[num]) / statistics.fmean(rd[den])
+                for rd in self.rounds
+                if rd[num] and rd[den] and min(rd[den]) > 0
+            ]
             if rs:
                 ratios[name] = {"median": statistics.median(rs), "min": min(rs), "max": max(rs)}
         checks = {
@@ -194,31 +217,43 @@ def run_model(
             engine.ask(prompt()[:256])
         full = tokens // PAGE
         for r in range(rounds):
-            p, q = prompt(), prompt()
+            ps, q = [prompt(), prompt()], prompt()
             before = host.settle("host")
-            # The two misses take turns going first (what one leaves in the
-            # CPU's caches), each starting on idle processes.
-            if r % 2 == 0:
-                a, b = timed(plain, p), timed(filler, p)
-            else:
-                b, a = timed(filler, p), timed(plain, p)
-            host.wait_pages("host", before + full)
-            c = timed(fresh, p)
-            d = timed(plain, p)
+            # ABBA (see the module doc), each request on idle processes.
+            alone: dict[int, Any] = {}
+            for arm, engine, i in [
+                ("no_connector_miss", plain, 0),
+                ("connector_miss", filler, 0),
+                ("connector_miss", filler, 1),
+                ("no_connector_miss", plain, 1),
+            ]:
+                out = run.add(r, arm, timed(engine, ps[i]))
+                if engine is plain:
+                    alone[i] = out["token"]
+            host.wait_pages("host", before + 2 * full)
+            kvpilot = None
+            for arm, engine, i in [
+                ("connector_hit_fresh_process", fresh, 0),
+                ("vllm_prefix_hit", plain, 0),
+                ("vllm_prefix_hit", plain, 1),
+                ("connector_hit_fresh_process", fresh, 1),
+            ]:
+                out = run.add(r, arm, timed(engine, ps[i]))
+                if engine is fresh:
+                    run.answers_match.append(out["token"] == alone[i])
+                    kvpilot = out.get("kvpilot")
             before = host.settle("host")
             filler.ask(q)
             host.wait_pages("host", before + full)
             host.restart()
-            e = timed(fresh, q)
-            for arm, out in zip(ARMS, (a, b, c, d, e), strict=True):
-                run.ms[arm].append(out["ms"])
-                run.cached[arm].append(out["cached_tokens"])
-            run.answers_match.append(c["token"] == a["token"])
+            run.add(r, "connector_hit_after_restart", timed(fresh, q))
             log.info(
-                "round %d: %s; the fresh process's hit: %s",
+                "round %d: %s; the fresh process's last hit: %s",
                 r,
-                ", ".join(f"{arm} {run.ms[arm][-1]:.0f} ms" for arm in ARMS),
-                c.get("kvpilot"),
+                ", ".join(
+                    f"{arm} {'/'.join(f'{t:.0f}' for t in run.rounds[r][arm])} ms" for arm in ARMS
+                ),
+                kvpilot,
             )
     finally:
         for engine in engines:
