@@ -33,9 +33,10 @@ real edits of agent sessions:
   about 2.6 either way, case to case).
 
 So ``share`` recomputes the first ``share`` of the kept tokens after the
-first edit, and the **quality guard** recomputes them in blocks of
-``BLOCK_SHARE`` from the edit on, measures the frontier after each, and
-stops at the first block whose estimate meets the budget; past
+first edit, and the **quality guard** recomputes them from the edit on,
+the first ``FRONTIER`` and then blocks of ``BLOCK_SHARE``, measures the
+frontier after each, and stops at the first whose estimate meets the
+budget; past
 ``FALLBACK_SHARE`` it recomputes them all (a re-prefill of the tail). It
 computes nothing it does not keep: every token it runs is a kept token
 made fresh.
