@@ -19,6 +19,7 @@ import pytest
 pytest.importorskip("vllm")
 
 import torch
+from vllm.v1.request import RequestStatus
 
 from kvpilot import ControlClient
 from tests.vllm_support.sides import NAMES, PAGE, Engine, random_prompt
@@ -165,18 +166,25 @@ def test_a_request_that_pins_is_saved_in_its_step(host: Any, engine: Engine) -> 
     other.close()
 
 
-def test_a_full_staging_tier_skips_the_save_and_counts_it(kvpilot_host_factory: Any) -> None:
-    # Six staging slots; a request that matched four holds them (a match
-    # locks its pages until the request ends), so the next four do not fit.
+def holding_four(kvpilot_host_factory: Any) -> tuple[Engine, Any]:
+    """An engine on a host of six staging slots, and a request that matched
+    four of them: a match locks its pages until the request ends, so the
+    next four pages do not fit.
+    """
     host = kvpilot_host_factory(index={"page_size": PAGE}, tiers={"device": {"capacity_pages": 6}})
     e = Engine(host.engine_socket)
+    prompt = random_prompt(6, 4 * PAGE + 1)
+    first = e.request("a", prompt)
+    e.prefill(first)
+    e.finish(first)
+    holder = e.request("b", prompt)
+    assert e.sched.lookup(holder, 0)[0] == 4 * PAGE
+    return e, holder
+
+
+def test_a_full_staging_tier_skips_the_save_and_counts_it(kvpilot_host_factory: Any) -> None:
+    e, holder = holding_four(kvpilot_host_factory)
     try:
-        prompt = random_prompt(6, 4 * PAGE + 1)
-        first = e.request("a", prompt)
-        e.prefill(first)
-        e.finish(first)
-        holder = e.request("b", prompt)
-        assert e.sched.lookup(holder, 0)[0] == 4 * PAGE
         req = e.request("c", random_prompt(7, 4 * PAGE + 1))
         e.prefill(req)
         c = e.worker.saver.counters.as_dict()
@@ -201,3 +209,27 @@ def test_the_save_thread_copies_on_one_thread(host: Any, engine: Engine) -> None
     assert engine.worker.saver.counters.as_dict()["committed_pages"] == 2
     assert seen == [1]
     assert torch.get_num_threads() == step_threads
+
+
+def test_a_request_ends_off_its_path_and_in_order(kvpilot_host_factory: Any) -> None:
+    # The ends thread is held still: request_finished returns at once, and
+    # the ended request keeps the pages it matched until its end runs.
+    e, holder = holding_four(kvpilot_host_factory)
+    try:
+        go = threading.Event()
+        e.sched._ends.then(lambda: go.wait(60))
+        holder.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        assert e.sched.finished(holder)[0] is False
+        late = e.request("c", random_prompt(10, 4 * PAGE + 1))
+        e.prefill(late, wait=False)
+        assert e.worker.saver.queue.drain(30)
+        assert e.worker.saver.counters.as_dict()["skipped_pages"] == 4  # staging still locked
+        go.set()
+        assert e.sched.drain(30)
+        e.finish(late)
+        again = e.request("d", random_prompt(11, 4 * PAGE + 1))
+        e.prefill(again)
+        assert e.worker.saver.counters.as_dict()["committed_pages"] == 8
+        e.finish(again)
+    finally:
+        e.close()

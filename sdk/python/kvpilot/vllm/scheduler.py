@@ -21,8 +21,15 @@ A kvpilot request is ended only once the worker reported its background
 saves done (``saves_done``, from the step's worker metadata), so no save
 writes a staging slot the host has taken back. A preempted request
 releases its kvpilot request and starts over with a new match when vLLM
-schedules it again. Only Match and Finish are calls on vLLM's path, each
-bounded by ``timeout_s``; anything kvpilot raises leaves the request without
+schedules it again. Finish and Release run on a background thread, in
+order: by then the request's saves are committed, so a later Match finds
+its pages whether or not its end has run (an end only lets go of the
+pages the request matched), and vLLM hands the output back without a
+round trip to the host (1-8 ms of a 4,000-token hit of SmolLM2 on 2
+cores). A request that pins with cache_control is finished in
+``request_finished`` itself: its output reports the pin. Only Match
+(and a pinning Finish) are calls on vLLM's path, each bounded by
+``timeout_s``; anything kvpilot raises leaves the request without
 kvpilot (kvpilot.hosthealth); the scheduler never fails because of the
 host.
 """
@@ -47,6 +54,7 @@ from kvpilot.vllm.metadata import (
     PageSave,
 )
 from kvpilot.vllm.params import RequestParams, RequestParamsError
+from kvpilot.vllm.savequeue import SaveQueue
 from kvpilot.vllm.settings import ConnectorSettings
 
 if TYPE_CHECKING:
@@ -156,6 +164,9 @@ class SchedulerSide:
         self._ending: dict[str, _End] = {}
         self._stopped: list[str] = []
         self._held: set[str] = set()
+        # Finish and Release, in order, off vLLM's path (see the module doc):
+        # a queue of steps only (``then``), so it holds no pages.
+        self._ends = SaveQueue(0, log, name="kvpilot-ends")
         self._seq = itertools.count()
         self.kv_cache_manager: KVCacheManager | None = None
         # kvpilot's pages in vLLM's own KV events, when vLLM publishes them.
@@ -486,6 +497,15 @@ class SchedulerSide:
         return self._call_end(kv_id, end)
 
     def _call_end(self, kv_id: str, end: _End) -> Any:
+        """Ends kv_id on the ends thread; now (returning the FinishResult)
+        when it pins with cache_control.
+        """
+        if end.cache_control is not None:
+            return self._end_now(kv_id, end)
+        self._ends.then(lambda: self._end_now(kv_id, end))
+        return None
+
+    def _end_now(self, kv_id: str, end: _End) -> Any:
         if end.registration_id != self.client.registration.id or not self.health.usable():
             return None  # the host releases it when it idles out
         r: FinishResult | int
@@ -546,8 +566,17 @@ class SchedulerSide:
         """take_events: kvpilot's stores and drops as vLLM KV events."""
         return self.events.take() if self.events is not None else []
 
+    def drain(self, timeout: float) -> bool:
+        """Waits until the queued Finish and Release calls ran; False at
+        timeout.
+        """
+        return self._ends.drain(timeout)
+
     def close(self) -> None:
-        """Closes the connection to the host."""
+        """Lets the queued ends run (up to the call timeout), then closes
+        the connection to the host.
+        """
+        self._ends.close(self.settings.timeout_s)
         if self.events is not None:
             self.events.close()
         self.client.close()

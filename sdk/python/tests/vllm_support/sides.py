@@ -162,9 +162,13 @@ class Engine:
         return sending
 
     def settle(self, finished: set[str] = frozenset()) -> set[str]:
-        """Lets the background saves run, then reports."""
+        """Lets the background saves run, reports, and lets the Finish and
+        Release calls that queued run.
+        """
         assert self.worker.saver.queue.drain(30)
-        return self.report(finished)
+        freed = self.report(finished)
+        assert self.sched.drain(30)
+        return freed
 
     def finish(self, req: Request) -> dict[str, Any] | None:
         """Finishes req, then steps until vLLM would free its blocks."""
