@@ -233,7 +233,7 @@ def test_block_map_of_a_permuting_backend_and_a_lossy_one() -> None:
     cache = torch.zeros(5, heads, page, 2 * dim, dtype=torch.bfloat16)
     layer = types.SimpleNamespace(impl=_Shuffled(page, heads, dim))
     bm = probe(layer, cache, page, heads, dim)
-    assert bm.k_affine is None and bm.covers_block
+    assert bm.k_affine is None
     _roundtrip(layer, bm, cache, page, heads, dim)
     lossy = types.SimpleNamespace(impl=_Shuffled(page, heads, dim, drop=True))
     with pytest.raises(BlockMapError, match="not each element once"):
@@ -243,9 +243,7 @@ def test_block_map_of_a_permuting_backend_and_a_lossy_one() -> None:
 
 
 def _roundtrip(layer: Any, bm: Any, cache: torch.Tensor, page: int, heads: int, dim: int) -> None:
-    """Tokens the kernel wrote read back as pages, and pages written into
-    other blocks are what the kernel would have written there.
-    """
+    """Tokens the kernel wrote read back as pages."""
     g = torch.Generator().manual_seed(3)
     key = torch.randn(2 * page, heads, dim, generator=g).to(cache.dtype)
     value = torch.randn(2 * page, heads, dim, generator=g).to(cache.dtype)
@@ -254,7 +252,3 @@ def _roundtrip(layer: Any, bm: Any, cache: torch.Tensor, page: int, heads: int, 
     k, v = bm.pages_from(cache, torch.tensor([2, 4]))
     assert torch.equal(k.view(cache.dtype), key.view(2, page, heads, dim))
     assert torch.equal(v.view(cache.dtype), value.view(2, page, heads, dim))
-    other = torch.zeros_like(cache)
-    bm.pages_into(other, torch.tensor([1, 3]), k, v)
-    assert torch.equal(other[1], cache[2]) and torch.equal(other[3], cache[4])
-    assert not other[0].any() and not other[2].any() and not other[4].any()

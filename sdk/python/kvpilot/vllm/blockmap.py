@@ -13,11 +13,12 @@ So nothing is guessed: ``probe`` asks the layer's own cache-write kernel
 (``impl.do_kv_cache_update``, what vLLM runs on every forward) to store
 known keys and values into one block, and reads back where each element
 landed. The result is a BlockMap, an index from every ``(token, head, dim)``
-of K and of V to its element within a block; copying a page between a vLLM
-block and kvpilot's ``[page_size, heads, head_dim]`` staging pages is then a
-gather or a scatter through it. When both maps are affine in a block laid
-out densely (every backend vLLM ships today), the copy runs through strided
-views instead of an index.
+of K and of V to its element within a block; reading a page out of a vLLM
+block into kvpilot's ``[page_size, heads, head_dim]`` staging pages (a
+save) is then a gather through it. When both maps are affine in a block
+laid out densely (every backend vLLM ships today), the read goes through
+strided views instead of an index. Loads need no map: they write pages
+with the same kernel (kvpilot.vllm.worker).
 """
 
 from __future__ import annotations
@@ -72,7 +73,6 @@ class BlockMap:
     v_index: torch.Tensor
     k_affine: Affine | None
     v_affine: Affine | None
-    covers_block: bool
     backend: str
 
     @property
@@ -110,46 +110,6 @@ class BlockMap:
         k = flat.index_select(1, self.k_index.to(flat.device)).view(shape)
         v = flat.index_select(1, self.v_index.to(flat.device)).view(shape)
         return k, v
-
-    def pages_into(
-        self, kv_layer: torch.Tensor, block_ids: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-    ) -> None:
-        """Writes K and V pages (``[n, page, heads, dim]``, any dtype of the
-        cache's element size) into the blocks ``block_ids``.
-        """
-        n = int(block_ids.numel())
-        k, v = as_bits(k), as_bits(v)
-        cache = as_bits(kv_layer)
-        views = self._affine_views(kv_layer)
-        run = rows(cache, block_ids.tolist()) if views is not None else None
-        if run is not None:
-            # A run of blocks (what vLLM mostly allocates): one permuting
-            # copy each of K and V, straight into the cache.
-            direct = self._affine_views(run)
-            assert direct is not None
-            direct[0].copy_(k.to(kv_layer.device))
-            direct[1].copy_(v.to(kv_layer.device))
-            return
-        if views is not None and self.covers_block:
-            # Whole blocks assembled aside, then one contiguous copy each.
-            blocks = torch.empty((n, *cache.shape[1:]), dtype=cache.dtype, device=cache.device)
-            aside = self._affine_views(blocks)
-            assert aside is not None
-            aside[0].copy_(k)
-            aside[1].copy_(v)
-            cache.index_copy_(0, block_ids, blocks)
-            return
-        if views is not None:
-            views[0].index_copy_(0, block_ids, k.to(kv_layer.device))
-            views[1].index_copy_(0, block_ids, v.to(kv_layer.device))
-            return
-        if self.covers_block:
-            flat = torch.empty((n, cache[0].numel()), dtype=cache.dtype, device=cache.device)
-        else:
-            flat = cache.index_select(0, block_ids).reshape(n, -1)
-        flat[:, self.k_index.to(cache.device)] = k.reshape(n, -1).to(cache.device)
-        flat[:, self.v_index.to(cache.device)] = v.reshape(n, -1).to(cache.device)
-        cache.index_copy_(0, block_ids, flat.view(n, *cache.shape[1:]))
 
     def _affine_views(self, kv_layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Strided ``[blocks, page, heads, dim]`` views of K and V over the
@@ -239,7 +199,6 @@ def probe(
         v_index=v_index.cpu(),
         k_affine=_affine(k_index.cpu(), shape),
         v_affine=_affine(v_index.cpu(), shape),
-        covers_block=bool((kind != 0).all()),
         backend=backend,
     )
     log.debug("kvpilot connector: %s", bm.describe())

@@ -7,8 +7,10 @@ page's keys and values sit in a block (kvpilot.vllm.blockmap). Then it
 registers with the host in connector mode, joining the engine's
 registration, and maps the staging arena.
 
-Per step, before the forward (``load``): copy each planned page from its
-staging slot into its vLLM block. After the forward (``save``): hand the
+Per step, before the forward (``load``): write each planned page from its
+staging slot into its vLLM block with the layer's own cache-write kernel
+(``impl.do_kv_cache_update``, what the forward stores new tokens with,
+as though the page's tokens had just been computed). After the forward (``save``): hand the
 pages the prompt just completed to the saver (kvpilot.vllm.saver), which
 copies them into staging and commits them behind the forward; the host
 writes them through to its host tier. A load that cannot be done exactly
@@ -22,12 +24,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from kvpilot.engine_types import Registration
-from kvpilot.layout import torch_dtype
+from kvpilot.layout import as_bits, torch_dtype
 from kvpilot.vllm.amx import request_amx_permission
 from kvpilot.vllm.blockmap import BlockMap, BlockMapError, probe, rows
 from kvpilot.vllm.geometry import check_parallelism, engine_id, geometry
@@ -70,6 +72,8 @@ class WorkerSide:
         self.health = HostHealth("worker", settings.retry_after_s, log)
         self.client: EngineClient | None = None
         self.caches: list[torch.Tensor] = []
+        #: vLLM's attention layer of each cache (its kernel writes loads).
+        self.layers: list[Any] = []
         self.block_map: BlockMap | None = None
         self._staging: dict[tuple[str, int, int], torch.Tensor] = {}
         self._failed_blocks: set[int] = set()
@@ -108,19 +112,19 @@ class WorkerSide:
                     f"strides {t.stride()}, unlike the first layer's"
                 )
             caches.append(t)
-        layer = self.vllm_config.compilation_config.static_forward_context.get(
-            self.geo.layer_names[0]
-        )
-        if layer is None:
-            raise ConnectorConfigError(
-                f"kvpilot connector: attention layer {self.geo.layer_names[0]} is not in vLLM's "
-                "forward context"
-            )
+        ctx = self.vllm_config.compilation_config.static_forward_context
+        layers = [ctx.get(name) for name in self.geo.layer_names]
+        for name, layer in zip(self.geo.layer_names, layers, strict=True):
+            if layer is None:
+                raise ConnectorConfigError(
+                    f"kvpilot connector: attention layer {name} is not in vLLM's forward context"
+                )
         try:
-            self.block_map = probe(layer, caches[0], page, heads, hd)
+            self.block_map = probe(layers[0], caches[0], page, heads, hd)
         except BlockMapError as e:
             raise ConnectorConfigError(f"kvpilot connector: {e}") from None
         self.caches = caches
+        self.layers = layers
         self.client = connect(
             self.settings,
             self.geo,
@@ -165,11 +169,14 @@ class WorkerSide:
             return False
         t0 = time.perf_counter()
         device = self.caches[0].device
+        page = self.geo.layout.page_size
         blocks = torch.tensor(ld.block_ids, dtype=torch.long, device=device)
-        for i, cache in enumerate(self.caches):
-            k = _take(self._stage(ld.registration_id, i, 0), ld.staging_slots)
-            v = _take(self._stage(ld.registration_id, i, 1), ld.staging_slots)
-            self.block_map.pages_into(cache, blocks, k, v)
+        # The blocks' token slots, as the forward's slot mapping names them.
+        token_slots = (blocks.view(-1, 1) * page + torch.arange(page, device=device)).flatten()
+        for i, (layer, cache) in enumerate(zip(self.layers, self.caches, strict=True)):
+            k = _take(self._stage(ld.registration_id, i, 0), ld.staging_slots).flatten(0, 1)
+            v = _take(self._stage(ld.registration_id, i, 1), ld.staging_slots).flatten(0, 1)
+            layer.impl.do_kv_cache_update(layer, k.to(device), v.to(device), cache, token_slots)
         self.counters["loaded_pages"] += len(ld.block_ids)
         self.log.debug(
             "kvpilot connector (worker): loaded %d pages of request %s in %.1f ms",
@@ -227,21 +234,20 @@ class WorkerSide:
         blocks = torch.tensor(list(block_ids), dtype=torch.long, device=self.caches[0].device)
         for i, cache in enumerate(self.caches):
             k, v = self.block_map.pages_from(cache, blocks)
-            _put(self._stage(registration_id, i, 0), slots, k)
-            _put(self._stage(registration_id, i, 1), slots, v)
+            _put(as_bits(self._stage(registration_id, i, 0)), slots, k)
+            _put(as_bits(self._stage(registration_id, i, 1)), slots, v)
 
     # --------------------------------------------------------------- helpers
 
     def _stage(self, registration_id: str, layer: int, buf: int) -> torch.Tensor:
         """The staging arena's ``[slots, page, heads, dim]`` tensor of (layer,
-        buf), as integers of the element size (copies move bits).
+        buf), in the cache's dtype.
         """
         key = (registration_id, layer, buf)
         t = self._staging.get(key)
         if t is None:
             assert self.client is not None
             t = self.client.device.tensor(layer, buf)
-            t = t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
             self._staging[key] = t
         return t
 
