@@ -1,9 +1,9 @@
 """The arms of ``kvpilot bench vllm``, measured in one run, interleaved.
 
-Per model, one kvpilot host and three vLLM processes (kvbench.vllm.engine):
-``plain`` without the connector, ``filler`` and ``fresh`` with it. Each
-round takes two new random prompts P1 and P2 of about ``tokens`` tokens
-and measures each arm twice, in ABBA order (A, B, B, A):
+Per model, one kvpilot host and, started anew each round, three vLLM
+processes (kvbench.vllm.engine): ``plain`` without the connector,
+``filler`` and ``fresh`` with it. Each round takes two new random prompts
+P1 and P2 of about ``tokens`` tokens and measures each arm twice, in ABBA order (A, B, B, A):
 
 - ``no_connector_miss`` / ``connector_miss``: plain computes P1 (vLLM
   alone, nothing cached), filler computes P1, filler computes P2, plain
@@ -192,12 +192,6 @@ def run_model(
         # filler and fresh register as processes of one engine (fresh still
         # starts with nothing in its own prefix cache).
         connector = {"socket": host.engine_socket, "timeout_s": 30.0, "engine_id": "bench-vllm"}
-        plain = EngineProcess("plain", {**base, "connector": None}, work / "plain.log")
-        engines.append(plain)
-        filler = EngineProcess("filler", {**base, "connector": connector}, work / "filler.log")
-        engines.append(filler)
-        fresh = EngineProcess("fresh", {**base, "connector": connector}, work / "fresh.log")
-        engines.append(fresh)
         rng = random.Random(tokens)
 
         def prompt() -> list[int]:
@@ -213,10 +207,21 @@ def run_model(
                 )
             return engine.ask(tokens)
 
-        for engine in engines:  # untimed: each process's first request pays its set-up
-            engine.ask(prompt()[:256])
         full = tokens // PAGE
         for r in range(rounds):
+            # New processes every round: a process keeps its speed for its
+            # life (misses up to a fifth apart between two of them here),
+            # so one process per arm for a whole run would make that
+            # difference the run's ratio.
+            for engine in engines:
+                engine.close()
+            engines.clear()
+            for name, conn in [("plain", None), ("filler", connector), ("fresh", connector)]:
+                cfg = {**base, "connector": conn}
+                engines.append(EngineProcess(name, cfg, work / f"{name}{r}.log"))
+            plain, filler, fresh = engines
+            for engine in engines:  # untimed: each process's first request pays its set-up
+                engine.ask(prompt()[:256])
             ps, q = [prompt(), prompt()], prompt()
             before = host.settle("host")
             # ABBA (see the module doc), each request on idle processes.
