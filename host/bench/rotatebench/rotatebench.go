@@ -1,19 +1,15 @@
 // Package rotatebench measures RoPE Δ-rotation throughput for `kvpilot
-// bench rotate`: bytes of RoPE slice rotated per second,
-// against a copy of the same number of bytes in the same run (memcpy on the
-// CPU with the same number of goroutines, a device-to-device copy on a GPU).
-// Targets: ratio >= 0.5 on CPU, >= 0.8 on GPU: a splice re-rotates only
-// the RoPE slice of the pages after the edit, so rotating them at half a
-// copy's speed (a GPU's copy engines set a higher bar) keeps a splice far
-// cheaper than prefilling those pages again.
+// bench rotate`: bytes of RoPE slice rotated per second against a copy of
+// as many bytes in the same run (memcpy on as many goroutines on the CPU, a
+// device-to-device copy on a GPU). Targets: ratio >= 0.5 on CPU, >= 0.8 on
+// GPU: a splice re-rotates only the RoPE slice of the pages after the edit,
+// so rotating at half a copy's speed (a GPU's copy engines set a higher
+// bar) keeps a splice far cheaper than prefilling those pages again.
 //
-// Bytes are the RoPE-slice bytes rotated, counted once (not read plus
-// write), and the copy moves exactly that many bytes, contiguous. For MLA
-// that favours the copy: its 2×4 MiB (bf16) stay in the last-level cache
-// between repetitions and stream through few pages, while the rotated k_pe
-// slices (128 of every 1152 bytes) are spread over a 37 MiB arena, two
-// cache lines per row, a new page every few rows. On the CPU the JSON's params.kernels says
-// which kernels ran (avx2, or generic with KVPILOT_CPU_KERNELS=generic).
+// Bytes are counted once (not read plus write), and the copy is
+// contiguous. For MLA that favours the copy: its 2×4 MiB (bf16) stay in
+// the last-level cache, while the rotated k_pe slices (128 of every 1152
+// bytes) are spread over a 37 MiB arena, a new page every few rows.
 package rotatebench
 
 import (
@@ -110,10 +106,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	touched := int64(l.RopeBytesPerSlot()) * int64(l.Slots())
-	var e kernels.Engine
-	var arena kernels.Arena
-	var baseline func() error
-	var cleanup func()
 	device := o.Device
 	if device == "auto" {
 		device = "cpu"
@@ -123,57 +115,48 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			}
 		}
 	}
+	var a arms
 	switch device {
 	case "cpu":
-		e, arena, baseline, err = cpuArms(l, touched)
+		a = cpuArms(l, touched)
 	case "cuda":
-		e, arena, baseline, cleanup, err = cudaArms(l, touched)
+		a, err = cudaArms(l, touched)
 	default:
 		err = fmt.Errorf("device %q: want cpu, cuda or auto: %w", o.Device, ErrOptions)
 	}
 	if err != nil {
 		return Result{}, err
 	}
-	if cleanup != nil {
-		defer cleanup()
+	if a.cleanup != nil {
+		defer a.cleanup()
 	}
 	// Every slot by +7 then -7 by turns, so values stay bounded.
-	slots, plus, minus := make([]int, l.Slots()), make([]int, l.Slots()), make([]int, l.Slots())
+	slots, deltas := make([]int, l.Slots()), [2][]int{make([]int, l.Slots()), make([]int, l.Slots())}
 	for i := range slots {
-		slots[i], plus[i], minus[i] = i, 7, -7
+		slots[i], deltas[0][i], deltas[1][i] = i, 7, -7
 	}
-	flip := false
+	turns := 0
 	rotate := func() error {
-		flip = !flip
-		if flip {
-			return e.Rotate(arena, slots, plus)
-		}
-		return e.Rotate(arena, slots, minus)
+		turns++
+		return a.e.Rotate(a.arena, slots, deltas[turns%2])
 	}
-	// One untimed round of each warms caches, page tables and the JIT.
-	if err := rotate(); err != nil {
-		return Result{}, err
-	}
-	if err := baseline(); err != nil {
-		return Result{}, err
-	}
-	var rot, base []float64
-	for i := 0; i < o.Iters; i++ {
-		if err := ctx.Err(); err != nil {
-			return Result{}, err
-		}
-		for _, arm := range []struct {
-			fn  func() error
-			out *[]float64
-		}{{rotate, &rot}, {baseline, &base}} {
-			start := time.Now()
-			if err := arm.fn(); err != nil {
+	// Round -1, untimed, warms caches, page tables and the JIT.
+	var gbps [2][]float64 // rotation, baseline
+	for i := -1; i < o.Iters; i++ {
+		for k, fn := range []func() error{rotate, a.baseline} {
+			if err := ctx.Err(); err != nil {
 				return Result{}, err
 			}
-			*arm.out = append(*arm.out, float64(touched)/time.Since(start).Seconds()/1e9)
+			start := time.Now()
+			if err := fn(); err != nil {
+				return Result{}, err
+			}
+			if i >= 0 {
+				gbps[k] = append(gbps[k], float64(touched)/time.Since(start).Seconds()/1e9)
+			}
 		}
 	}
-	r := Result{Scenario: "rotate", Device: device, GBps: median(rot), BaselineGBps: median(base),
+	r := Result{Scenario: "rotate", Device: device, GBps: median(gbps[0]), BaselineGBps: median(gbps[1]),
 		Params: map[string]any{"model": o.Model, "dtype": o.DType.String(), "slots": o.Slots, "layers": o.Layers,
 			"iters": o.Iters, "bytes_touched": touched, "workers": runtime.GOMAXPROCS(0)}}
 	if device == "cpu" {
@@ -196,52 +179,53 @@ func median(v []float64) float64 {
 	return v[len(v)/2]
 }
 
-// cpuArms are the CPU engine, its arena, and the baseline: a copy of the
-// bytes the rotation touches.
-func cpuArms(l *kernels.Layout, touched int64) (kernels.Engine, kernels.Arena, func() error, error) {
+// arms are a device's engine and arena, the baseline (a copy of the bytes
+// the rotation touches), and what frees them (nil: nothing).
+type arms struct {
+	e        kernels.Engine
+	arena    kernels.Arena
+	baseline func() error
+	cleanup  func()
+}
+
+// cpuArms copy with as many goroutines as the engine uses, so the ratio
+// compares work, not parallelism.
+func cpuArms(l *kernels.Layout, touched int64) arms {
 	arena := kernels.Arena{Layout: l, Host: aligned(int(l.ArenaBytes()))}
 	fill(arena.Host, l.DType())
 	src, dst := aligned(int(touched)), aligned(int(touched))
 	fill(src, l.DType())
 	workers := runtime.GOMAXPROCS(0)
 	baseline := func() error {
-		// memcpy of the same bytes, split over as many goroutines as the
-		// engine uses, so the ratio compares work, not parallelism.
 		var wg sync.WaitGroup
 		chunk := (len(src) + workers - 1) / workers
 		for lo := 0; lo < len(src); lo += chunk {
 			hi := min(lo+chunk, len(src))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				copy(dst[lo:hi], src[lo:hi])
-			}()
+			wg.Go(func() { copy(dst[lo:hi], src[lo:hi]) })
 		}
 		wg.Wait()
 		return nil
 	}
-	return kernels.NewCPU(), arena, baseline, nil
+	return arms{kernels.NewCPU(), arena, baseline, nil}
 }
 
-// cudaArms are the CUDA engine, its arena on device 0, the baseline (a
-// device-to-device copy of the bytes the rotation touches) and what frees
-// them.
-func cudaArms(l *kernels.Layout, touched int64) (e kernels.Engine, arena kernels.Arena, baseline func() error, cleanup func(), err error) {
+// cudaArms are on device 0; the baseline is a device-to-device copy.
+func cudaArms(l *kernels.Layout, touched int64) (a arms, err error) {
 	d, err := cudadrv.Load()
 	if err != nil {
-		return nil, arena, nil, nil, err
+		return a, err
 	}
 	ctx, err := d.Open(0)
 	if err != nil {
-		return nil, arena, nil, nil, err
+		return a, err
 	}
 	ce, err := cuda.New(ctx)
 	if err != nil {
 		_ = ctx.Close()
-		return nil, arena, nil, nil, err
+		return a, err
 	}
-	var ptrs []cudadrv.DevicePtr
-	cleanup = func() {
+	var ptrs []cudadrv.DevicePtr // the arena, the copy's source and destination
+	a.cleanup = func() {
 		for _, p := range ptrs {
 			_ = ctx.MemFree(p)
 		}
@@ -250,35 +234,24 @@ func cudaArms(l *kernels.Layout, touched int64) (e kernels.Engine, arena kernels
 	}
 	defer func() {
 		if err != nil {
-			cleanup()
+			a.cleanup()
 		}
 	}()
-	alloc := func(n int64) (cudadrv.DevicePtr, error) {
+	for _, n := range []int64{l.ArenaBytes(), touched, touched} {
 		p, err := ctx.MemAlloc(int(n))
-		if err == nil {
-			ptrs = append(ptrs, p)
+		if err != nil {
+			return a, err
 		}
-		return p, err
-	}
-	arenaPtr, err := alloc(l.ArenaBytes())
-	if err != nil {
-		return nil, arena, nil, nil, err
+		ptrs = append(ptrs, p)
 	}
 	host := aligned(int(l.ArenaBytes()))
 	fill(host, l.DType())
-	if err = ctx.CopyHtoD(arenaPtr, host); err != nil {
-		return nil, arena, nil, nil, err
+	if err = ctx.CopyHtoD(ptrs[0], host); err != nil {
+		return a, err
 	}
-	src, err := alloc(touched)
-	if err != nil {
-		return nil, arena, nil, nil, err
-	}
-	dst, err := alloc(touched)
-	if err != nil {
-		return nil, arena, nil, nil, err
-	}
-	baseline = func() error { return ctx.CopyDtoD(dst, src, int(touched)) }
-	return ce, kernels.Arena{Layout: l, Device: arenaPtr}, baseline, cleanup, nil
+	a.e, a.arena = ce, kernels.Arena{Layout: l, Device: ptrs[0]}
+	a.baseline = func() error { return ctx.CopyDtoD(ptrs[2], ptrs[1], int(touched)) }
+	return a, nil
 }
 
 // aligned returns n zeroed bytes with an 8-byte-aligned base.
