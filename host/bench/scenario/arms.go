@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
 )
@@ -92,6 +94,28 @@ func (a *ArmStats) add(st refengine.TurnStats) {
 	a.TTFTms += st.TTFTms
 	a.CheckedRows += st.CheckedRows
 	a.RotatedRows += st.RoundedRows
+}
+
+// runArms runs each arm in order on a fresh host shaped by o(arm) and
+// returns their results by name; an error names the scenario and the arm.
+func runArms[A any](ctx context.Context, name string, arms []string, o func(arm string) RigOptions, run func(rig *Rig, arm string) (A, error)) (map[string]A, error) {
+	out := make(map[string]A, len(arms))
+	for _, arm := range arms {
+		rig, err := StartRig(ctx, o(arm))
+		if err == nil {
+			out[arm], err = run(rig, arm)
+			rig.Close()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", name, arm, err)
+		}
+	}
+	return out, nil
+}
+
+// allContractOK: every arm's contract held.
+func allContractOK(m map[string]ArmStats) bool {
+	return !slices.ContainsFunc(slices.Collect(maps.Values(m)), func(a ArmStats) bool { return !a.ContractOK })
 }
 
 // barsOf is a bar per arm, in arms' order, of what value reads.

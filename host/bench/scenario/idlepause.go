@@ -108,15 +108,17 @@ func RunIdlePause(ctx context.Context, p IdlePauseParams, prog Progress) (*IdleP
 	// The device (and host and disk) holds every session with room to
 	// spare: the point is memory held by idle sessions, not eviction.
 	p.DevicePages = cmp.Or(p.DevicePages, total/p.PageSize*2+256)
-	rep := &IdlePauseReport{Scenario: "idle-pause", Params: p, Arms: map[string]IdlePauseArm{},
+	rep := &IdlePauseReport{Scenario: "idle-pause", Params: p,
 		SystemPrefix: fmt.Sprintf("one deterministic %d-token system block shared by every session", p.SystemTokens)}
-	for _, arm := range idlePauseArms {
-		a, pb, err := idlePauseArm(ctx, p, arm, idleAfter, sessions, prog)
-		if err != nil {
-			return nil, fmt.Errorf("idle-pause %s: %w", arm, err)
-		}
-		rep.PageBytes = pb
-		rep.Arms[arm] = a
+	o := p.rig()
+	o.DiskPages, o.SkipContract, o.PauseTier = p.DevicePages, true, "disk"
+	rep.Arms, err = runArms(ctx, "idle-pause", idlePauseArms, func(string) RigOptions { return o }, func(rig *Rig, arm string) (IdlePauseArm, error) {
+		l := rig.Engine.Layout()
+		rep.PageBytes = int64(l.PageBytes())
+		return idlePauseArm(ctx, rig, p, arm, idleAfter, sessions, prog)
+	})
+	if err != nil {
+		return nil, err
 	}
 	keep := rep.Arms["keep"]
 	for _, arm := range []string{"pause", "drop"} {
@@ -131,19 +133,12 @@ func RunIdlePause(ctx context.Context, p IdlePauseParams, prog Progress) (*IdleP
 	return rep, nil
 }
 
-func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter time.Duration, sessions [][]Request, prog Progress) (IdlePauseArm, int64, error) {
+func idlePauseArm(ctx context.Context, rig *Rig, p IdlePauseParams, arm string, idleAfter time.Duration, sessions [][]Request, prog Progress) (IdlePauseArm, error) {
 	var a IdlePauseArm
-	o := p.rig()
-	o.DiskPages, o.SkipContract, o.PauseTier = p.DevicePages, true, "disk"
-	rig, err := StartRig(ctx, o)
-	if err != nil {
-		return a, 0, err
-	}
-	defer rig.Close()
 	pol := idlepause.New()
 	params, _ := json.Marshal(map[string]any{"idle_after": p.IdleAfter})
 	if err := pol.Configure(params); err != nil {
-		return a, 0, fmt.Errorf("configure idle-pause: %w", err)
+		return a, fmt.Errorf("configure idle-pause: %w", err)
 	}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	observe := func(obs policy.Observation) ([]policy.Directive, error) {
@@ -175,7 +170,7 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 		for i := range sessions {
 			prog.say("idle-pause %s: turn %d/%d of session %d", arm, k+1, p.Turns, i)
 			if _, _, err := turn(i, k); err != nil {
-				return a, 0, err
+				return a, err
 			}
 		}
 	}
@@ -184,7 +179,7 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 	active := map[uint64]bool{}
 	for i := p.Idle; i < p.Sessions; i++ {
 		if _, _, err := turn(i, p.Turns); err != nil {
-			return a, 0, err
+			return a, err
 		}
 		for _, h := range hashesOf(sessions[i][p.Turns].seq(), p.PageSize, tenant) {
 			active[h] = true
@@ -192,7 +187,7 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 	}
 	ds, err := observe(policy.Observation{Kind: policy.KindTick, Tick: &policy.Tick{Interval: 10 * time.Second}})
 	if err != nil {
-		return a, 0, err
+		return a, err
 	}
 	var leases []string
 	for _, d := range ds {
@@ -206,23 +201,23 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 	settle := time.Now()
 	if arm != "keep" {
 		if err := rig.ApplyPolicy(ctx, idlepause.Name, ds); err != nil {
-			return a, 0, err
+			return a, err
 		}
 		if arm == "drop" {
 			for _, l := range leases {
 				if _, err := rig.Apply(ctx, "bench", tenant, directive.RevokeLease{LeaseID: l}); err != nil {
-					return a, 0, err
+					return a, err
 				}
 			}
 		}
 	}
 	if arm == "pause" {
 		if err := rig.WaitLeasesSettled(ctx, leases, 60*time.Second); err != nil {
-			return a, 0, err
+			return a, err
 		}
 	}
 	if err := rig.WaitSettled(ctx, 60*time.Second); err != nil {
-		return a, 0, err
+		return a, err
 	}
 	a.SettleMs = float64(time.Since(settle).Microseconds()) / 1e3
 	a.DevicePages = rig.Stats().Tiers[tier.Device].Pages
@@ -244,14 +239,14 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 		t0 := time.Now()
 		st, ds, err := turn(i, p.Turns)
 		if err != nil {
-			return a, 0, err
+			return a, err
 		}
 		wall += time.Since(t0)
 		if arm == "pause" {
 			// The policy resumes the lease when it sees the session back
 			// (after the request matched, as the host observes it).
 			if err := rig.ApplyPolicy(ctx, idlepause.Name, ds); err != nil {
-				return a, 0, err
+				return a, err
 			}
 		}
 		a.ResumePromptTokens += st.Prompt
@@ -263,8 +258,7 @@ func idlePauseArm(ctx context.Context, p IdlePauseParams, arm string, idleAfter 
 	a.ResumeTTFTms /= float64(p.Idle)
 	a.ResumeWallMs = float64(wall.Microseconds()) / 1e3 / float64(p.Idle)
 	a.HitRate = ratio(a.ResumeCachedTokens, a.ResumePromptTokens)
-	layout := rig.Engine.Layout()
-	return a, int64(layout.PageBytes()), nil
+	return a, nil
 }
 
 // Charts: device pages held and resume TTFT per arm.

@@ -127,31 +127,28 @@ func RunSpliceReplay(ctx context.Context, p SpliceReplayParams, prog Progress) (
 	}
 	// The device holds every phase without eviction.
 	p.DevicePages = cmp.Or(p.DevicePages, 4*(len(c.replay.Prompt)+len(c.replay.Output))/p.PageSize+256)
-	rep := &SpliceReplayReport{Scenario: "splice-replay", Params: p, Arms: map[string]ArmStats{}, Phases: map[string]ArmStats{},
-		Edit: c.edited, SystemPrefix: p.systemPrefix(), ContractOK: true}
-	for _, arm := range spliceReplayArms {
-		build, replay, err := spliceReplayArm(ctx, p, arm, c, prog)
-		if err != nil {
-			return nil, fmt.Errorf("splice-replay %s: %w", arm, err)
-		}
-		rep.Phases[arm+"/build+edit"] = build
-		rep.Arms[arm] = replay
-		rep.ContractOK = rep.ContractOK && build.ContractOK && replay.ContractOK
+	rep := &SpliceReplayReport{Scenario: "splice-replay", Params: p, Phases: map[string]ArmStats{}, Edit: c.edited, SystemPrefix: p.systemPrefix()}
+	o := func(arm string) RigOptions {
+		o := p.rig()
+		o.AutoSplice = arm == "splice"
+		return o
 	}
-	s, r := rep.Arms["splice"], rep.Arms["radix"]
+	arms, err := runArms(ctx, "splice-replay", spliceReplayArms, o, func(rig *Rig, arm string) (ArmStats, error) {
+		build, replay, err := spliceReplayArm(ctx, rig, arm, c, prog)
+		rep.Phases[arm+"/build+edit"] = build
+		return replay, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	rep.Arms, rep.ContractOK = arms, allContractOK(arms) && allContractOK(rep.Phases)
+	s, r := arms["splice"], arms["radix"]
 	rep.Targets = SpliceTargets{SpliceHitMin: 0.95, Met: rep.ContractOK && s.HitRate >= 0.95 && r.HitRate < s.HitRate}
 	return rep, nil
 }
 
-func spliceReplayArm(ctx context.Context, p SpliceReplayParams, arm string, c leylineConversation, prog Progress) (build, replay ArmStats, err error) {
+func spliceReplayArm(ctx context.Context, rig *Rig, arm string, c leylineConversation, prog Progress) (build, replay ArmStats, err error) {
 	build.ContractOK, replay.ContractOK = true, true
-	o := p.rig()
-	o.AutoSplice = arm == "splice"
-	rig, err := StartRig(ctx, o)
-	if err != nil {
-		return build, replay, err
-	}
-	defer rig.Close()
 	n := 0
 	// cache-off: every request under its own tenant, so nothing is shared.
 	tenantOf := func() string {

@@ -69,34 +69,26 @@ func RunThinkStrip(ctx context.Context, p ThinkStripParams, prog Progress) (*Thi
 	// The device holds the session without eviction.
 	last := keep[len(keep)-1]
 	p.DevicePages = cmp.Or(p.DevicePages, 3*(len(last.Prompt)+len(last.Output))/p.PageSize+256)
-	rep := &ThinkStripReport{Scenario: "think-strip", Params: p, Arms: map[string]ArmStats{}, ThinkingTokens: thinking, ContractOK: true,
-		SystemPrefix: p.systemPrefix()}
-	for _, arm := range thinkStripArms {
+	rep := &ThinkStripReport{Scenario: "think-strip", Params: p, ThinkingTokens: thinking, SystemPrefix: p.systemPrefix()}
+	arms, err := runArms(ctx, "think-strip", thinkStripArms, func(string) RigOptions { return p.rig() }, func(rig *Rig, arm string) (ArmStats, error) {
 		reqs := strip
 		if arm == "keep" {
 			reqs = keep
 		}
-		a, n, err := thinkStripArm(ctx, p, arm, reqs, prog)
-		if err != nil {
-			return nil, fmt.Errorf("think-strip %s: %w", arm, err)
-		}
-		if arm == "strip-splice" {
-			rep.StrippedSpans = n
-		}
-		rep.Arms[arm] = a
-		rep.ContractOK = rep.ContractOK && a.ContractOK
+		a, spliced, err := thinkStripArm(ctx, rig, p, arm, reqs, prog)
+		rep.StrippedSpans += spliced // only strip-splice splices
+		return a, err
+	})
+	if err != nil {
+		return nil, err
 	}
-	rep.ReusedTokens = rep.Arms["strip-splice"].CachedTokens - rep.Arms["strip-reprefill"].CachedTokens
+	rep.Arms, rep.ContractOK = arms, allContractOK(arms)
+	rep.ReusedTokens = arms["strip-splice"].CachedTokens - arms["strip-reprefill"].CachedTokens
 	return rep, nil
 }
 
-func thinkStripArm(ctx context.Context, p ThinkStripParams, arm string, reqs []Request, prog Progress) (ArmStats, int, error) {
+func thinkStripArm(ctx context.Context, rig *Rig, p ThinkStripParams, arm string, reqs []Request, prog Progress) (ArmStats, int, error) {
 	a := ArmStats{ContractOK: true}
-	rig, err := StartRig(ctx, p.rig())
-	if err != nil {
-		return a, 0, err
-	}
-	defer rig.Close()
 	session := "reasoning"
 	spliced := 0
 	for i, r := range reqs {

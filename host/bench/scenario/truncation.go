@@ -95,19 +95,19 @@ func RunTruncation(ctx context.Context, p TruncationParams, prog Progress) (*Tru
 		}
 	}
 	p.DevicePages = cmp.Or(p.DevicePages, 3*longest/p.PageSize+256)
-	rep := &TruncationReport{Scenario: "truncation", Params: p, Arms: map[string]TruncationArm{}, ContractOK: true, SystemPrefix: p.systemPrefix()}
+	rep := &TruncationReport{Scenario: "truncation", Params: p, SystemPrefix: p.systemPrefix()}
 	for _, tr := range p.Traces {
 		rep.Sessions = append(rep.Sessions, tr.SessionID)
 	}
-	for _, arm := range truncationArms {
-		a, edits, edited, err := truncationArm(ctx, p, arm, prog)
-		if err != nil {
-			return nil, fmt.Errorf("truncation %s: %w", arm, err)
-		}
-		rep.Edits, rep.EditedRequests = edits, edited
-		rep.Arms[arm] = a
-		rep.ContractOK = rep.ContractOK && a.All.ContractOK
+	var err error
+	rep.Arms, err = runArms(ctx, "truncation", truncationArms, func(string) RigOptions { return p.rig() }, func(rig *Rig, arm string) (a TruncationArm, err error) {
+		a, rep.Edits, rep.EditedRequests, err = truncationArm(ctx, rig, p, arm, prog)
+		return a, err
+	})
+	if err != nil {
+		return nil, err
 	}
+	rep.ContractOK = rep.Arms["reprefill"].All.ContractOK && rep.Arms["splice"].All.ContractOK
 	if re := rep.Arms["reprefill"].PrefillTokens; re > 0 {
 		rep.Saved = 1 - float64(rep.Arms["splice"].PrefillTokens)/float64(re)
 	}
@@ -115,14 +115,9 @@ func RunTruncation(ctx context.Context, p TruncationParams, prog Progress) (*Tru
 	return rep, nil
 }
 
-func truncationArm(ctx context.Context, p TruncationParams, arm string, prog Progress) (TruncationArm, int, int, error) {
+func truncationArm(ctx context.Context, rig *Rig, p TruncationParams, arm string, prog Progress) (TruncationArm, int, int, error) {
 	a := TruncationArm{All: ArmStats{ContractOK: true}, AfterEdit: ArmStats{ContractOK: true}}
 	system := SystemBlock("agent", p.SystemTokens)
-	rig, err := StartRig(ctx, p.rig())
-	if err != nil {
-		return a, 0, 0, err
-	}
-	defer rig.Close()
 	params, err := json.Marshal(p.Policy)
 	if err != nil {
 		return a, 0, 0, err
