@@ -116,7 +116,7 @@ func (f *Fixture) rawArm(put bool, prefix string, putFn func(context.Context, st
 // openRedis binds the Redis arms to addr; "auto" starts a redis-server
 // of its own under dir when one is on PATH, and "" or "off" skips them.
 func (f *Fixture) openRedis(dir, addr string) error {
-	addr, err := serverAddr(addr, "redis-server", func() (string, error) { return f.startRedis(dir) })
+	addr, err := serverAddr(addr, "redis-server", filepath.Join(dir, "redis"), 1, f.startRedis)
 	if addr == "" || err != nil {
 		return err
 	}
@@ -134,9 +134,10 @@ func (f *Fixture) openRedis(dir, addr string) error {
 }
 
 // serverAddr resolves an arm's server flag: "" or "off" skip the arms
-// (""), "auto" starts a server with start when bin is on PATH (and skips
-// them when it is not), anything else is the server's address.
-func serverAddr(flag, bin string, start func() (string, error)) (string, error) {
+// (""), "auto" starts a server with start, in dir on n free ports, when
+// bin is on PATH (and skips them when it is not), anything else is the
+// server's address.
+func serverAddr(flag, bin, dir string, n int, start func(dir string, ports []int) (string, error)) (string, error) {
 	switch flag {
 	case "", "off":
 		return "", nil
@@ -144,23 +145,22 @@ func serverAddr(flag, bin string, start func() (string, error)) (string, error) 
 		if _, err := exec.LookPath(bin); err != nil {
 			return "", nil
 		}
-		return start()
+		ports, err := freeport.Ports(n)
+		if err == nil {
+			err = os.MkdirAll(dir, 0o700)
+		}
+		if err != nil {
+			return "", err
+		}
+		return start(dir, ports)
 	}
 	return flag, nil
 }
 
-// startRedis runs a throwaway redis-server (no persistence) on a free
-// loopback port.
-func (f *Fixture) startRedis(dir string) (string, error) {
-	ports, err := freeport.Ports(1)
-	if err != nil {
-		return "", err
-	}
+// startRedis runs a throwaway redis-server (no persistence) on a loopback
+// port.
+func (f *Fixture) startRedis(rdir string, ports []int) (string, error) {
 	port := strconv.Itoa(ports[0])
-	rdir := filepath.Join(dir, "redis")
-	if err := os.MkdirAll(rdir, 0o700); err != nil {
-		return "", err
-	}
 	if err := f.startServer(exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", rdir,
 		"--save", "", "--appendonly", "no", "--proto-max-bulk-len", "64mb")); err != nil {
 		return "", err

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-
-	"github.com/kvpilot/kvpilot/host/freeport"
 )
 
 // The S3 arms measure S3-compatible storage as a candidate for the remote
@@ -31,7 +29,7 @@ const s3Bucket = "kvpilot-bench"
 // "auto" starts a SeaweedFS server under dir when weed is installed, and
 // "" or "off" skips them.
 func (f *Fixture) openS3(dir, endpoint string) error {
-	endpoint, err := serverAddr(endpoint, "weed", func() (string, error) { return f.startSeaweed(dir) })
+	endpoint, err := serverAddr(endpoint, "weed", filepath.Join(dir, "seaweedfs"), 8, f.startSeaweed)
 	if endpoint == "" || err != nil {
 		return err
 	}
@@ -61,41 +59,27 @@ func (f *Fixture) openS3(dir, endpoint string) error {
 	return f.rawS3(true)(1) // the first put waits for a volume to be assigned
 }
 
-// rawS3 puts n host pages as objects, or gets them back into host pages.
+// rawS3 puts n host pages as objects, or gets them back.
 func (f *Fixture) rawS3(put bool) func(n int) error {
-	pb := int64(f.lay.PageBytes())
-	return func(n int) error {
-		return f.eachPage(n, func(ctx context.Context, i int, page []byte) error {
-			name := "raw/" + strconv.Itoa(i%f.pages)
-			var err error
-			if put {
-				_, err = f.s3.PutObject(ctx, s3Bucket, name, bytes.NewReader(page), pb,
-					minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true})
-			} else if obj, gerr := f.s3.GetObject(ctx, s3Bucket, name, minio.GetObjectOptions{}); gerr != nil {
-				err = gerr
-			} else {
-				_, err = io.ReadFull(obj, page)
-				obj.Close()
-			}
-			if err != nil {
-				return fmt.Errorf("s3 object %s: %w", name, err)
-			}
-			return nil
-		})
-	}
+	return f.rawArm(put, "raw/", func(ctx context.Context, name string, page []byte) error {
+		_, err := f.s3.PutObject(ctx, s3Bucket, name, bytes.NewReader(page), int64(len(page)),
+			minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true})
+		return err
+	}, func(ctx context.Context, name string) ([]byte, error) {
+		obj, err := f.s3.GetObject(ctx, s3Bucket, name, minio.GetObjectOptions{})
+		if err != nil {
+			return nil, err
+		}
+		defer obj.Close()
+		b := make([]byte, f.lay.PageBytes())
+		_, err = io.ReadFull(obj, b)
+		return b, err
+	})
 }
 
 // startSeaweed runs a throwaway SeaweedFS server with its S3 gateway on
-// free loopback ports and returns the gateway's address.
-func (f *Fixture) startSeaweed(dir string) (string, error) {
-	ports, err := freeport.Ports(8)
-	if err != nil {
-		return "", err
-	}
-	wdir := filepath.Join(dir, "seaweedfs")
-	if err := os.MkdirAll(wdir, 0o700); err != nil {
-		return "", err
-	}
+// loopback ports and returns the gateway's address.
+func (f *Fixture) startSeaweed(wdir string, ports []int) (string, error) {
 	p := func(i int) string { return strconv.Itoa(ports[i]) }
 	cmd := exec.Command("weed", "server", "-dir="+wdir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-master.port="+p(0), "-master.port.grpc="+p(1), "-master.volumeSizeLimitMB=1024",

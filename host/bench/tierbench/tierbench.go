@@ -1,12 +1,9 @@
 // Package tierbench measures the throughput of each tier pair the mover
-// uses (device<->host, host<->disk, host<->remote) against raw baselines in
-// the same run: the best memory copy this machine makes for memory, per
-// core and across cores (baseline.go), a plain sequential file write and read
-// for disk, and for each remote backend the same bytes put and got raw
-// through the same server and client (JetStream objects on the embedded
-// server; Redis SET and GET, on a redis-server it starts when one is
-// installed). S3-compatible storage is measured raw beside them as a
-// candidate (s3arms.go). `kvpilot bench tiers` prints it.
+// uses (device<->host, host<->disk, host<->remote) for `kvpilot bench
+// tiers`, against raw baselines in the same run: the best memory copy
+// (baseline.go), a plain file write and read, and each remote backend's
+// bytes put and got raw through the same server and client (remotearms.go;
+// S3, raw alone, as a candidate: s3arms.go).
 package tierbench
 
 import (
@@ -43,27 +40,18 @@ const (
 
 // Options size a run.
 type Options struct {
-	// Pages moved per arm per iteration (default 128).
-	Pages int
-	// RemotePages moved per remote arm (default 16): the object store is
-	// much slower and has no target.
-	RemotePages int
-	// Iters is measured rounds; medians are reported (default 5).
-	Iters int
+	Pages       int // moved per arm per round (default 128)
+	RemotePages int // moved per remote arm (default 16): a slower store
+	Iters       int // measured rounds; medians are reported (default 5)
 	// Dir holds the page files and NATS data (default a temp dir, removed after).
 	Dir string
 	// Layout of the pages (default a Llama-3-8B-like page of 16 tokens, 2 MiB).
-	Layout *layout.Layout
-	// NoRemote skips the remote arms.
+	Layout   *layout.Layout
 	NoRemote bool
-	// Redis is the address of a Redis or Valkey server for the redis arms;
-	// "auto" starts one when redis-server is installed; "" or "off" skips
-	// them.
-	Redis string
-	// S3 is the endpoint of an S3-compatible store for the s3 candidate
-	// arms; "auto" starts SeaweedFS when weed is installed; "" or "off"
-	// skips them.
-	S3 string
+	// Redis and S3 are the servers of the redis arms and the s3 candidate
+	// arms: an address, "auto" (start redis-server or SeaweedFS's weed
+	// when installed) or "" or "off" (skip them).
+	Redis, S3 string
 	// Cores the memory arms also run on, sharing the pages (default every
 	// CPU; 1 measures one core only).
 	Cores int
