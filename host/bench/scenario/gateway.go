@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sort"
+	"slices"
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
 	"github.com/kvpilot/kvpilot/host/config"
@@ -59,17 +59,12 @@ type Quantiles struct {
 	Mean float64 `json:"mean"`
 }
 
-func quantiles(xs []float64) Quantiles {
+func quantiles(xs []float64, sum float64) Quantiles {
 	if len(xs) == 0 {
 		return Quantiles{}
 	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	sum := 0.0
-	for _, x := range s {
-		sum += x
-	}
-	return Quantiles{P50: s[len(s)/2], P90: s[len(s)*9/10], Mean: sum / float64(len(s))}
+	slices.Sort(xs)
+	return Quantiles{P50: xs[len(xs)/2], P90: xs[len(xs)*9/10], Mean: sum / float64(len(xs))}
 }
 
 // GatewayReport is the scenario's result. Arms: prefix-cache (the history
@@ -103,11 +98,11 @@ func RunGateway(ctx context.Context, p GatewayParams, prog Progress) (*GatewayRe
 	if len(p.Traces) == 0 {
 		return nil, fmt.Errorf("gateway: at least one trace is required")
 	}
-	var ids []string
+	ids := make([]string, len(p.Traces))
 	sessions := make([][]Turn, len(p.Traces))
 	longest := 0
 	for i, tr := range p.Traces {
-		ids = append(ids, tr.SessionID)
+		ids[i] = tr.SessionID
 		sessions[i] = ChatTurns(tr, SystemBlock("agent", p.SystemTokens), p.MaxRequests)
 		if n := len(sessions[i]); n > 0 {
 			toks, _ := chatwire.Render(sessions[i][n-1].Messages, policytest.Tokenize)
@@ -192,7 +187,7 @@ func gatewayArm(ctx context.Context, p GatewayParams, arm string, sessions [][]T
 			prevCleared = r.Cleared
 		}
 	}
-	a.TTFTms = quantiles(ttfts)
+	a.TTFTms = quantiles(ttfts, a.TTFTTotalMs)
 	return a, nil
 }
 

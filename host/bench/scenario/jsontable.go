@@ -201,7 +201,8 @@ func isTable(members object) bool {
 			return false
 		}
 		for _, f := range o {
-			if inner, obj := f.val.(object); obj && !allFlat(inner) || !obj && !isFlat(f.val) {
+			inner, obj := f.val.(object)
+			if obj && slices.ContainsFunc(inner, func(m member) bool { return !isFlat(m.val) }) || !obj && !isFlat(f.val) {
 				return false
 			}
 		}
@@ -209,11 +210,6 @@ func isTable(members object) bool {
 	return slices.ContainsFunc(members[0].val.(object), func(f member) bool {
 		return !slices.ContainsFunc(members, func(row member) bool { return !row.val.(object).has(f.key) })
 	})
-}
-
-// allFlat: every member of o is flat.
-func allFlat(o object) bool {
-	return !slices.ContainsFunc(o, func(m member) bool { return !isFlat(m.val) })
 }
 
 // isFlat: v is a scalar or a list of scalars.

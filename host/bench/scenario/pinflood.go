@@ -15,10 +15,9 @@ import (
 )
 
 // PinFloodParams shape the pin-flood scenario: a VIP session warmed for
-// WarmupTurns turns, a flood of
-// unrelated multi-turn sessions whose unique tokens add up to FloodFactor
-// times the device plus host capacity, sent by Concurrency clients, then
-// the VIP's next turn.
+// WarmupTurns turns, a flood of unrelated multi-turn sessions whose unique
+// tokens add up to FloodFactor times the device plus host capacity, sent
+// by Concurrency clients, then the VIP's next turn.
 type PinFloodParams struct {
 	VIP   Trace   `json:"-"`
 	Flood []Trace `json:"-"`
@@ -30,9 +29,9 @@ type PinFloodParams struct {
 	WarmupTurns int     `json:"warmup_turns"`
 	FloodFactor float64 `json:"flood_factor"`
 	Concurrency int     `json:"concurrency"`
-	// FloodMessageChars cuts flood messages (about 4 characters a token)
-	// and FloodMaxRequests its sessions, to the reference run's flood shape: turns
-	// of ~150 tokens, sessions of 19-31 turns.
+	// FloodMessageChars cuts flood messages (about 4 characters a token) and
+	// FloodMaxRequests its sessions to the reference run's flood shape:
+	// turns of ~150 tokens, sessions of 19-31 turns.
 	FloodMessageChars int    `json:"flood_message_chars"`
 	FloodMaxRequests  int    `json:"flood_max_requests"`
 	TTL               string `json:"ttl"`
@@ -142,7 +141,7 @@ func RunPinFlood(ctx context.Context, p PinFloodParams, prog Progress) (*PinFloo
 			VIPSession: p.VIP.SessionID, VIPTurnPromptTokens: len(vip[p.WarmupTurns].Prompt),
 			SystemPrefix: fmt.Sprintf("deterministic %d-token system block prepended to the VIP session", p.SystemTokens)}}
 	for _, arm := range []string{"baseline", "pinned"} {
-		a, err := pinFloodArm(ctx, p, arm == "pinned", vip, flood, prog)
+		a, err := pinFloodArm(ctx, p, arm, vip, flood, prog)
 		if err != nil {
 			return nil, fmt.Errorf("pin-flood %s: %w", arm, err)
 		}
@@ -226,13 +225,9 @@ func floodSchedule(p PinFloodParams, want int64) ([]floodSession, int64, int) {
 	return out, unique, n
 }
 
-func pinFloodArm(ctx context.Context, p PinFloodParams, pinned bool, vip []Request, flood []floodSession, prog Progress) (PinFloodArm, error) {
+func pinFloodArm(ctx context.Context, p PinFloodParams, arm string, vip []Request, flood []floodSession, prog Progress) (PinFloodArm, error) {
 	var a PinFloodArm
-	start := time.Now()
-	arm := "baseline"
-	if pinned {
-		arm = "pinned"
-	}
+	start, pinned := time.Now(), arm == "pinned"
 	o := p.rig()
 	o.HostPages, o.SkipContract = p.HostPages, true
 	o.Adjust = func(c *config.Config) {

@@ -105,55 +105,39 @@ func runDriver(ctx context.Context, py, module string, args []string, stderr io.
 	return out.Bytes(), nil
 }
 
-// ChildError is a Python child that failed: its exit, the last error line
-// it printed (a traceback's "ModuleNotFoundError: No module named
-// 'torch'"), and the command that installs what it lacked.
+// ChildError is a Python child that failed: its exit and the last error
+// line it printed (a traceback's "ModuleNotFoundError: No module named
+// 'torch'"); its hint is what the user can do.
 type ChildError struct {
-	Python string
-	Module string // the driver it ran with -m (a kvbench module)
-	Err    error  // the exit
-	Last   string // the last error line on its stderr; "" when none
-	// Install is what to run when a module was missing: the repository's
-	// lock and kvpilot package into that interpreter.
-	Install string
+	msg, hint string
+	err       error
 }
 
-func (e *ChildError) Error() string {
-	if e.Last == "" {
-		return fmt.Sprintf("%s -m %s: %v", e.Python, e.Module, e.Err)
-	}
-	return fmt.Sprintf("%s -m %s: %v: %s", e.Python, e.Module, e.Err, e.Last)
-}
-
-func (e *ChildError) Unwrap() error { return e.Err }
-
-// Hint is what the user can do: the install command when a module was
-// missing, else where the child's whole output is.
-func (e *ChildError) Hint() string {
-	if e.Install != "" {
-		return "install what the benchmark's Python side needs: " + e.Install
-	}
-	return "run again with -v to see the Python side's whole output"
-}
+func (e *ChildError) Error() string { return e.msg }
+func (e *ChildError) Unwrap() error { return e.err }
+func (e *ChildError) Hint() string  { return e.hint }
 
 // errorLine matches the line a Python traceback ends with.
 var errorLine = regexp.MustCompile(`^([A-Za-z_][\w.]*(Error|Exception|Interrupt)|Killed)\b.*`)
 
-// childError explains the failure of a child run from the repository at
-// root from its stderr.
+// childError explains the failure of python -m module, run from the
+// repository at root, from its stderr: the install command when a module
+// was missing, else where the child's whole output is.
 func childError(py, module, root string, err error, stderr string) *ChildError {
-	ce := &ChildError{Python: py, Module: module, Err: err}
+	ce := &ChildError{msg: fmt.Sprintf("%s -m %s: %v", py, module, err), err: err,
+		hint: "run again with -v to see the Python side's whole output"}
 	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
+	last := ""
+	for i := len(lines) - 1; i >= 0 && last == ""; i-- {
 		if l := strings.TrimSpace(lines[i]); errorLine.MatchString(l) {
-			ce.Last = l
-			break
+			last = l
+			ce.msg += ": " + l
 		}
 	}
-	if strings.HasPrefix(ce.Last, "ModuleNotFoundError: No module named ") {
+	if strings.HasPrefix(last, "ModuleNotFoundError: No module named ") {
 		// Whatever the module, the pinned lock has it (or make py-env).
 		pkg := filepath.Join(root, "sdk", "python")
-		ce.Install = fmt.Sprintf("%s -m pip install --no-deps -r %s && %s -m pip install --no-deps -e %s (or make py-env in %s, whose .venv is found on its own)",
+		ce.hint = fmt.Sprintf("install what the benchmark's Python side needs: %s -m pip install --no-deps -r %s && %s -m pip install --no-deps -e %s (or make py-env in %s, whose .venv is found on its own)",
 			py, filepath.Join(pkg, "requirements.txt"), py, pkg, root)
 	}
 	return ce

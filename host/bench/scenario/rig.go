@@ -97,9 +97,7 @@ func StartRig(ctx context.Context, o RigOptions) (*Rig, error) {
 	c.Log.Level = "warn"
 	c.Index.PageSize = o.PageSize
 	c.Index.AutoSplice = o.AutoSplice
-	if o.PauseTier != "" {
-		c.Index.PauseTier = o.PauseTier
-	}
+	c.Index.PauseTier = cmp.Or(o.PauseTier, c.Index.PauseTier)
 	c.Tiers.Device.CapacityPages = o.DevicePages
 	c.Tiers.Host.CapacityPages = o.HostPages
 	c.Tiers.Disk.CapacityPages = o.DiskPages
@@ -112,13 +110,7 @@ func StartRig(ctx context.Context, o RigOptions) (*Rig, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("bench rig: %w", err)
 	}
-	log := o.Log
-	if log == nil {
-		log = defaultRigLog
-	}
-	if log == nil {
-		log = hclog.NewNullLogger()
-	}
+	log := cmp.Or(o.Log, defaultRigLog, hclog.NewNullLogger())
 	d, err := daemon.New(c, log, o.Options...)
 	if err != nil {
 		_ = os.RemoveAll(dir)
