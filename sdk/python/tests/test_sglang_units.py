@@ -203,10 +203,15 @@ def test_pause_and_warm_reach_sglang_pages(kvpilot_host: Any) -> None:
     with ControlClient(kvpilot_host.control_socket) as ctl:
         r = ctl.apply([d.pause(hashes, ttl="10m", lease_id="sglang-paused")])
         assert r.results[0].effect.blocks == 3, r
-        deadline = time.monotonic() + 20  # the mover copies to disk behind the reply
-        while ctl.stats().tiers["disk"].leased_pages < 3 and time.monotonic() < deadline:
+        # The mover copies to disk behind the reply, and the memory copies
+        # are dropped only once the disk copy is done: wait for both.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            tiers = ctl.stats().tiers
+            moved = tiers["host"].pages == 0 and tiers["device"].pages == 0
+            if tiers["disk"].leased_pages >= 3 and moved:
+                break
             time.sleep(0.1)
-        tiers = ctl.stats().tiers
         assert tiers["disk"].leased_pages == 3, tiers
         assert tiers["host"].pages == 0 and tiers["device"].pages == 0, tiers
     consumer = _worker(kvpilot_host.engine_socket, layout="layer_first")
