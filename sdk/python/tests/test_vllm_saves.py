@@ -233,3 +233,28 @@ def test_a_request_ends_off_its_path_and_in_order(kvpilot_host_factory: Any) -> 
         e.finish(again)
     finally:
         e.close()
+
+
+def test_drain_waits_for_a_running_step() -> None:
+    # A Finish queued with ``then`` is a step: drain returned while one was
+    # still on the wire, so a host killed after drain failed it (once in a
+    # clean-clone run, test_a_dead_host_means_no_hits_fast_and_then_recovery).
+    import logging
+
+    from kvpilot.vllm.savequeue import SaveQueue
+
+    q = SaveQueue(0, logging.getLogger("test.savequeue"), name="test-steps")
+    started, go, done = threading.Event(), threading.Event(), threading.Event()
+
+    def step() -> None:
+        started.set()
+        go.wait(60)
+        done.set()
+
+    q.then(step)
+    assert started.wait(30)
+    assert not q.drain(0.2)  # the step runs: not drained
+    go.set()
+    assert q.drain(30)
+    assert done.is_set()
+    q.close()

@@ -78,6 +78,9 @@ class SaveQueue:
         self._jobs: deque[SaveJob | Callable[[], None]] = deque()
         self._queued_pages = 0
         self._running: SaveJob | None = None
+        # A step (``then``) is running: drain waits for it too, or a
+        # Finish could still be on the wire when drain returns.
+        self._stepping = False
         self._pending: dict[str, int] = {}
         self._done: dict[str, int] = {}
         self._closed = False
@@ -165,7 +168,7 @@ class SaveQueue:
         """Waits until every queued save and step ran; False at timeout."""
         deadline = time.monotonic() + timeout
         with self._cv:
-            while self._jobs or self._running is not None:
+            while self._jobs or self._running is not None or self._stepping:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -203,6 +206,8 @@ class SaveQueue:
                 item = self._jobs.popleft()
                 if isinstance(item, SaveJob):
                     self._running = item
+                else:
+                    self._stepping = True
             if isinstance(item, SaveJob):
                 self._run(item)
             else:
@@ -211,6 +216,7 @@ class SaveQueue:
                 except Exception:
                     self.log.exception("kvpilot connector: a save queue step failed")
                 with self._cv:
+                    self._stepping = False
                     self._cv.notify_all()
 
     def _run(self, job: SaveJob) -> None:
