@@ -109,7 +109,11 @@ func pass(ctx context.Context, o options, en *engines, dir string, pc passConfig
 		return nil, err
 	}
 	res := &result{passConfig: pc}
-	if err := replay(ctx, o, "http://"+gw+"/v1/chat/completions", sessions, rec, res); err != nil {
+	settle := func() {}
+	if o.engine == engineVLLM {
+		settle = func() { waitSaved(ctx, control) }
+	}
+	if err := replay(ctx, o, "http://"+gw+"/v1/chat/completions", sessions, rec, res, settle); err != nil {
 		return nil, fmt.Errorf("%s: %w", pc.name, err)
 	}
 	time.Sleep(1500 * time.Millisecond) // let the policies' last directives land in the audit log
@@ -141,9 +145,43 @@ func pageBytes(ctx context.Context, control string) (int64, error) {
 	return 0, nil
 }
 
+// waitSaved waits, at most 10 s, until the host's page counts have held
+// still for half a second: vLLM's connector saves a request's pages behind
+// its answer, and a harness's next turn comes after the tool or the person
+// has had their seconds. Without it, on a loaded machine a pass's next
+// request could find its predecessor's pages still on their way, and the
+// passes' prefill (whose difference is the demo's figure) would measure
+// the machine's load.
+func waitSaved(ctx context.Context, control string) {
+	c, err := controlclient.DialUnix(control, controlclient.UnixOptions{Source: "demo"})
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	last, still := int64(-1), time.Now()
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		st, err := c.Stats(ctx)
+		if err != nil {
+			return
+		}
+		var pages int64
+		for _, t := range st.Tiers {
+			pages += t.Pages
+		}
+		if pages != last {
+			last, still = pages, time.Now()
+		} else if time.Since(still) >= 500*time.Millisecond {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // replay sends every session's requests through the front door, in
-// rounds, with the idle session away until the end.
-func replay(ctx context.Context, o options, url string, sessions []session, rec *recorder, res *result) error {
+// rounds, with the idle session away until the end; settle runs after
+// each request.
+func replay(ctx context.Context, o options, url string, sessions []session, rec *recorder, res *result, settle func()) error {
 	prog := scenario.TerminalProgress(os.Stderr)
 	defer scenario.EndProgress(os.Stderr, prog)
 	turn := func(s session, i int) (scenario.ChatResult, error) {
@@ -164,6 +202,7 @@ func replay(ctx context.Context, o options, url string, sessions []session, rec 
 		res.cached += r.Cached
 		res.ttftMs += r.TTFTms
 		res.modelledMs += r.ModelledMs
+		settle()
 		return r, nil
 	}
 	idle := sessions[0]
