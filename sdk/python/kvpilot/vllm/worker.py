@@ -9,13 +9,14 @@ registration, and maps the staging arena.
 
 Per step, before the forward (``load``): write each planned page from its
 staging slot into its vLLM block with the layer's own cache-write kernel
-(``impl.do_kv_cache_update``, what the forward stores new tokens with,
-as though the page's tokens had just been computed). After the forward (``save``): hand the
-pages the prompt just completed to the saver (kvpilot.vllm.saver), which
-copies them into staging and commits them behind the forward; the host
-writes them through to its host tier. A load that cannot be done exactly
-is reported to vLLM as failed blocks, never left half-written; a save that
-fails or is skipped is only a future cache miss.
+(``impl.do_kv_cache_update``, what the forward stores new tokens with, as
+though the page's tokens had just been computed). After the forward
+(``save``): hand the pages the prompt just completed to the saver
+(kvpilot.vllm.saver), which copies them into staging and commits them
+behind the forward; the host writes them through to its host tier. A load
+that cannot be done exactly is reported to vLLM as failed blocks, never
+left half-written; a save that fails or is skipped is only a future cache
+miss.
 """
 
 from __future__ import annotations
