@@ -33,34 +33,6 @@ type remoteStore struct {
 	backend                  *remote.Store // nil: a candidate, measured raw
 }
 
-// arm names the store's put or get arm, raw or through its backend.
-func (s remoteStore) arm(put, raw bool) string {
-	switch {
-	case put && raw:
-		return s.rawPut
-	case raw:
-		return s.rawGet
-	case put:
-		return s.put
-	}
-	return s.get
-}
-
-// remoteStores are the stores the fixture opened.
-func (f *Fixture) remoteStores() []remoteStore {
-	var out []remoteStore
-	if f.remote != nil {
-		out = append(out, remoteStore{"jetstream", "jetstream_raw_put", "jetstream_raw_get", "host_to_remote", "remote_to_host", f.rawJetStream, f.remote})
-	}
-	if f.redis != nil {
-		out = append(out, remoteStore{"redis", "redis_raw_set", "redis_raw_get", "host_to_redis", "redis_to_host", f.rawRedis, f.redis})
-	}
-	if f.s3 != nil {
-		out = append(out, remoteStore{"s3", "s3_raw_put", "s3_raw_get", "", "", f.rawS3, nil})
-	}
-	return out
-}
-
 // openJetStream starts the embedded NATS server with its data in dir and
 // opens the remote tier's backend and the raw baseline's bucket on it.
 func (f *Fixture) openJetStream(dir string) error {
@@ -77,39 +49,34 @@ func (f *Fixture) openJetStream(dir string) error {
 		return err
 	}
 	f.onClose(func() { f.remote.Close() })
-	f.rawObs, err = js.ObjectStore(context.Background(), "kvpilot-bench")
-	return err
-}
-
-// rawJetStream puts n host pages as plain objects of the bench bucket, or
-// gets them back.
-func (f *Fixture) rawJetStream(put bool) func(n int) error {
-	return f.rawArm(put, "raw/", func(ctx context.Context, name string, page []byte) error {
-		_, err := f.rawObs.PutBytes(ctx, name, page)
+	obs, err := js.ObjectStore(context.Background(), "kvpilot-bench")
+	if err != nil {
 		return err
-	}, func(ctx context.Context, name string) ([]byte, error) { return f.rawObs.GetBytes(ctx, name) })
-}
-
-// rawRedis sets n host pages as plain strings, or gets them back.
-func (f *Fixture) rawRedis(set bool) func(n int) error {
-	return f.rawArm(set, "kvpilot-bench-raw:", func(ctx context.Context, key string, page []byte) error {
-		return f.rc.Set(ctx, key, page, 0).Err()
-	}, func(ctx context.Context, key string) ([]byte, error) { return f.rc.Get(ctx, key).Bytes() })
-}
-
-// rawArm puts n host pages with put under prefix and their number, or
-// gets them back with get.
-func (f *Fixture) rawArm(put bool, prefix string, putFn func(context.Context, string, []byte) error, getFn func(context.Context, string) ([]byte, error)) func(n int) error {
-	return func(n int) error {
-		return f.eachPage(n, func(ctx context.Context, i int, page []byte) error {
-			name := prefix + strconv.Itoa(i%f.pages)
-			if put {
-				return putFn(ctx, name, page)
-			}
-			b, err := getFn(ctx, name)
-			copy(page, b)
+	}
+	// The raw arms put plain objects of the bench bucket and get them back.
+	f.stores = append(f.stores, remoteStore{"jetstream", "jetstream_raw_put", "jetstream_raw_get", "host_to_remote", "remote_to_host",
+		f.rawArm("raw/", func(ctx context.Context, name string, page []byte) error {
+			_, err := obs.PutBytes(ctx, name, page)
 			return err
-		})
+		}, func(ctx context.Context, name string) ([]byte, error) { return obs.GetBytes(ctx, name) }), f.remote})
+	return nil
+}
+
+// rawArm is a raw arm: n host pages put with putFn under prefix and their
+// number, or got back with getFn.
+func (f *Fixture) rawArm(prefix string, putFn func(context.Context, string, []byte) error, getFn func(context.Context, string) ([]byte, error)) func(put bool) func(n int) error {
+	return func(put bool) func(n int) error {
+		return func(n int) error {
+			return f.eachPage(n, func(ctx context.Context, i int, page []byte) error {
+				name := prefix + strconv.Itoa(i%f.pages)
+				if put {
+					return putFn(ctx, name, page)
+				}
+				b, err := getFn(ctx, name)
+				copy(page, b)
+				return err
+			})
+		}
 	}
 }
 
@@ -124,12 +91,18 @@ func (f *Fixture) openRedis(dir, addr string) error {
 	if err != nil {
 		return err
 	}
-	if f.redis, err = remote.Open(context.Background(), remote.Options{Backend: be, Layout: f.lay}); err != nil {
+	backend, err := remote.Open(context.Background(), remote.Options{Backend: be, Layout: f.lay})
+	if err != nil {
 		return fmt.Errorf("redis at %s: %w", addr, err)
 	}
-	f.onClose(func() { f.redis.Close() })
-	f.rc = redis.NewClient(&redis.Options{Addr: addr})
-	f.onClose(func() { f.rc.Close() })
+	f.onClose(func() { backend.Close() })
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	f.onClose(func() { rc.Close() })
+	// The raw arms set plain strings and get them back.
+	f.stores = append(f.stores, remoteStore{"redis", "redis_raw_set", "redis_raw_get", "host_to_redis", "redis_to_host",
+		f.rawArm("kvpilot-bench-raw:", func(ctx context.Context, key string, page []byte) error {
+			return rc.Set(ctx, key, page, 0).Err()
+		}, func(ctx context.Context, key string) ([]byte, error) { return rc.Get(ctx, key).Bytes() }), backend})
 	return nil
 }
 

@@ -55,18 +55,13 @@ func (f *Fixture) openS3(dir, endpoint string) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	f.s3 = c
-	return f.rawS3(true)(1) // the first put waits for a volume to be assigned
-}
-
-// rawS3 puts n host pages as objects, or gets them back.
-func (f *Fixture) rawS3(put bool) func(n int) error {
-	return f.rawArm(put, "raw/", func(ctx context.Context, name string, page []byte) error {
-		_, err := f.s3.PutObject(ctx, s3Bucket, name, bytes.NewReader(page), int64(len(page)),
+	// The raw arms put the pages as objects and get them back.
+	raw := f.rawArm("raw/", func(ctx context.Context, name string, page []byte) error {
+		_, err := c.PutObject(ctx, s3Bucket, name, bytes.NewReader(page), int64(len(page)),
 			minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true})
 		return err
 	}, func(ctx context.Context, name string) ([]byte, error) {
-		obj, err := f.s3.GetObject(ctx, s3Bucket, name, minio.GetObjectOptions{})
+		obj, err := c.GetObject(ctx, s3Bucket, name, minio.GetObjectOptions{})
 		if err != nil {
 			return nil, err
 		}
@@ -75,6 +70,8 @@ func (f *Fixture) rawS3(put bool) func(n int) error {
 		_, err = io.ReadFull(obj, b)
 		return b, err
 	})
+	f.stores = append(f.stores, remoteStore{"s3", "s3_raw_put", "s3_raw_get", "", "", raw, nil})
+	return raw(true)(1) // the first put waits for a volume to be assigned
 }
 
 // startSeaweed runs a throwaway SeaweedFS server with its S3 gateway on

@@ -24,9 +24,6 @@ import (
 	"github.com/kvpilot/kvpilot/host/pool/memfd"
 	"github.com/kvpilot/kvpilot/host/pool/remote"
 	"github.com/kvpilot/kvpilot/host/tier"
-	"github.com/minio/minio-go/v7"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
 )
 
 // Targets: memory and disk pairs reach Target of their baseline; each
@@ -160,13 +157,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	arms = append(arms, arm{"file_write", o.Pages, f.fileArm(true)}, arm{"host_to_disk", o.Pages, f.storeArm(f.disk, true)},
 		arm{"file_read", o.Pages, f.fileArm(false)}, arm{"disk_to_host", o.Pages, f.storeArm(f.disk, false)})
-	stores := f.remoteStores()
-	for _, s := range stores {
-		for _, put := range []bool{true, false} {
-			arms = append(arms, arm{s.arm(put, true), o.RemotePages, s.raw(put)})
-			if s.backend != nil {
-				arms = append(arms, arm{s.arm(put, false), o.RemotePages, f.storeArm(s.backend, put)})
-			}
+	for _, s := range f.stores {
+		arms = append(arms, arm{s.rawPut, o.RemotePages, s.raw(true)})
+		if s.backend != nil {
+			arms = append(arms, arm{s.put, o.RemotePages, f.storeArm(s.backend, true)})
+		}
+		arms = append(arms, arm{s.rawGet, o.RemotePages, s.raw(false)})
+		if s.backend != nil {
+			arms = append(arms, arm{s.get, o.RemotePages, f.storeArm(s.backend, false)})
 		}
 	}
 	secs, err := measure(ctx, arms, o.Iters)
@@ -218,15 +216,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return res, nil
 	}
 	fastest := 0.0
-	for _, s := range stores {
-		res.Candidates = append(res.Candidates, Candidate{Store: s.name, PutGBps: res.Arms[s.arm(true, true)].GBps,
-			GetGBps: res.Arms[s.arm(false, true)].GBps, Backend: s.backend != nil})
+	for _, s := range f.stores {
+		res.Candidates = append(res.Candidates, Candidate{Store: s.name, PutGBps: res.Arms[s.rawPut].GBps,
+			GetGBps: res.Arms[s.rawGet].GBps, Backend: s.backend != nil})
 		if s.backend == nil {
 			continue
 		}
-		put, get := ratio(s.arm(true, false), s.arm(true, true)), ratio(s.arm(false, false), s.arm(false, true))
+		put, get := ratio(s.put, s.rawPut), ratio(s.get, s.rawGet)
 		res.Targets.Met = res.Targets.Met && put >= RemoteTarget && get >= RemoteTarget
-		if slow := min(res.Arms[s.arm(true, false)].GBps, res.Arms[s.arm(false, false)].GBps); slow > fastest {
+		if slow := min(res.Arms[s.put].GBps, res.Arms[s.get].GBps); slow > fastest {
 			fastest, res.Targets.FastestRemote = slow, s.name
 		}
 	}
@@ -272,12 +270,9 @@ type Fixture struct {
 	hostSlots      []pool.Slot
 	disk           *disk.Store
 	file           *os.File
-	remote         *remote.Store         // JetStream's backend, when the fixture has one
-	rawObs         jetstream.ObjectStore // the raw JetStream baseline's bucket handle
-	redis          *remote.Store         // the redis backend, when the run has one
-	rc             *redis.Client         // the raw Redis baseline's client
-	s3             *minio.Client         // the s3 candidate arms' client
-	closers        []func()              // what Close releases, the last opened first
+	remote         *remote.Store // JetStream's backend, when the fixture has one
+	stores         []remoteStore // the remote stores opened, in order
+	closers        []func()      // what Close releases, the last opened first
 }
 
 // NewFixture opens pools of pages pages under dir, filled with data.
