@@ -1,8 +1,10 @@
 package tierbench
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/kvpilot/kvpilot/host/pool/memfd"
@@ -50,67 +52,56 @@ func armName(name string, cores int) string {
 	return fmt.Sprintf("%s_x%d", name, cores)
 }
 
-// onCores runs fn over pages [0, n) in cores contiguous shares, each on a
-// goroutine locked to an OS thread, and returns the first error.
-func onCores(n, cores int, fn func(lo, hi int) error) error {
-	if cores <= 1 {
-		return fn(0, n)
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, cores)
-	for k := range cores {
-		lo, hi := k*n/cores, (k+1)*n/cores
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			errs[k] = fn(lo, hi)
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
+// onCores is an arm that runs page on each of pages [0, n): in order on
+// one core, or in cores contiguous shares, each on a goroutine locked to an
+// OS thread. The first error of a share stops it and is returned.
+func onCores(cores int, page func(i int) error) func(n int) error {
+	share := func(lo, hi int) error {
+		for i := lo; i < hi; i++ {
+			if err := page(i); err != nil {
+				return err
+			}
 		}
+		return nil
 	}
-	return nil
+	return func(n int) error {
+		if cores <= 1 {
+			return share(0, n)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, cores)
+		for k := range cores {
+			wg.Go(func() {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				errs[k] = share(k*n/cores, (k+1)*n/cores)
+			})
+		}
+		wg.Wait()
+		return cmp.Or(errs...)
+	}
 }
 
 // copyWith is a baseline arm: n host pages copied to the raw arena by m.
 func (f *Fixture) copyWith(m copyMethod, cores int) func(n int) error {
-	return func(n int) error {
-		pb := f.lay.PageBytes()
-		src, dst := f.host.Bytes(), f.raw.Bytes()
-		return onCores(n, cores, func(lo, hi int) error {
-			for i := lo; i < hi; i++ {
-				off := (i % f.pages) * pb
-				m.fn(dst[off:off+pb], src[off:off+pb])
-			}
-			return nil
-		})
-	}
+	pb := f.lay.PageBytes()
+	src, dst := f.host.Bytes(), f.raw.Bytes()
+	return onCores(cores, func(i int) error {
+		off := (i % f.pages) * pb
+		m.fn(dst[off:off+pb], src[off:off+pb])
+		return nil
+	})
 }
 
 // deviceCopyOn moves n pages between the host and the device arena (a
 // layer-major scatter or gather), shared among cores.
 func (f *Fixture) deviceCopyOn(cores int, toDevice bool) func(n int) error {
-	return func(n int) error {
-		return onCores(n, cores, func(lo, hi int) error {
-			for i := lo; i < hi; i++ {
-				var err error
-				if toDevice {
-					err = f.dev.WritePage(f.devSlots[i%f.pages], f.hostView(i))
-				} else {
-					err = f.dev.ReadPage(f.devSlots[i%f.pages], f.hostView(i))
-				}
-				if err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
+	return onCores(cores, func(i int) error {
+		if toDevice {
+			return f.dev.WritePage(f.devSlots[i%f.pages], f.hostView(i))
+		}
+		return f.dev.ReadPage(f.devSlots[i%f.pages], f.hostView(i))
+	})
 }
 
 // Baseline is the memory baseline on some cores: the fastest method's
@@ -137,11 +128,5 @@ func bestOf(secs map[string][]float64, names []string) ([]float64, int) {
 		best[i] = secs[names[who]][i]
 		wins[who]++
 	}
-	top := 0
-	for k := range names {
-		if wins[k] > wins[top] {
-			top = k
-		}
-	}
-	return best, top
+	return best, slices.Index(wins, slices.Max(wins))
 }

@@ -65,18 +65,17 @@ func (f *Fixture) openJetStream(dir string) error {
 // rawArm is a raw arm: n host pages put with putFn under prefix and their
 // number, or got back with getFn.
 func (f *Fixture) rawArm(prefix string, putFn func(context.Context, string, []byte) error, getFn func(context.Context, string) ([]byte, error)) func(put bool) func(n int) error {
+	ctx := context.Background()
 	return func(put bool) func(n int) error {
-		return func(n int) error {
-			return f.eachPage(n, func(ctx context.Context, i int, page []byte) error {
-				name := prefix + strconv.Itoa(i%f.pages)
-				if put {
-					return putFn(ctx, name, page)
-				}
-				b, err := getFn(ctx, name)
-				copy(page, b)
-				return err
-			})
-		}
+		return onCores(1, func(i int) error {
+			name := prefix + strconv.Itoa(i%f.pages)
+			if put {
+				return putFn(ctx, name, f.hostView(i))
+			}
+			b, err := getFn(ctx, name)
+			copy(f.hostView(i), b)
+			return err
+		})
 	}
 }
 

@@ -333,40 +333,27 @@ func (f *Fixture) Close() error {
 	return nil
 }
 
-// PageBytes is the size of one page.
-func (f *Fixture) PageBytes() int { return f.lay.PageBytes() }
-
+// hostView is host page i: the fixture holds f.pages, page i is i modulo
+// those.
 func (f *Fixture) hostView(i int) []byte {
 	v, _ := f.host.PageView(f.hostSlots[i%f.pages])
 	return v
-}
-
-// eachPage runs fn on host pages 0..n-1 (the fixture holds f.pages; page i
-// is i modulo those); the first error stops it.
-func (f *Fixture) eachPage(n int, fn func(ctx context.Context, i int, page []byte) error) error {
-	ctx := context.Background()
-	for i := range n {
-		if err := fn(ctx, i, f.hostView(i)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // fileArm is the disk baseline: n pages written sequentially to a plain
 // file, then one fdatasync; or read back.
 func (f *Fixture) fileArm(write bool) func(n int) error {
 	pb := int64(f.lay.PageBytes())
-	return func(n int) error {
-		err := f.eachPage(n, func(_ context.Context, i int, page []byte) error {
-			if write {
-				_, err := f.file.WriteAt(page, int64(i)*pb)
-				return err
-			}
-			_, err := f.file.ReadAt(page, int64(i%f.pages)*pb)
+	pages := onCores(1, func(i int) error {
+		if write {
+			_, err := f.file.WriteAt(f.hostView(i), int64(i)*pb)
 			return err
-		})
-		if err != nil || !write {
+		}
+		_, err := f.file.ReadAt(f.hostView(i), int64(i%f.pages)*pb)
+		return err
+	})
+	return func(n int) error {
+		if err := pages(n); err != nil || !write {
 			return err
 		}
 		return unix.Fdatasync(int(f.file.Fd()))
@@ -376,15 +363,16 @@ func (f *Fixture) fileArm(write bool) func(n int) error {
 // storeArm puts n host pages in s (the disk tier, a remote backend), then
 // syncs it once; or gets them back (verified).
 func (f *Fixture) storeArm(s pool.Store, put bool) func(n int) error {
+	ctx := context.Background()
+	pages := onCores(1, func(i int) error {
+		k := pool.Key{Namespace: "bench", Seq: uint64(i % f.pages)}
+		if put {
+			return s.Put(ctx, pool.Entry{Key: k, Local: uint64(i)}, f.hostView(i))
+		}
+		return s.Get(ctx, k, f.hostView(i))
+	})
 	return func(n int) error {
-		err := f.eachPage(n, func(ctx context.Context, i int, page []byte) error {
-			k := pool.Key{Namespace: "bench", Seq: uint64(i % f.pages)}
-			if put {
-				return s.Put(ctx, pool.Entry{Key: k, Local: uint64(i)}, page)
-			}
-			return s.Get(ctx, k, page)
-		})
-		if err != nil || !put {
+		if err := pages(n); err != nil || !put {
 			return err
 		}
 		return s.Sync()

@@ -108,7 +108,7 @@ func benchArmAfter(b *testing.B, prep, arm func(f *Fixture) func(int) error, rem
 	if err := fn(pages); err != nil { // warm-up
 		b.Fatal(err)
 	}
-	b.SetBytes(int64(f.PageBytes()))
+	b.SetBytes(int64(f.lay.PageBytes()))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
