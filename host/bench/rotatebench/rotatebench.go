@@ -127,9 +127,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if a.cleanup != nil {
-		defer a.cleanup()
-	}
+	defer a.cleanup()
 	// Every slot by +7 then -7 by turns, so values stay bounded.
 	slots, deltas := make([]int, l.Slots()), [2][]int{make([]int, l.Slots()), make([]int, l.Slots())}
 	for i := range slots {
@@ -156,7 +154,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			}
 		}
 	}
-	r := Result{Scenario: "rotate", Device: device, GBps: median(gbps[0]), BaselineGBps: median(gbps[1]),
+	r := Result{Scenario: "rotate", Device: device, GBps: median(gbps[0]), BaselineGBps: median(gbps[1]), Targets: Targets{RatioMin: a.ratioMin},
 		Params: map[string]any{"model": o.Model, "dtype": o.DType.String(), "slots": o.Slots, "layers": o.Layers,
 			"iters": o.Iters, "bytes_touched": touched, "workers": runtime.GOMAXPROCS(0)}}
 	if device == "cpu" {
@@ -164,10 +162,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	if r.BaselineGBps > 0 {
 		r.Ratio = r.GBps / r.BaselineGBps
-	}
-	r.Targets.RatioMin = RatioMinCPU
-	if device == "cuda" {
-		r.Targets.RatioMin = RatioMinCUDA
 	}
 	r.Targets.Met = r.Ratio >= r.Targets.RatioMin
 	return r, nil
@@ -180,12 +174,13 @@ func median(v []float64) float64 {
 }
 
 // arms are a device's engine and arena, the baseline (a copy of the bytes
-// the rotation touches), and what frees them (nil: nothing).
+// the rotation touches), what frees them, and the device's target ratio.
 type arms struct {
 	e        kernels.Engine
 	arena    kernels.Arena
 	baseline func() error
 	cleanup  func()
+	ratioMin float64
 }
 
 // cpuArms copy with as many goroutines as the engine uses, so the ratio
@@ -206,7 +201,7 @@ func cpuArms(l *kernels.Layout, touched int64) arms {
 		wg.Wait()
 		return nil
 	}
-	return arms{kernels.NewCPU(), arena, baseline, nil}
+	return arms{kernels.NewCPU(), arena, baseline, func() {}, RatioMinCPU}
 }
 
 // cudaArms are on device 0; the baseline is a device-to-device copy.
@@ -249,7 +244,7 @@ func cudaArms(l *kernels.Layout, touched int64) (a arms, err error) {
 	if err = ctx.CopyHtoD(ptrs[0], host); err != nil {
 		return a, err
 	}
-	a.e, a.arena = ce, kernels.Arena{Layout: l, Device: ptrs[0]}
+	a.e, a.arena, a.ratioMin = ce, kernels.Arena{Layout: l, Device: ptrs[0]}, RatioMinCUDA
 	a.baseline = func() error { return ctx.CopyDtoD(ptrs[2], ptrs[1], int(touched)) }
 	return a, nil
 }
