@@ -15,11 +15,10 @@ import (
 // memory. Clients beyond it wait in line: concurrency 128 is the number of
 // clients, not of requests holding device pages at once.
 type gate struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	limit  int
-	inUse  int
-	active int
+	mu    sync.Mutex
+	cond  *sync.Cond
+	limit int
+	inUse int
 }
 
 func newGate(limit int) *gate {
@@ -29,23 +28,21 @@ func newGate(limit int) *gate {
 }
 
 // acquire takes n tokens of budget; a request larger than the whole budget
-// runs alone.
+// takes all of it, so it runs alone.
 func (g *gate) acquire(n int) int {
 	n = min(n, g.limit)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for g.inUse+n > g.limit && g.active > 0 {
+	for g.inUse+n > g.limit {
 		g.cond.Wait()
 	}
 	g.inUse += n
-	g.active++
 	return n
 }
 
 func (g *gate) release(n int) {
 	g.mu.Lock()
 	g.inUse -= n
-	g.active--
 	g.mu.Unlock()
 	g.cond.Broadcast()
 }

@@ -136,18 +136,25 @@ func RunPinFlood(ctx context.Context, p PinFloodParams, prog Progress) (*PinFloo
 	}
 	capTokens := (p.DevicePages + p.HostPages) * p.PageSize
 	flood, unique, nreq := floodSchedule(p, int64(float64(capTokens)*p.FloodFactor))
-	rep := &PinFloodReport{Scenario: "pin-flood", Params: p, Arms: map[string]PinFloodArm{},
+	rep := &PinFloodReport{Scenario: "pin-flood", Params: p,
 		Sizes: PinFloodSizes{CapacityTokens: capTokens, FloodUniqueTokens: unique, FloodSessions: len(flood), FloodRequests: nreq,
 			VIPSession: p.VIP.SessionID, VIPTurnPromptTokens: len(vip[p.WarmupTurns].Prompt),
 			SystemPrefix: fmt.Sprintf("deterministic %d-token system block prepended to the VIP session", p.SystemTokens)}}
-	for _, arm := range []string{"baseline", "pinned"} {
-		a, err := pinFloodArm(ctx, p, arm, vip, flood, prog)
-		if err != nil {
-			return nil, fmt.Errorf("pin-flood %s: %w", arm, err)
-		}
+	o := p.rig()
+	o.HostPages, o.SkipContract = p.HostPages, true
+	o.Adjust = func(c *config.Config) {
+		c.Tiers.Device.HighWatermark = cmp.Or(p.DeviceHigh, c.Tiers.Device.HighWatermark)
+		c.Tiers.Device.LowWatermark = cmp.Or(p.DeviceLow, c.Tiers.Device.LowWatermark)
+	}
+	var err error
+	rep.Arms, err = runArms(ctx, "pin-flood", []string{"baseline", "pinned"}, func(string) RigOptions { return o }, func(rig *Rig, arm string) (PinFloodArm, error) {
+		a, err := pinFloodArm(ctx, rig, p, arm, vip, flood, nreq, prog)
 		a.FloodSessions, a.FloodRequests, a.FloodUniqueTokens = len(flood), nreq, unique
 		a.FloodCapacityX = float64(unique) / float64(capTokens)
-		rep.Arms[arm] = a
+		return a, err
+	})
+	if err != nil {
+		return nil, err
 	}
 	b, pin := rep.Arms["baseline"], rep.Arms["pinned"]
 	if pin.TTFTms > 0 {
@@ -161,11 +168,7 @@ func RunPinFlood(ctx context.Context, p PinFloodParams, prog Progress) (*PinFloo
 // runFlood runs the flood from p.Concurrency clients, each taking the next
 // whole session and running it turn by turn, admitted while their tokens
 // fit; the first error stops them all. say hears of every 100th request.
-func runFlood(ctx context.Context, rig *Rig, p PinFloodParams, flood []floodSession, say func(done, total int64)) error {
-	total := int64(0)
-	for _, f := range flood {
-		total += int64(len(f.requests))
-	}
+func runFlood(ctx context.Context, rig *Rig, p PinFloodParams, flood []floodSession, say func(done int64)) error {
 	g := newGate(p.AdmitTokens)
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -183,7 +186,7 @@ func runFlood(ctx context.Context, rig *Rig, p PinFloodParams, flood []floodSess
 						return
 					}
 					if n := done.Add(1); n%100 == 0 {
-						say(n, total)
+						say(n)
 					}
 				}
 			}
@@ -225,20 +228,9 @@ func floodSchedule(p PinFloodParams, want int64) ([]floodSession, int64, int) {
 	return out, unique, n
 }
 
-func pinFloodArm(ctx context.Context, p PinFloodParams, arm string, vip []Request, flood []floodSession, prog Progress) (PinFloodArm, error) {
+func pinFloodArm(ctx context.Context, rig *Rig, p PinFloodParams, arm string, vip []Request, flood []floodSession, requests int, prog Progress) (PinFloodArm, error) {
 	var a PinFloodArm
 	start, pinned := time.Now(), arm == "pinned"
-	o := p.rig()
-	o.HostPages, o.SkipContract = p.HostPages, true
-	o.Adjust = func(c *config.Config) {
-		c.Tiers.Device.HighWatermark = cmp.Or(p.DeviceHigh, c.Tiers.Device.HighWatermark)
-		c.Tiers.Device.LowWatermark = cmp.Or(p.DeviceLow, c.Tiers.Device.LowWatermark)
-	}
-	rig, err := StartRig(ctx, o)
-	if err != nil {
-		return a, err
-	}
-	defer rig.Close()
 	ttl, err := enginewire.ParseTTL(p.TTL)
 	if err != nil {
 		return a, fmt.Errorf("ttl %q: %w", p.TTL, err)
@@ -271,8 +263,8 @@ func pinFloodArm(ctx context.Context, p PinFloodParams, arm string, vip []Reques
 	}
 
 	floodStart := time.Now()
-	if err := runFlood(ctx, rig, p, flood, func(done, total int64) {
-		prog.say("pin-flood %s: flood %d/%d requests", arm, done, total)
+	if err := runFlood(ctx, rig, p, flood, func(done int64) {
+		prog.say("pin-flood %s: flood %d/%d requests", arm, done, requests)
 	}); err != nil {
 		return a, err
 	}
@@ -281,7 +273,6 @@ func pinFloodArm(ctx context.Context, p PinFloodParams, arm string, vip []Reques
 		return a, err
 	}
 
-	// Turn 11.
 	r := vip[p.WarmupTurns]
 	prefix := hashesOf(lastPrefix[:full], p.PageSize, tenant)
 	res := rig.Residency(tenant, prefix)
@@ -295,9 +286,7 @@ func pinFloodArm(ctx context.Context, p PinFloodParams, arm string, vip []Reques
 	a.TTFTms, a.LoadedPages, a.LoadedBytes = st.TTFTms, st.LoadedPages, st.LoadedBytes
 	a.HitRate = ratio(st.Cached, st.Prompt)
 	a.PrefixHit = ratio(min(st.Cached, a.PrefixTokens), a.PrefixTokens)
-	if a.PinnedTokens > 0 {
-		a.PinnedHit = ratio(min(st.Cached, a.PinnedTokens), a.PinnedTokens)
-	}
+	a.PinnedHit = ratio(min(st.Cached, a.PinnedTokens), a.PinnedTokens) // 0 unpinned
 	a.WallSeconds = time.Since(start).Seconds()
 	return a, nil
 }
