@@ -50,6 +50,8 @@ type TruncationArm struct {
 	// PrefillTokens is what the edits cost: AfterEdit's prefill (fills
 	// included) less NewTokens. The target is about this.
 	PrefillTokens int `json:"prefill_tokens"`
+	// edits and edited are the report's Edits and EditedRequests.
+	edits, edited int
 }
 
 // TruncationReport is the scenario's result. Arms: reprefill (the
@@ -100,13 +102,13 @@ func RunTruncation(ctx context.Context, p TruncationParams, prog Progress) (*Tru
 		rep.Sessions = append(rep.Sessions, tr.SessionID)
 	}
 	var err error
-	rep.Arms, err = runArms(ctx, "truncation", truncationArms, func(string) RigOptions { return p.rig() }, func(rig *Rig, arm string) (a TruncationArm, err error) {
-		a, rep.Edits, rep.EditedRequests, err = truncationArm(ctx, rig, p, arm, prog)
-		return a, err
+	rep.Arms, err = runArms(ctx, "truncation", truncationArms, func(string) RigOptions { return p.rig() }, func(rig *Rig, arm string) (TruncationArm, error) {
+		return truncationArm(ctx, rig, p, arm, prog)
 	})
 	if err != nil {
 		return nil, err
 	}
+	rep.Edits, rep.EditedRequests = rep.Arms["splice"].edits, rep.Arms["splice"].edited
 	rep.ContractOK = rep.Arms["reprefill"].All.ContractOK && rep.Arms["splice"].All.ContractOK
 	if re := rep.Arms["reprefill"].PrefillTokens; re > 0 {
 		rep.Saved = 1 - float64(rep.Arms["splice"].PrefillTokens)/float64(re)
@@ -115,18 +117,17 @@ func RunTruncation(ctx context.Context, p TruncationParams, prog Progress) (*Tru
 	return rep, nil
 }
 
-func truncationArm(ctx context.Context, rig *Rig, p TruncationParams, arm string, prog Progress) (TruncationArm, int, int, error) {
+func truncationArm(ctx context.Context, rig *Rig, p TruncationParams, arm string, prog Progress) (TruncationArm, error) {
 	a := TruncationArm{All: ArmStats{ContractOK: true}, AfterEdit: ArmStats{ContractOK: true}}
 	system := SystemBlock("agent", p.SystemTokens)
 	params, err := json.Marshal(p.Policy)
 	if err != nil {
-		return a, 0, 0, err
+		return a, err
 	}
-	edits, edited := 0, 0
 	for si, tr := range p.Traces {
 		pol := truncation.New()
 		if err := pol.Configure(params); err != nil {
-			return a, 0, 0, fmt.Errorf("configure truncation: %w", err)
+			return a, fmt.Errorf("configure truncation: %w", err)
 		}
 		session := fmt.Sprintf("trunc-%d", si)
 		sess := policytest.NewSession(session, false)
@@ -147,18 +148,18 @@ func truncationArm(ctx context.Context, rig *Rig, p TruncationParams, arm string
 			toks := sess.Tokens()
 			ds, err := pol.Observe(ctx, started(session, turn, toks, sess.Messages(), p.PageSize))
 			if err != nil {
-				return a, 0, 0, fmt.Errorf("truncation policy: %w", err)
+				return a, fmt.Errorf("truncation policy: %w", err)
 			}
 			before := sess.Len()
 			splices, err := tokenSplices(sess, ds)
 			if err != nil {
-				return a, 0, 0, err
+				return a, err
 			}
 			newTokens := int(before - prevLen) // the messages since the last output
 			fills := rig.Fills.Tokens.Load()
 			if arm == "splice" && len(splices) > 0 {
 				if _, err := rig.Apply(ctx, truncation.Name, tenant, splices...); err != nil {
-					return a, 0, 0, err
+					return a, err
 				}
 				if sp := rig.Daemon.Engine().Splicer(); sp != nil {
 					sp.Wait() // the fills land before the request matches
@@ -173,16 +174,13 @@ func truncationArm(ctx context.Context, rig *Rig, p TruncationParams, arm string
 			prevLen = sess.Len()
 			st, ok, err := a.All.turn(ctx, rig, session, tenant, r)
 			if !ok {
-				if err != nil {
-					return a, 0, 0, err
-				}
-				return a, edits, edited, nil
+				return a, err
 			}
 			// What the engine prefilled for the splices' replacements.
 			fill := int(rig.Fills.Tokens.Load() - fills)
 			if len(splices) > 0 {
-				edits += len(splices)
-				edited++
+				a.edits += len(splices)
+				a.edited++
 				a.AfterEdit.add(st)
 				a.NewTokens += newTokens
 				if arm == "splice" {
@@ -197,7 +195,7 @@ func truncationArm(ctx context.Context, rig *Rig, p TruncationParams, arm string
 		}
 	}
 	a.PrefillTokens = a.AfterEdit.PrefillTokens - a.NewTokens
-	return a, edits, edited, nil
+	return a, nil
 }
 
 // tokenSplices applies the policy's splices to the harness's model of
