@@ -7,6 +7,7 @@ package scenario
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -113,6 +114,12 @@ func ChatTurns(tr Trace, system string, maxRequests int) []Turn {
 		}
 		a.ToolCalls, answer, open = kept, -1, nil
 	}
+	// call adds a call to the answer, open until a result answers it.
+	call := func(a *chat.Message, i int, name, args string) {
+		open = append(open, len(a.ToolCalls))
+		a.ToolCalls = append(a.ToolCalls, chat.ToolCall{ID: fmt.Sprintf("call_%d", i), Type: "function",
+			Function: chat.FunctionCall{Name: name, Arguments: args}})
+	}
 	for i, m := range tr.Messages {
 		switch m.Role {
 		case "assistant":
@@ -132,9 +139,7 @@ func ChatTurns(tr Trace, system string, maxRequests int) []Turn {
 				continue
 			}
 			args, _ := json.Marshal(map[string]string{"input": m.Content})
-			open = append(open, len(a.ToolCalls))
-			a.ToolCalls = append(a.ToolCalls, chat.ToolCall{ID: fmt.Sprintf("call_%d", i), Type: "function",
-				Function: chat.FunctionCall{Name: m.ToolName, Arguments: string(args)}})
+			call(a, i, m.ToolName, string(args))
 		case "tool":
 			if answer < 0 {
 				hist = append(hist, chat.Message{Role: "user", Content: m.Content})
@@ -142,13 +147,7 @@ func ChatTurns(tr Trace, system string, maxRequests int) []Turn {
 			}
 			a := &hist[answer]
 			if len(open) == 0 { // a result of an action the answer's text took
-				name := m.ToolName
-				if name == "" {
-					name = "tool"
-				}
-				open = append(open, len(a.ToolCalls))
-				a.ToolCalls = append(a.ToolCalls, chat.ToolCall{ID: fmt.Sprintf("call_%d", i), Type: "function",
-					Function: chat.FunctionCall{Name: name, Arguments: "{}"}})
+				call(a, i, cmp.Or(m.ToolName, "tool"), "{}")
 			}
 			c := a.ToolCalls[open[0]]
 			open = open[1:]

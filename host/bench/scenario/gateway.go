@@ -59,14 +59,6 @@ type Quantiles struct {
 	Mean float64 `json:"mean"`
 }
 
-func quantiles(xs []float64, sum float64) Quantiles {
-	if len(xs) == 0 {
-		return Quantiles{}
-	}
-	slices.Sort(xs)
-	return Quantiles{P50: xs[len(xs)/2], P90: xs[len(xs)*9/10], Mean: sum / float64(len(xs))}
-}
-
 // GatewayReport is the scenario's result. Arms: prefix-cache (the history
 // goes unedited: a prefix cache alone), edits-reprefill (the front door's
 // edits, and the cache re-prefills after each, as Anthropic's server
@@ -187,7 +179,10 @@ func gatewayArm(ctx context.Context, p GatewayParams, arm string, sessions [][]T
 			prevCleared = r.Cleared
 		}
 	}
-	a.TTFTms = quantiles(ttfts, a.TTFTTotalMs)
+	if n := len(ttfts); n > 0 {
+		slices.Sort(ttfts)
+		a.TTFTms = Quantiles{P50: ttfts[n/2], P90: ttfts[n*9/10], Mean: a.TTFTTotalMs / float64(n)}
+	}
 	return a, nil
 }
 
