@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
@@ -222,12 +223,7 @@ func idlePauseArm(ctx context.Context, rig *Rig, p IdlePauseParams, arm string, 
 	a.SettleMs = float64(time.Since(settle).Microseconds()) / 1e3
 	a.DevicePages = rig.Stats().Tiers[tier.Device].Pages
 	for i := 0; i < p.Idle; i++ {
-		var own []uint64
-		for _, h := range hashesOf(sessions[i][p.Turns-1].seq(), p.PageSize, tenant) {
-			if !active[h] {
-				own = append(own, h)
-			}
-		}
+		own := slices.DeleteFunc(hashesOf(sessions[i][p.Turns-1].seq(), p.PageSize, tenant), func(h uint64) bool { return active[h] })
 		a.IdleDevicePages += rig.Residency(tenant, own)[tier.Device]
 	}
 

@@ -182,13 +182,11 @@ func (r *Rig) Residency(tenant string, seqs []uint64) [tier.Count]int {
 	var out [tier.Count]int
 	r.Daemon.Index().Do(func(ix *cache.Index) {
 		for _, s := range seqs {
-			p, ok := ix.Lookup(tenant, s)
-			if !ok {
-				continue
-			}
-			for _, t := range tier.All {
-				if p.Tiers.Has(t) {
-					out[t]++
+			if p, ok := ix.Lookup(tenant, s); ok {
+				for _, t := range tier.All {
+					if p.Tiers.Has(t) {
+						out[t]++
+					}
 				}
 			}
 		}

@@ -85,34 +85,26 @@ func leylineSession(p SpliceReplayParams) (leylineConversation, error) {
 	if len(body) < p.AnswerChars*p.Turns {
 		return leylineConversation{}, fmt.Errorf("trace %s has %d characters of answers, need %d", p.Answers.SessionID, len(body), p.AnswerChars*p.Turns)
 	}
-	user := func(t int, edited bool) chat.Message {
-		th := leylineThemes[t%len(leylineThemes)]
-		w := th.word
-		if edited && t == p.EditTurn {
-			w = th.synonym
-		}
-		return chat.Message{Role: "user", Content: fmt.Sprintf(th.template, w)}
-	}
-	answer := func(t int) chat.Message {
-		return chat.Message{Role: "assistant", Content: body[t*p.AnswerChars : (t+1)*p.AnswerChars]}
-	}
-	conv := func(turns int, edited bool) Trace {
-		tr := Trace{SessionID: "leyline"}
-		for t := 0; t < turns; t++ {
-			tr.Messages = append(tr.Messages, user(t, edited), answer(t))
-		}
-		return tr
-	}
+	// render is the requests of the conversation's first turns turns, the
+	// edit made or not.
 	system := SystemBlock("leyline", p.SystemTokens)
-	var c leylineConversation
-	c.build = Render(conv(p.Turns, false), RenderOptions{System: system})
-	ed := Render(conv(p.EditTurn+1, true), RenderOptions{System: system})
-	c.edit = ed[len(ed)-1]
-	rp := Render(conv(p.Turns, true), RenderOptions{System: system})
-	c.replay = rp[len(rp)-1]
+	render := func(turns int, edited bool) []Request {
+		tr := Trace{SessionID: "leyline"}
+		for t := range turns {
+			th := leylineThemes[t%len(leylineThemes)]
+			w := th.word
+			if edited && t == p.EditTurn {
+				w = th.synonym
+			}
+			tr.Messages = append(tr.Messages, chat.Message{Role: "user", Content: fmt.Sprintf(th.template, w)},
+				chat.Message{Role: "assistant", Content: body[t*p.AnswerChars : (t+1)*p.AnswerChars]})
+		}
+		return Render(tr, RenderOptions{System: system})
+	}
+	ed, rp := render(p.EditTurn+1, true), render(p.Turns, true)
 	th := leylineThemes[p.EditTurn%len(leylineThemes)]
-	c.edited = fmt.Sprintf("turn %d: %q -> %q", p.EditTurn+1, th.word, th.synonym)
-	return c, nil
+	return leylineConversation{build: render(p.Turns, false), edit: ed[len(ed)-1], replay: rp[len(rp)-1],
+		edited: fmt.Sprintf("turn %d: %q -> %q", p.EditTurn+1, th.word, th.synonym)}, nil
 }
 
 // RunSpliceReplay runs the three arms, each on a fresh host.
