@@ -11,10 +11,6 @@ import (
 	"github.com/kvpilot/kvpilot/examples/refengine"
 )
 
-// What the trace-replaying scenarios share, written once: the shape of
-// their sessions (Shape), an arm's totals (ArmStats), and the charts of
-// their arms (barsOf, hitAndPrefill).
-
 // Shape is what every trace-replaying scenario's params hold: the
 // deterministic system block before each session, the page size of the
 // host and the engine, the reference engine's model (gqa or mla) and cost

@@ -52,12 +52,9 @@ func decodeJSON(b []byte) (any, error) {
 
 func decodeValue(d *json.Decoder) (any, error) {
 	t, err := d.Token()
-	if err != nil {
-		return nil, err
-	}
 	delim, ok := t.(json.Delim)
-	if !ok {
-		return t, nil
+	if err != nil || !ok { // a scalar, or the error
+		return t, err
 	}
 	var obj object
 	var arr []any
@@ -257,9 +254,9 @@ func number(v any) float64 {
 	return f
 }
 
-// JSONTable prints the table of v's JSON (a harness's result that is not a
-// Report), its sections as a Report from JSON shows them.
-func JSONTable(v any, sections ...string) func(io.Writer) error {
+// JSONTable prints the table of v's JSON, every member as writeSection
+// shows it.
+func JSONTable(v any) func(io.Writer) error {
 	return func(w io.Writer) error {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -270,6 +267,6 @@ func JSONTable(v any, sections ...string) func(io.Writer) error {
 			return err
 		}
 		obj, _ := doc.(object)
-		return writeSections(w, obj, sections...)
+		return writeSections(w, obj)
 	}
 }

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,20 +17,14 @@ import (
 )
 
 // The benchmarks' Python drivers (the kvbench package under
-// host/bench/python) run as children: the interpreter that has the kvpilot
-// package, the drivers' folder on PYTHONPATH (they are not part of the
-// installed package) and the repository's SDK after it, their report on
-// stdout, and a failure explained from the end of their stderr.
+// host/bench/python, not part of the installed package) run as children.
 
 // FindPython resolves the interpreter that has the kvpilot package:
 // explicit, else $KVPILOT_PYTHON, else .venv/bin/python in the working
 // directory or a parent (make py-env builds it), else python3.
 func FindPython(explicit string) (string, error) {
-	if explicit == "" {
-		explicit = os.Getenv("KVPILOT_PYTHON")
-	}
-	if explicit != "" {
-		return explicit, nil
+	if py := cmp.Or(explicit, os.Getenv("KVPILOT_PYTHON")); py != "" {
+		return py, nil
 	}
 	venv := filepath.Join(".venv", "bin", "python")
 	if dir, ok := findUp(venv); ok {
@@ -41,11 +36,9 @@ func FindPython(explicit string) (string, error) {
 	return "", errors.New("no Python found: set KVPILOT_PYTHON, or run make py-env in the repository")
 }
 
-// driversRel is where the drivers live, from the repository's root.
-const driversRel = "host/bench/python"
-
-// sdkRel is the repository's Python SDK (the kvpilot package).
-const sdkRel = "sdk/python"
+// From the repository's root: the drivers' folder, and the Python SDK's
+// (the kvpilot package).
+const driversRel, sdkRel = "host/bench/python", "sdk/python"
 
 // driversPath is the PYTHONPATH a driver runs with, from the repository at
 // root: the drivers, then the SDK, then old (the caller's PYTHONPATH). The
@@ -136,7 +129,7 @@ func childError(py, module, root string, err error, stderr string) *ChildError {
 	}
 	if strings.HasPrefix(last, "ModuleNotFoundError: No module named ") {
 		// Whatever the module, the pinned lock has it (or make py-env).
-		pkg := filepath.Join(root, "sdk", "python")
+		pkg := filepath.Join(root, sdkRel)
 		ce.hint = fmt.Sprintf("install what the benchmark's Python side needs: %s -m pip install --no-deps -r %s && %s -m pip install --no-deps -e %s (or make py-env in %s, whose .venv is found on its own)",
 			py, filepath.Join(pkg, "requirements.txt"), py, pkg, root)
 	}
