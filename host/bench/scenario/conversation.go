@@ -17,20 +17,16 @@ type Trace = policytest.Trace
 
 // LoadTraces reads the named trace files in order: each a path that exists
 // as given, else the file of that name in $KVPILOT_TRACES or the
-// repository's examples/traces (policytest.TracePath).
+// repository's examples/traces (policytest.LoadNamedTraces).
 func LoadTraces(names ...string) ([]Trace, error) {
 	var out []Trace
 	for _, n := range names {
-		p, err := policytest.TracePath(n)
-		if err != nil {
-			return nil, err
-		}
-		ts, err := policytest.LoadTraces(p)
+		ts, err := policytest.LoadNamedTraces(n)
 		if err != nil {
 			return nil, err
 		}
 		if len(ts) == 0 {
-			return nil, fmt.Errorf("trace %s holds no sessions", p)
+			return nil, fmt.Errorf("trace %s holds no sessions", n)
 		}
 		out = append(out, ts...)
 	}
@@ -141,13 +137,12 @@ func Render(tr Trace, o RenderOptions) []Request {
 		if o.MaxRequests > 0 && len(out) >= o.MaxRequests {
 			break
 		}
-		prompt := sess.Tokens()
-		r := Request{Prompt: prompt, Messages: sess.Messages()}
+		r := Request{Prompt: sess.Tokens(), Messages: sess.Messages()}
 		first := len(r.Messages)
 		for ; i < len(msgs) && msgs[i].Role == "assistant"; i++ {
 			sess.Append(cut(msgs[i], o.MaxMessageChars))
 		}
-		r.Output = sess.Tokens()[len(prompt):]
+		r.Output = sess.Tokens()[len(r.Prompt):]
 		if o.Thinking {
 			for _, m := range sess.Messages()[first:] {
 				r.Thinking = append(r.Thinking, m.Thinking...)

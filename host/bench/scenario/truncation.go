@@ -145,8 +145,7 @@ func truncationArm(ctx context.Context, rig *Rig, p TruncationParams, arm string
 				break
 			}
 			prog.say("truncation %s: session %d/%d request %d", arm, si+1, len(p.Traces), turn+1)
-			toks := sess.Tokens()
-			ds, err := pol.Observe(ctx, started(session, turn, toks, sess.Messages(), p.PageSize))
+			ds, err := pol.Observe(ctx, started(session, turn, sess.Tokens(), sess.Messages(), p.PageSize))
 			if err != nil {
 				return a, fmt.Errorf("truncation policy: %w", err)
 			}
