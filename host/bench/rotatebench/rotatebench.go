@@ -168,9 +168,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 }
 
 func median(v []float64) float64 {
-	v = slices.Clone(v)
-	slices.Sort(v)
-	return v[len(v)/2]
+	return slices.Sorted(slices.Values(v))[len(v)/2]
 }
 
 // arms are a device's engine and arena, the baseline (a copy of the bytes

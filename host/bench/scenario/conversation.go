@@ -159,9 +159,7 @@ func Render(tr Trace, o RenderOptions) []Request {
 // stripSpans removes spans from the session, the last first so the
 // earlier positions still hold.
 func stripSpans(sess *policytest.Session, spans []chat.Span) {
-	spans = slices.Clone(spans)
-	slices.SortFunc(spans, func(a, b chat.Span) int { return cmp.Compare(b.Start, a.Start) })
-	for _, s := range spans {
+	for _, s := range slices.SortedFunc(slices.Values(spans), func(a, b chat.Span) int { return cmp.Compare(b.Start, a.Start) }) {
 		if err := sess.Splice(s.Start, s.End, nil); err != nil {
 			panic(fmt.Sprintf("strip thinking %d..%d: %v", s.Start, s.End, err)) // the spans come from the session itself
 		}

@@ -255,9 +255,7 @@ func measure(ctx context.Context, arms []arm, iters int) (map[string][]float64, 
 }
 
 func median(v []float64) float64 {
-	v = slices.Clone(v)
-	slices.Sort(v)
-	return v[len(v)/2]
+	return slices.Sorted(slices.Values(v))[len(v)/2]
 }
 
 // Fixture holds the pools and baselines the arms use; the Go benchmarks
