@@ -70,8 +70,7 @@ func WriteSVG(w io.Writer, title string, charts []Chart) error {
 		if peak <= 0 {
 			peak = 1
 		}
-		n := max(1, len(c.Bars))
-		slot := plotW / n
+		slot := plotW / max(1, len(c.Bars))
 		for j, bar := range c.Bars {
 			v := bar.Value
 			if !finite(v) || v < 0 {

@@ -101,9 +101,7 @@ func (o *Options) defaults() {
 	o.RemotePages = cmp.Or(o.RemotePages, 16)
 	o.Iters = cmp.Or(o.Iters, 5)
 	o.Cores = cmp.Or(o.Cores, runtime.NumCPU())
-	if o.Layout == nil {
-		o.Layout = DefaultLayout()
-	}
+	o.Layout = cmp.Or(o.Layout, DefaultLayout())
 }
 
 // DefaultLayout is the page the benchmark moves unless told otherwise.
