@@ -36,15 +36,40 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kvpilot.errors import CapacityExhausted
+from kvpilot.vllm.health import HostHealth
 from kvpilot.vllm.metadata import KvpilotConnectorMetadata, KvpilotWorkerMetadata, PageSave
 from kvpilot.vllm.savequeue import SaveCancelled, SaveJob, SaveQueue
+from kvpilot.vllm.settings import ConnectorSettings
 
 if TYPE_CHECKING:
-    from kvpilot.vllm.worker import WorkerSide
+    from kvpilot.engine import EngineClient
+
+
+class PageSource(Protocol):
+    """What the saves need of the worker side (kvpilot.vllm.worker.WorkerSide,
+    which owns the saver: named here by what it does, so the two modules do
+    not import each other).
+    """
+
+    settings: ConnectorSettings
+    health: HostHealth
+    client: EngineClient | None
+
+    def current(self, registration_id: str) -> bool:
+        """Whether the staging mapping is the registration's."""
+        ...
+
+    def copy_out(
+        self, registration_id: str, block_ids: Sequence[int], slots: Sequence[int]
+    ) -> None:
+        """Copies the pages of vLLM blocks into staging slots (all layers)."""
+        ...
+
 
 # How long an idle step waits for a save to finish.
 _IDLE_WAIT_S = 0.005
@@ -117,7 +142,7 @@ def one_torch_thread() -> None:
 class Saver:
     """The worker's saves and what vLLM and the scheduler side hear of them."""
 
-    def __init__(self, worker: WorkerSide, log: logging.Logger) -> None:
+    def __init__(self, worker: PageSource, log: logging.Logger) -> None:
         self.worker = worker
         self.log = log
         s = worker.settings
