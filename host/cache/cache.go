@@ -193,11 +193,12 @@ type Index struct {
 	leaseOrder []*lease // creation order, so Plan is deterministic
 	leaseSeq   uint64
 
-	// pauseWant counts, per tier, lease pages the last planPause could
-	// not copy there for want of room, so that tier's eviction makes it;
-	// starved lists those leases (lease_health.go).
-	pauseWant [tier.Count]int
-	starved   []*lease
+	// roomWant counts, per tier, the pages this Plan's copies (a lease's
+	// pause, a pin's disk copy, a write-through) could not place there for
+	// want of room, so that tier's eviction makes it; starved lists those
+	// leases (lease_health.go).
+	roomWant [tier.Count]int
+	starved  []*lease
 	// pinsDirty: some pinned page may lack its disk copy (pin_durable.go);
 	// pin copies back off until pinRetryAt after pinFailures failures.
 	pinsDirty   bool

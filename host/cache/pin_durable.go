@@ -46,7 +46,7 @@ func (ix *Index) planPinDurable(now time.Duration, dst []Transition) []Transitio
 			// The parent (pinned too: pins take their ancestors) is
 			// copied first; this page follows in a later plan.
 		case ix.used(D) >= ix.cfg.Tiers[D].Capacity:
-			ix.pauseWant[D]++ // the disk tier's eviction makes the room
+			ix.roomWant[D]++ // the disk tier's eviction makes the room
 		default:
 			dst = append(dst, ix.reserve(n, Copy, ReasonPin, src, D, after))
 		}

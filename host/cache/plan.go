@@ -30,6 +30,7 @@ import (
 // page's last copy is never dropped: when it cannot be demoted it stays. On
 // colder tiers pinned pages are skipped until their pin lapses.
 func (ix *Index) Plan(now time.Duration, dst []Transition) []Transition {
+	clear(ix.roomWant[:])
 	dst = ix.planWriteThrough(dst)
 	dst = ix.planPause(now, dst)
 	dst = ix.planPinDurable(now, dst)
@@ -86,12 +87,21 @@ func (ix *Index) planWriteThrough(dst []Transition) []Transition {
 			n.inbound.Has(tier.Host), n.dropping.Has(tier.Device):
 			continue // no longer needs it, or already under way
 		}
-		after, ok := parentReady(n, tier.Host)
-		if !ok || ix.used(tier.Host) >= capHost {
-			keep = append(keep, n) // retry once the parent or room is there
-			continue
+		// The chain, not the page alone: while n waited for room, the
+		// host's eviction may have taken its parent (a leaf there, n not yet
+		// copied), and nothing else would copy the parent again.
+		chain, can := ix.chainTo(n, tier.Host)
+		switch {
+		case can == chainNever:
+			continue // a transient ancestor is never on the host, so neither is n
+		case can == chainLater:
+			keep = append(keep, n) // an ancestor is moving: retry
+		case ix.used(tier.Host)+len(chain) > capHost:
+			ix.roomWant[tier.Host] += len(chain) // the host's eviction makes the room
+			keep = append(keep, n)
+		default:
+			dst = ix.reserveChain(chain, tier.Device, tier.Host, ReasonWriteThrough, dst)
 		}
-		dst = append(dst, ix.reserve(n, Copy, ReasonWriteThrough, tier.Device, tier.Host, after))
 	}
 	clear(ix.wtQueue[len(keep):])
 	ix.wtQueue = keep
@@ -99,7 +109,6 @@ func (ix *Index) planWriteThrough(dst []Transition) []Transition {
 }
 
 func (ix *Index) planPause(now time.Duration, dst []Transition) []Transition {
-	clear(ix.pauseWant[:])
 	for _, l := range ix.leaseOrder {
 		if l.settled || now < l.retryAt {
 			continue // settled, or backing off after a failed attempt
@@ -128,7 +137,7 @@ func (ix *Index) planPause(now time.Duration, dst []Transition) []Transition {
 			}
 		}
 		if want > 0 {
-			ix.pauseWant[P] += want
+			ix.roomWant[P] += want
 			ix.starved = append(ix.starved, l)
 		}
 		// Free hotter copies, deepest first, once the pause copy has landed.
@@ -238,7 +247,7 @@ func evictable(n *node, t tier.Tier, now time.Duration) bool {
 
 func (ix *Index) planEvict(t tier.Tier, now time.Duration, dst []Transition) []Transition {
 	tc := ix.cfg.Tiers[t]
-	used := ix.used(t) + ix.pauseWant[t] // pauses waiting for room count as used
+	used := ix.used(t) + ix.roomWant[t] // copies waiting for room count as used
 	if float64(used) <= tc.High*float64(tc.Capacity) {
 		return dst
 	}
@@ -313,28 +322,50 @@ func (ix *Index) colderPresent(t tier.Tier) (tier.Tier, bool) {
 // first), when all of them can be copied and keep to's usage within room;
 // the copy of n is last.
 func (ix *Index) planCopyChain(n *node, from, to tier.Tier, reason Reason, room int, dst []Transition) ([]Transition, bool) {
+	chain, can := ix.chainTo(n, to)
+	if can != chainNow || ix.used(to)+len(chain) > room {
+		return dst, false
+	}
+	return ix.reserveChain(chain, from, to, reason, dst), true
+}
+
+// chainState says whether a chain of copies can be planned (chainTo).
+type chainState uint8
+
+const (
+	chainNow   chainState = iota
+	chainLater            // a page of it is moving, or has no copy to read
+	chainNever            // a page of it is transient: never copied
+)
+
+// chainTo is n and its ancestors missing on to, n first (a scratch slice
+// valid until the next call), and whether their copies can be planned now.
+func (ix *Index) chainTo(n *node, to tier.Tier) ([]*node, chainState) {
 	chain := ix.nodes[:0]
+	defer func() { ix.nodes = chain[:0] }()
 	for c := n; !c.isRoot && !c.resident.Has(to) && !c.inbound.Has(to); c = c.parent {
-		if c.transient || (c != n && c.pending > 0) {
-			return dst, false
+		if c.transient {
+			return nil, chainNever
 		}
-		if _, ok := copySource(c); !ok {
-			return dst, false
+		if _, ok := copySource(c); !ok || (c != n && c.pending > 0) {
+			return nil, chainLater
 		}
 		chain = append(chain, c)
 	}
-	ix.nodes = chain[:0]
-	if ix.used(to)+len(chain) > room {
-		return dst, false
-	}
+	return chain, chainNow
+}
+
+// reserveChain plans the copies of chain (chainTo's), root first, n's from
+// from and each ancestor's from its hottest copy.
+func (ix *Index) reserveChain(chain []*node, from, to tier.Tier, reason Reason, dst []Transition) []Transition {
 	for i := len(chain) - 1; i >= 0; i-- {
 		c := chain[i]
 		after, _ := parentReady(c, to)
 		src, _ := copySource(c)
-		if c == n {
+		if i == 0 {
 			src = from
 		}
 		dst = append(dst, ix.reserve(c, Copy, reason, src, to, after))
 	}
-	return dst, true
+	return dst
 }

@@ -426,6 +426,13 @@ func (s *scriptEnv) state(*scriptCase) string {
 		}
 	}
 	b.WriteString(strings.Join(tiers, ", "))
+	if len(s.ix.wtQueue) > 0 {
+		queued := make([]string, len(s.ix.wtQueue))
+		for i, n := range s.ix.wtQueue {
+			queued[i] = s.name(n.seq)
+		}
+		b.WriteString("\nwrite-through queued: " + strings.Join(queued, ", "))
+	}
 	names := make([]string, 0, len(s.ix.tenants))
 	for name := range s.ix.tenants {
 		names = append(names, name)
