@@ -11,14 +11,16 @@ import (
 
 // Plan returns, appended to dst, the transitions the mover should run now:
 //
-//  1. write-through copies of device pages to the host tier;
+//  1. write-through copies of device pages to the host tier, with any
+//     ancestors the host lost meanwhile (root first);
 //  2. pause work: copies of leased pages to their pause tier, then drops of
 //     their hotter copies (leases backing off after a failure wait,
 //     lease_health.go);
 //  3. disk copies of pinned pages, so pins outlive the host (pin_durable.go);
 //  4. eviction, hot tier first, on every tier whose usage (resident plus
-//     planned copies in, minus planned drops) exceeds its high watermark,
-//     down to its low watermark.
+//     planned copies in, minus planned drops, plus the copies above that
+//     found no room there) exceeds its high watermark, down to its low
+//     watermark.
 //
 // Eviction takes tier leaves only (pages with no child on that tier), never
 // a locked page, one a healthy (not degraded) lease holds, nor one with a
