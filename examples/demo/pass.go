@@ -101,6 +101,11 @@ func pass(ctx context.Context, o options, en *engines, dir string, pc passConfig
 		return nil, fmt.Errorf("%s: %w", pc.name, err)
 	}
 	defer be.close()
+	cc, err := controlclient.DialUnix(control, controlclient.UnixOptions{Source: "demo"})
+	if err != nil {
+		return nil, fmt.Errorf("%s: control socket: %w", pc.name, err)
+	}
+	defer cc.Close()
 	rec := newRecorder(be.handler())
 	srv := &http.Server{Handler: rec}
 	go func() { _ = srv.Serve(up) }()
@@ -111,7 +116,7 @@ func pass(ctx context.Context, o options, en *engines, dir string, pc passConfig
 	res := &result{passConfig: pc}
 	settle := func() {}
 	if o.engine == engineVLLM {
-		settle = func() { waitSaved(ctx, control) }
+		settle = func() { waitSaved(ctx, cc) }
 	}
 	if err := replay(ctx, o, "http://"+gw+"/v1/chat/completions", sessions, rec, res, settle); err != nil {
 		return nil, fmt.Errorf("%s: %w", pc.name, err)
@@ -119,7 +124,7 @@ func pass(ctx context.Context, o options, en *engines, dir string, pc passConfig
 	time.Sleep(1500 * time.Millisecond) // let the policies' last directives land in the audit log
 	res.upstream = rec.stats()
 	be.finish(res, rec)
-	if res.pageBytes, err = pageBytes(ctx, control); err != nil {
+	if res.pageBytes, err = pageBytes(ctx, cc); err != nil {
 		return nil, err
 	}
 	res.directives, err = readAudit(filepath.Join(dir, "audit.log"))
@@ -127,12 +132,7 @@ func pass(ctx context.Context, o options, en *engines, dir string, pc passConfig
 }
 
 // pageBytes is the size of one page in the host's pools, from its stats.
-func pageBytes(ctx context.Context, control string) (int64, error) {
-	c, err := controlclient.DialUnix(control, controlclient.UnixOptions{Source: "demo"})
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
+func pageBytes(ctx context.Context, c *controlclient.UnixClient) (int64, error) {
 	st, err := c.Stats(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("host stats: %w", err)
@@ -152,12 +152,7 @@ func pageBytes(ctx context.Context, control string) (int64, error) {
 // request could find its predecessor's pages still on their way, and the
 // passes' prefill (whose difference is the demo's figure) would measure
 // the machine's load.
-func waitSaved(ctx context.Context, control string) {
-	c, err := controlclient.DialUnix(control, controlclient.UnixOptions{Source: "demo"})
-	if err != nil {
-		return
-	}
-	defer c.Close()
+func waitSaved(ctx context.Context, c *controlclient.UnixClient) {
 	deadline := time.Now().Add(10 * time.Second)
 	last, still := int64(-1), time.Now()
 	for time.Now().Before(deadline) && ctx.Err() == nil {
