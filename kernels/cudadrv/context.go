@@ -17,6 +17,8 @@ type DeviceInfo struct {
 	ComputeMajor    int
 	ComputeMinor    int
 	Multiprocessors int
+	// MaxPitch is the widest pitch a pitched copy (CopyHtoD2D) accepts.
+	MaxPitch int
 }
 
 // Context is a device's primary context, current on one dedicated OS thread.
@@ -118,6 +120,7 @@ func (c *Context) setup(ordinal int) error {
 	c.info.ComputeMajor = c.attribute(75) // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 	c.info.ComputeMinor = c.attribute(76) // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
 	c.info.Multiprocessors = c.attribute(16)
+	c.info.MaxPitch = c.attribute(11) // CU_DEVICE_ATTRIBUTE_MAX_PITCH
 	return nil
 }
 

@@ -15,6 +15,8 @@
 //	(*Context).CopyHtoD(dst DevicePtr, src []byte) error          // synchronous
 //	(*Context).CopyDtoH(dst []byte, src DevicePtr) error          // synchronous
 //	(*Context).CopyDtoD(dst, src DevicePtr, n int) error          // synchronous
+//	(*Context).CopyHtoD2D(dst DevicePtr, src []byte, p Pitch) error  // pitched rows, synchronous
+//	(*Context).CopyDtoH2D(dst []byte, src DevicePtr, p Pitch) error  // pitched rows, synchronous
 //	(*Context).CopyHtoDAsync(dst DevicePtr, src []byte, s Stream) error // src must be pinned (see below)
 //	(*Context).CopyDtoHAsync(dst []byte, src DevicePtr, s Stream) error // dst must be pinned
 //	(*Context).CopyDtoDAsync(dst, src DevicePtr, n int, s Stream) error

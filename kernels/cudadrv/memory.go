@@ -79,13 +79,20 @@ func (c *Context) CopyDtoH(dst []byte, src DevicePtr) error {
 	})
 }
 
-// CopyDtoD copies n bytes between device addresses, synchronously.
+// CopyDtoD copies n bytes between device addresses and returns when the
+// copy is done. cuMemcpyDtoD alone returns once the copy is queued (the
+// driver does not wait on the host for device-to-device copies), which the
+// first GPU check showed as a copy "faster" than the memory: hence the
+// context synchronize.
 func (c *Context) CopyDtoD(dst, src DevicePtr, n int) error {
 	if n < 0 {
 		return fmt.Errorf("cuMemcpyDtoD %d bytes: %w", n, ErrInvalidArgument)
 	}
 	return c.do(func() error {
-		return check("cuMemcpyDtoD", call(c.drv.fn.cuMemcpyDtoD, uintptr(dst), uintptr(src), uintptr(n)))
+		if err := check("cuMemcpyDtoD", call(c.drv.fn.cuMemcpyDtoD, uintptr(dst), uintptr(src), uintptr(n))); err != nil {
+			return err
+		}
+		return check("cuCtxSynchronize", call(c.drv.fn.cuCtxSynchronize))
 	})
 }
 

@@ -32,6 +32,7 @@ type symbols struct {
 	cuMemcpyHtoD                uintptr
 	cuMemcpyDtoH                uintptr
 	cuMemcpyDtoD                uintptr
+	cuMemcpy2D                  uintptr
 	cuMemcpyHtoDAsync           uintptr
 	cuMemcpyDtoHAsync           uintptr
 	cuMemcpyDtoDAsync           uintptr
@@ -82,6 +83,7 @@ func (s *symbols) resolve(lib uintptr) error {
 		{&s.cuMemcpyHtoD, "cuMemcpyHtoD_v2"},
 		{&s.cuMemcpyDtoH, "cuMemcpyDtoH_v2"},
 		{&s.cuMemcpyDtoD, "cuMemcpyDtoD_v2"},
+		{&s.cuMemcpy2D, "cuMemcpy2D_v2"},
 		{&s.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"},
 		{&s.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
 		{&s.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},

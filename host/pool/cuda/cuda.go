@@ -140,6 +140,9 @@ func (a *Arena) copyPage(s pool.Slot, buf []byte, write bool) error {
 	if a.base == 0 {
 		return fmt.Errorf("device arena: %w", pool.ErrClosed)
 	}
+	if a.arr == layout.LayerMajor && a.pitched() {
+		return a.copyPitched(s, buf, write)
+	}
 	// Page-major pages are one copy; layer-major pages one per segment.
 	segs := 1
 	if a.arr == layout.LayerMajor {
@@ -163,6 +166,43 @@ func (a *Arena) copyPage(s pool.Slot, buf []byte, write bool) error {
 			return fmt.Errorf("device arena slot %d: %w", s, err)
 		}
 		pageOff += n
+	}
+	return nil
+}
+
+// layerPitch is how far apart one buffer's segments of a page lie in a
+// layer-major arena: a layer's region of every slot.
+func (a *Arena) layerPitch() int64 { return int64(a.pages) * int64(a.lay.LayerPageBytes()) }
+
+// pitched reports whether a layer-major page can move as one pitched copy
+// per buffer (the device caps the pitch; a huge arena falls back to a copy
+// per segment).
+func (a *Arena) pitched() bool {
+	return a.lay.Layers > 1 && a.layerPitch() <= int64(a.ctx.Device().MaxPitch)
+}
+
+// copyPitched moves a layer-major page as one pitched copy per buffer: the
+// buffer's segment in every layer, LayerPageBytes apart in the canonical
+// page and layerPitch apart on the device. One copy per segment (64 for a
+// 32-layer K/V model) paid the driver's round trip each time: 1.1-1.3 GB/s
+// against 30 GB/s for the same page page-major, on an H200.
+func (a *Arena) copyPitched(s pool.Slot, buf []byte, write bool) error {
+	prior := 0
+	for b := range a.lay.Buffers {
+		p := cudadrv.Pitch{Width: a.lay.SegmentBytes(b), Height: a.lay.Layers,
+			HostPitch: a.lay.LayerPageBytes(), DevicePitch: int(a.layerPitch())}
+		dev := a.base + cudadrv.DevicePtr(a.lay.ArenaSegmentOffset(a.arr, a.pages, int(s), 0, b))
+		host := buf[prior:]
+		var err error
+		if write {
+			err = a.ctx.CopyHtoD2D(dev, host, p)
+		} else {
+			err = a.ctx.CopyDtoH2D(host, dev, p)
+		}
+		if err != nil {
+			return fmt.Errorf("device arena slot %d, buffer %s: %w", s, a.lay.Buffers[b].Name, err)
+		}
+		prior += p.Width
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/kvpilot/kvpilot/kernels/cudadrv"
 )
 
-func openOrSkip(t *testing.T) *cudadrv.Context {
+func openOrSkip(t testing.TB) *cudadrv.Context {
 	t.Helper()
 	d, err := cudadrv.Load()
 	if err != nil {
@@ -57,6 +57,31 @@ func TestDeviceArenaRoundTrip(t *testing.T) {
 			for j := range got {
 				if got[j] != byte(i+1)^byte(j) {
 					t.Fatalf("%v slot %d byte %d differs", arr, slot, j)
+				}
+			}
+			// A round trip would hide a placement that is wrong both ways:
+			// each segment must sit where the engine's view of the arena
+			// (ArenaSegmentOffset) reads it.
+			var pageOff int
+			for layer := range l.Layers {
+				for b := range l.Buffers {
+					n := l.SegmentBytes(b)
+					off := int64(int(slot) * pb)
+					if arr == layout.LayerMajor {
+						off = l.ArenaSegmentOffset(arr, 8, int(slot), layer, b)
+					} else {
+						off += int64(pageOff)
+					}
+					seg := make([]byte, n)
+					if err := ctx.CopyDtoH(seg, a.Base()+cudadrv.DevicePtr(off)); err != nil {
+						t.Fatal(err)
+					}
+					for j := range seg {
+						if seg[j] != byte(i+1)^byte(pageOff+j) {
+							t.Fatalf("%v slot %d layer %d buffer %d: byte %d is not where the engine reads it", arr, slot, layer, b, j)
+						}
+					}
+					pageOff += n
 				}
 			}
 		}
