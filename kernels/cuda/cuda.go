@@ -242,10 +242,18 @@ func deltaArgs(r *rope.Rotary, deltas []int) (idx, cos, sin []byte) {
 	return idx, cos, sin
 }
 
-// blockShape picks threads per row (x, a warp multiple up to 256) and rows
-// per block (y) so a block has about 256 threads.
+// blockShape picks threads per row (x: a warp multiple up to 256, or for
+// rows of less work than a warp the power of two that covers it, so one
+// warp serves several rows) and rows per block (y) so a block has about 256
+// threads. An MLA row's RoPE slice is 8 threads' work when vectorized.
 func blockShape(work int) cudadrv.Dim3 {
-	x := min(256, max(32, (work+31)/32*32))
+	x := min(256, (work+31)/32*32)
+	if work < 32 {
+		x = 1
+		for x < work {
+			x <<= 1
+		}
+	}
 	return cudadrv.Dim3{X: uint32(x), Y: uint32(max(1, 256/x)), Z: 1}
 }
 

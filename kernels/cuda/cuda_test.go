@@ -59,6 +59,10 @@ var specs = map[string]func(dt kernels.DType) kernels.LayoutSpec{
 	"gqa-partial": func(dt kernels.DType) kernels.LayoutSpec {
 		return kernels.GQASpec(dt, 300, 2, 2, 128, rope.Config{Base: 10000, Dim: 32, Pairing: rope.HalfSplit})
 	},
+	// Slices not 16-byte aligned (rope dim 12 of 40): the element path.
+	"gqa-unaligned": func(dt kernels.DType) kernels.LayoutSpec {
+		return kernels.GQASpec(dt, 300, 2, 3, 40, rope.Config{Base: 10000, Dim: 12, Pairing: rope.HalfSplit})
+	},
 	"mla-deepseek": func(dt kernels.DType) kernels.LayoutSpec {
 		return kernels.MLASpec(dt, 300, 4, 512, rope.Config{Base: 10000, Dim: 64, Pairing: rope.Interleaved,
 			Scaling: rope.Scaling{Type: rope.ScalingYaRN, Factor: 40, OriginalMaxPosition: 4096, MScale: 0.707, MScaleAllDim: 0.707}})

@@ -34,7 +34,14 @@ func (e *Engine) Rotate(a kernels.Arena, slots, deltas []int) error {
 		return err
 	}
 	dim := l.Rotary().Dim()
-	block := blockShape(d.maxHeads * dim / 2)
+	// A thread rotates 16 bytes at a time where the slices allow it
+	// (kvkernels.cu): of each half of a head (half-split) or of the whole
+	// head (interleaved), so a row needs that many threads.
+	span := dim / 2
+	if interleaved(l) == 1 {
+		span = dim
+	}
+	block := blockShape(max(1, d.maxHeads*span/(16/l.DType().Size())))
 	g, err := grid(len(slots), block, d.nRope)
 	if err != nil {
 		return err
