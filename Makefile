@@ -174,8 +174,9 @@ ptx-check:
 ## bin/gpu-check.tar.gz (at most 64 MiB) for a GPU machine without network:
 ## there, unpack and run gpu-check/run.sh, which prints one JSON summary
 ## (the kernels against the CPU kernels bit for bit and against a
-## device-to-device copy, the CUDA arena and its IPC handle). Run here, it
-## reports that no GPU was found.
+## device-to-device copy, the CUDA arena, its IPC handle and its page copies
+## against pinned memory, and kvpilot bench rotate --device cuda). Run here,
+## it reports that no GPU was found.
 GPU_CHECK_PKGS := kernels/cudadrv kernels/cuda host/pool/cuda host/pool/tiers
 gpu-check:
 	rm -rf bin/gpu-check bin/gpu-check.tar.gz
@@ -183,6 +184,7 @@ gpu-check:
 	for p in $(GPU_CHECK_PKGS); do \
 	  CGO_ENABLED=0 $(GO) test -c -ldflags "-s -w" -o bin/gpu-check/$$(echo $$p | tr / -).test ./$$p || exit 1; \
 	done
+	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o bin/gpu-check/kvpilot-bench ./host/cmd/kvpilot-bench
 	cp kernels/cuda/gpu-check.sh bin/gpu-check/run.sh
 	tar -C bin -czf bin/gpu-check.tar.gz gpu-check
 	@size=$$(du -b bin/gpu-check.tar.gz | cut -f1); echo "bin/gpu-check.tar.gz: $$size bytes"; \

@@ -13,8 +13,8 @@ import (
 // TestGPUCheckSummarizes runs gpu-check.sh (what make gpu-check bundles)
 // over stand-in test binaries that print what go test -v prints on a GPU
 // machine: the summary counts passes, failures (with their messages) and
-// skips per package, reads the benchmarks' MB/s and their ratio to the
-// device copy, and exits 1 for a failure. The real binaries need a GPU;
+// skips per package, reads the benchmarks' MB/s over three runs and their
+// median's ratio to their baseline's, and exits 1 for a failure. The real binaries need a GPU;
 // the summary does not.
 func TestGPUCheckSummarizes(t *testing.T) {
 	if _, err := exec.LookPath("awk"); err != nil {
@@ -30,7 +30,12 @@ func TestGPUCheckSummarizes(t *testing.T) {
 	}
 	stand := map[string]string{
 		"kernels-cuda.test": `case "$*" in
-*bench*) printf 'goos: linux\nBenchmarkDeviceCopy-16   \t10\t 100 ns/op\t2000000.00 MB/s\nBenchmarkKernelCopy-16\t10\t 110 ns/op\t1800000.00 MB/s\nPASS\n' ;;
+*test.list*) printf 'BenchmarkDeviceCopy\nBenchmarkKernelCopy\nBenchmarkPageIn\n' ;;
+*bench*) for r in 1 2 3; do
+  case $r in 1) d=2000000.00 k=1800000.00 ;; 2) d=2200000.00 k=1700000.00 ;; 3) d=1900000.00 k=1900000.00 ;; esac
+  printf 'BenchmarkDeviceCopy-16   \t10\t 100 ns/op\t%s MB/s\nBenchmarkKernelCopy-16\t10\t 110 ns/op\t%s MB/s\n' $d $k
+  printf 'BenchmarkPageIn/pinned-16\t10\t 9 ns/op\t1000.00 MB/s\nBenchmarkPageIn/page-major-16\t10\t 9 ns/op\t500.00 MB/s\n'
+done; printf 'PASS\n' ;;
 *) printf '=== RUN   TestPTXHasEntries\n--- PASS: TestPTXHasEntries (0.00s)\n=== RUN   TestMatchesCPU\n=== RUN   TestMatchesCPU/gqa/bf16\n--- PASS: TestMatchesCPU (1.20s)\n    --- PASS: TestMatchesCPU/gqa/bf16 (0.40s)\nPASS\n' ;;
 esac`,
 		"host-pool-cuda.test": `printf '=== RUN   TestDeviceArenaRoundTrip\n    cuda_test.go:61: LayerMajor slot 3 byte 9 differs\n--- FAIL: TestDeviceArenaRoundTrip (0.01s)\n=== RUN   TestIPCEngineSide\n    ipc_test.go:75: run by TestIPCHandleMapsInAnotherProcess\n--- SKIP: TestIPCEngineSide (0.00s)\nFAIL\n'; exit 1`,
@@ -58,10 +63,14 @@ esac`,
 			Passed, Failed, Skipped int
 			Failures, Skips         []string
 		} `json:"packages"`
-		Bench    map[string]float64 `json:"bench_mb_per_s"`
-		Vs       map[string]float64 `json:"vs_device_copy"`
-		GPUFound bool               `json:"gpu_found"`
-		OK       bool               `json:"ok"`
+		Bench []struct {
+			Package, Name, Baseline string
+			Runs                    int
+			MBs                     struct{ Min, Median, Max float64 } `json:"mb_per_s"`
+			Vs                      float64                            `json:"vs_baseline"`
+		} `json:"bench"`
+		GPUFound bool `json:"gpu_found"`
+		OK       bool `json:"ok"`
 	}
 	if err := json.Unmarshal(out, &sum); err != nil {
 		t.Fatalf("not one JSON object: %v\n%s", err, out)
@@ -77,7 +86,19 @@ esac`,
 	if kern.Name != "kernels-cuda" || kern.Passed != 3 || kern.Failed != 0 {
 		t.Fatalf("kernels package: %+v", kern)
 	}
-	if sum.Bench["BenchmarkKernelCopy"] != 1.8e6 || sum.Vs["BenchmarkKernelCopy"] != 0.9 {
-		t.Fatalf("bench: %v %v", sum.Bench, sum.Vs)
+	if len(sum.Bench) != 4 {
+		t.Fatalf("bench: %+v", sum.Bench)
+	}
+	dev, kc, pinned, pm := sum.Bench[0], sum.Bench[1], sum.Bench[2], sum.Bench[3]
+	if dev.Name != "BenchmarkDeviceCopy" || dev.Runs != 3 || dev.MBs.Min != 1.9e6 || dev.MBs.Median != 2e6 || dev.MBs.Max != 2.2e6 || dev.Vs != 1 {
+		t.Fatalf("device copy: %+v", dev)
+	}
+	// Without a group, the baseline is the package's first benchmark.
+	if kc.Package != "kernels-cuda" || kc.Baseline != "BenchmarkDeviceCopy" || kc.MBs.Median != 1.8e6 || kc.Vs != 0.9 {
+		t.Fatalf("kernel copy: %+v", kc)
+	}
+	// In a group (Name/sub), the group's first.
+	if pinned.Vs != 1 || pm.Name != "BenchmarkPageIn/page-major" || pm.Baseline != "BenchmarkPageIn/pinned" || pm.Vs != 0.5 {
+		t.Fatalf("page copies: %+v %+v", pinned, pm)
 	}
 }
