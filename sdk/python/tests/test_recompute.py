@@ -131,8 +131,9 @@ def test_guard_reports_what_it_chose(kvpilot_host_factory, tm) -> None:  # type:
 
 def test_guard_measures_its_frontier_against_a_reprefill(kvpilot_host_factory, tm) -> None:  # type: ignore[no-untyped-def]
     """The guard's estimate is the true staleness of its block's last
-    tokens: with the first k fresh they are the re-prefill's rows, and
-    their distance from the plain splice's rows is what it measures.
+    tokens (with the first k fresh they are the re-prefill's rows, and
+    their distance from the plain splice's rows is what it measures), times
+    the share of the kept tokens still stale.
     """
     h = kvpilot_host_factory(**host_config(PS, sink_tokens=4))
     _, edited, before, (n, after), fills, _, paged = _splice_and_read(h, tm, {"max_kl": 1e9})
@@ -154,7 +155,10 @@ def test_guard_measures_its_frontier_against_a_reprefill(kvpilot_host_factory, t
     frontier = list(range(50 + k - staleness.FRONTIER, 50 + k))
     stale = _local(paged, layout, plain, n).get(frontier)
     true = staleness.row_deviation(stale, ref.get(frontier)).mean()
-    assert fills.last_estimate == pytest.approx(staleness.FRONTIER_SCALE * float(true), rel=1e-4)
+    left = (kept - k) / kept
+    assert fills.last_estimate == pytest.approx(
+        staleness.FRONTIER_SCALE * float(true) * left, rel=1e-4
+    )
 
 
 def test_host_refuses_an_engine_that_cannot_recompute(kvpilot_host_factory, tm) -> None:  # type: ignore[no-untyped-def]
