@@ -14,8 +14,8 @@ import (
 // over stand-in test binaries that print what go test -v prints on a GPU
 // machine: the summary counts passes, failures (with their messages) and
 // skips per package, reads the benchmarks' MB/s over three runs and their
-// median's ratio to their baseline's, and exits 1 for a failure. The real binaries need a GPU;
-// the summary does not.
+// median's ratio to their baseline's, and exits 1 for a failure. The real
+// binaries need a GPU; the summary does not.
 func TestGPUCheckSummarizes(t *testing.T) {
 	if _, err := exec.LookPath("awk"); err != nil {
 		t.Skip("no awk")

@@ -104,8 +104,8 @@ union Vec16 {
 // rotate_row_slice rotates the RoPE slices of one row. Where every slice is
 // 16-byte aligned in its halves (half-split) or as a whole (interleaved),
 // each thread rotates 16 bytes of each side per step: a thread that moved
-// one 2-byte element per load left the memory system mostly idle (the first
-// GPU check measured rotation at a sixth of a device copy's rate). Other
+// one 2-byte element per load kept too few bytes in flight for the memory
+// (on an H200, 176 GB/s of K rows that way, 251 GB/s this way). Other
 // shapes take the element path. Both give the same bits.
 template <typename D>
 __device__ __forceinline__ void rotate_row_slice(unsigned char* row, const BufDesc& bd, const float* cosT,
