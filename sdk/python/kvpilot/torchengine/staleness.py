@@ -36,7 +36,7 @@ real edits of agent sessions:
   less the next turn reads them. Without that share the guard overrated
   what its later blocks leave: on the benchmark's cases its curve, at the
   CacheBlend-style arm's 17.7% recomputed, went from 32.5% below that
-  arm's mean KL to 42.8% (at 7.8%, 25% either way).
+  arm's mean KL to 39.9% (at 7.8%, 25% either way).
 
 So ``share`` recomputes the first ``share`` of the kept tokens after the
 first edit, and the **quality guard** recomputes them from the edit on,
