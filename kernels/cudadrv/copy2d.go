@@ -38,8 +38,9 @@ type memcpy2D struct {
 	height            uint64
 }
 
-// Pitch describes one side of a pitched copy's host memory: Height rows of
-// Width bytes, Pitch bytes apart, from the start of the slice.
+// Pitch shapes a pitched copy: Height rows of Width bytes, HostPitch bytes
+// apart in the host slice (from its start) and DevicePitch bytes apart from
+// the device address.
 type Pitch struct {
 	Width, Height, HostPitch, DevicePitch int
 }
