@@ -304,13 +304,19 @@ def test_an_edit_is_spliced_on_vllm(vllm_front_door: tuple[Any, int, int]) -> No
     pages after the edit from kvpilot (their keys re-rotated) instead of
     prefilling them. What SmolLM2 then says is compared with vLLM computing
     the edited prompt alone."""
-    _, port, vport = vllm_front_door
+    host, port, vport = vllm_front_door
     oa = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
-    session = {**SESSION, "x-kvpilot-session": "vllm-splice"}
+    # A tenant of its own, so waiting for its pages counts this turn's alone.
+    session = {"x-kvpilot-session": "vllm-splice", "x-kvpilot-tenant": "acme-splice"}
     first = oa.chat.completions.create(
         model=MODEL, messages=_history(None), max_tokens=4, temperature=0, extra_headers=session
     )
-    assert (first.model_extra or {})["kv_transfer_params"]["kvpilot"]["saved_pages"] > 0
+    saved = (first.model_extra or {})["kv_transfer_params"]["kvpilot"]["saved_pages"]
+    assert saved > 0
+    # The connector saves behind the response: the splice can only move
+    # the pages kvpilot holds when the next turn arrives (under load, a
+    # turn sent at once found 1 of them).
+    wait_saved(host, "acme-splice", saved)
     edits = {
         "edits": [
             {
