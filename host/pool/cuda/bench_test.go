@@ -19,8 +19,8 @@ import (
 // copy from an mmap'd region page-locked with cuMemHostRegister, as the host
 // tier's memfd pool is when the host runs on a GPU (host/pool/tiers); the
 // pageable arm from Go memory, which the driver stages through its own
-// buffer. Page-major is one copy per page; layer-major one per layer and
-// buffer (64 of 32 KiB), the engine's per-layer tensors.
+// buffer. Page-major is one copy per page; layer-major (the engine's
+// per-layer tensors) one pitched copy per buffer, 32 rows of 32 KiB.
 // They skip without a CUDA driver.
 
 const benchPages = 64
