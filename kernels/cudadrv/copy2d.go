@@ -60,43 +60,47 @@ func (p Pitch) check(host int) error {
 // copy is done. src may be Go memory: it is pinned for the call only.
 // Pitches above the device's MaxPitch are refused by the driver.
 func (c *Context) CopyHtoD2D(dst DevicePtr, src []byte, p Pitch) error {
-	if err := p.check(len(src)); err != nil {
-		return fmt.Errorf("cuMemcpy2D host to device: %w", err)
-	}
-	var pin runtime.Pinner
-	pin.Pin(&src[0])
-	defer pin.Unpin()
-	m := memcpy2D{
-		srcMemoryType: memoryTypeHost, srcHost: uint64(uintptr(unsafe.Pointer(&src[0]))), srcPitch: uint64(p.HostPitch),
-		dstMemoryType: memoryTypeDevice, dstDevice: uint64(dst), dstPitch: uint64(p.DevicePitch),
-		widthInBytes: uint64(p.Width), height: uint64(p.Height),
-	}
-	return c.copy2D(&m, "cuMemcpy2D host to device")
+	return c.copy2D(src, dst, p, true)
 }
 
 // CopyDtoH2D copies p.Height rows of p.Width bytes from src (rows
 // p.DevicePitch apart) into dst (rows p.HostPitch apart) and returns when
 // the copy is done. dst may be Go memory: it is pinned for the call only.
 func (c *Context) CopyDtoH2D(dst []byte, src DevicePtr, p Pitch) error {
-	if err := p.check(len(dst)); err != nil {
-		return fmt.Errorf("cuMemcpy2D device to host: %w", err)
-	}
-	var pin runtime.Pinner
-	pin.Pin(&dst[0])
-	defer pin.Unpin()
-	m := memcpy2D{
-		srcMemoryType: memoryTypeDevice, srcDevice: uint64(src), srcPitch: uint64(p.DevicePitch),
-		dstMemoryType: memoryTypeHost, dstHost: uint64(uintptr(unsafe.Pointer(&dst[0]))), dstPitch: uint64(p.HostPitch),
-		widthInBytes: uint64(p.Width), height: uint64(p.Height),
-	}
-	return c.copy2D(&m, "cuMemcpy2D device to host")
+	return c.copy2D(dst, src, p, false)
 }
 
-// copy2D hands the driver the descriptor from the context's off-heap
+// copy2D runs one pitched copy between host and dev, toward the device when
+// toDevice. The driver reads the descriptor from the context's off-heap
 // scratch page (a Go pointer must not reach C).
-func (c *Context) copy2D(m *memcpy2D, what string) error {
+func (c *Context) copy2D(host []byte, dev DevicePtr, p Pitch, toDevice bool) error {
+	what := "cuMemcpy2D device to host"
+	if toDevice {
+		what = "cuMemcpy2D host to device"
+	}
+	if err := p.check(len(host)); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	var pin runtime.Pinner
+	pin.Pin(&host[0])
+	defer pin.Unpin()
+	m := describe2D(uint64(uintptr(unsafe.Pointer(&host[0]))), dev, p, toDevice)
 	return c.do(func() error {
-		*(*memcpy2D)(unsafe.Pointer(&c.scratch[0])) = *m
+		*(*memcpy2D)(unsafe.Pointer(&c.scratch[0])) = m
 		return check(what, call(c.drv.fn.cuMemcpy2D, c.scratchAddr()))
 	})
+}
+
+// describe2D is the driver's descriptor of a pitched copy between the host
+// address host and dev.
+func describe2D(host uint64, dev DevicePtr, p Pitch, toDevice bool) memcpy2D {
+	m := memcpy2D{widthInBytes: uint64(p.Width), height: uint64(p.Height)}
+	if toDevice {
+		m.srcMemoryType, m.srcHost, m.srcPitch = memoryTypeHost, host, uint64(p.HostPitch)
+		m.dstMemoryType, m.dstDevice, m.dstPitch = memoryTypeDevice, uint64(dev), uint64(p.DevicePitch)
+	} else {
+		m.srcMemoryType, m.srcDevice, m.srcPitch = memoryTypeDevice, uint64(dev), uint64(p.DevicePitch)
+		m.dstMemoryType, m.dstHost, m.dstPitch = memoryTypeHost, host, uint64(p.HostPitch)
+	}
+	return m
 }

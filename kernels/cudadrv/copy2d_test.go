@@ -21,6 +21,30 @@ func TestMemcpy2DLayout(t *testing.T) {
 	}
 }
 
+// TestDescribe2D pins the descriptor of both directions to what ran on an
+// H200 (TestCopy2DRoundTrip, TestDeviceArenaRoundTrip in host/pool/cuda).
+func TestDescribe2D(t *testing.T) {
+	p := Pitch{Width: 100, Height: 3, HostPitch: 128, DevicePitch: 4096}
+	in := describe2D(0x1000, 0xd000, p, true)
+	want := memcpy2D{
+		srcMemoryType: memoryTypeHost, srcHost: 0x1000, srcPitch: 128,
+		dstMemoryType: memoryTypeDevice, dstDevice: 0xd000, dstPitch: 4096,
+		widthInBytes: 100, height: 3,
+	}
+	if in != want {
+		t.Fatalf("host to device: %+v, want %+v", in, want)
+	}
+	out := describe2D(0x1000, 0xd000, p, false)
+	want = memcpy2D{
+		srcMemoryType: memoryTypeDevice, srcDevice: 0xd000, srcPitch: 4096,
+		dstMemoryType: memoryTypeHost, dstHost: 0x1000, dstPitch: 128,
+		widthInBytes: 100, height: 3,
+	}
+	if out != want {
+		t.Fatalf("device to host: %+v, want %+v", out, want)
+	}
+}
+
 func TestPitchChecks(t *testing.T) {
 	for _, p := range []Pitch{
 		{Width: 0, Height: 1, HostPitch: 1, DevicePitch: 1},
