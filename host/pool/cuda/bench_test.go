@@ -3,10 +3,10 @@ package cuda
 import (
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kvpilot/kvpilot/host/layout"
 	"github.com/kvpilot/kvpilot/host/pool"
+	"github.com/kvpilot/kvpilot/host/pool/memfd"
+	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/kernels/cudadrv"
 )
 
@@ -16,10 +16,9 @@ import (
 // bf16: 2 MiB) between host memory and the arena, one page per op, and
 // reports MB/s. In each group the pinned copy (cuMemAllocHost memory) comes
 // first: it is the baseline make gpu-check divides by. The registered arms
-// copy from an mmap'd region page-locked with cuMemHostRegister, as the host
-// tier's memfd pool is when the host runs on a GPU (host/pool/tiers); the
-// pageable arm from Go memory, which the driver stages through its own
-// buffer. Page-major is one copy per page; layer-major (the engine's
+// copy from the host tier itself, a memfd pool page-locked with
+// cuMemHostRegister as host/pool/tiers opens it on a GPU; the pageable arm
+// from Go memory, which the driver stages through its own buffer. Page-major is one copy per page; layer-major (the engine's
 // per-layer tensors) one pitched copy per buffer, 32 rows of 32 KiB.
 // They skip without a CUDA driver.
 
@@ -72,23 +71,31 @@ func pageLoop(b *testing.B, pageBytes int, op func(i int) error) {
 	}
 }
 
-// registered is n bytes of anonymous shared memory page-locked for the
-// device, like the host tier's memfd pool.
-func registered(b *testing.B, ctx *cudadrv.Context, n int) []byte {
+// hostTier is the host tier as the host opens it on a GPU machine
+// (host/pool/tiers): a page-major memfd pool of benchPages pages,
+// page-locked for the device; page i is the live view of its slot i, what
+// the mover hands the device arena.
+func hostTier(b *testing.B, ctx *cudadrv.Context, l *layout.Layout) [][]byte {
 	b.Helper()
-	buf, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	h, err := memfd.New(memfd.Options{Tier: tier.Host, Layout: l, Pages: benchPages, Arrangement: layout.PageMajor})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := ctx.HostRegister(buf, cudadrv.HostRegisterPortable); err != nil {
-		unix.Munmap(buf)
+	b.Cleanup(func() { h.Close() })
+	if err := h.Register(func(m []byte) error { return ctx.HostRegister(m, cudadrv.HostRegisterPortable) }, ctx.HostUnregister); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() {
-		ctx.HostUnregister(buf)
-		unix.Munmap(buf)
-	})
-	return buf
+	slots, err := h.Alloc(nil, benchPages)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pages := make([][]byte, benchPages)
+	for i, sl := range slots {
+		if pages[i], err = h.PageView(sl); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return pages
 }
 
 func benchCopies(b *testing.B, in bool) {
@@ -115,14 +122,16 @@ func benchCopies(b *testing.B, in bool) {
 	for _, c := range arms {
 		b.Run(c.name, func(b *testing.B) {
 			a, s := benchArena(b, c.arr)
-			var host []byte
+			host := make([][]byte, benchPages)
 			if c.reg {
-				host = registered(b, a.ctx, benchPages*a.pb)
+				host = hostTier(b, a.ctx, a.lay)
 			} else {
-				host = make([]byte, benchPages*a.pb)
+				for i := range host {
+					host[i] = make([]byte, a.pb)
+				}
 			}
 			pageLoop(b, a.pb, func(i int) error {
-				page := host[i*a.pb : (i+1)*a.pb]
+				page := host[i]
 				if in {
 					return a.WritePage(s[i], page)
 				}
