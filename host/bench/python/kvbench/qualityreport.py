@@ -8,8 +8,10 @@ region it recomputed (kvbench.qualityscore): ``first`` from the guard's
 trajectory (the first k after the edit, for each block the guard
 recomputed; per target share, the step nearest it in each case),
 ``deviation`` from CacheBlend's arms, ``guard`` at each budget of
-``BUDGETS`` (where the guard stops in each case's trajectory), and the
-plain splice. The targets (DESIGN's ``splice-quality`` row): the control
+``BUDGETS`` (where the guard stops in each case's trajectory), the plain
+splice, and ``first_best``: where any stopping rule over the guard's path
+could reach (``best_stops``), the bound the guard's estimate is judged
+against. The targets (DESIGN's ``splice-quality`` row): the control
 exactly 0; the re-rotation check; the guard at the default budget saves at
 least 70% of the edited region's re-prefill with mean KL at most 0.008 and
 top-1 agreement at least 97%; and at shares up to 20% the guard's curve is
@@ -37,6 +39,10 @@ BUDGETS = (
 )  # fmt: skip
 #: The first-k curve's target shares of the edited region.
 FIRST_SHARES = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50)
+#: The best-stopping curve's prices of a recomputed token (nats of summed
+#: KL it must save to be worth recomputing), from "recompute nothing" to
+#: "recompute everything" on the benchmark's cases.
+PRICES = tuple(10 ** (e / 8) for e in range(-64, 9))
 
 GUARD_SAVED_MIN = 0.70
 GUARD_KL_MAX = 0.008
@@ -109,6 +115,25 @@ def guard_at(res: CaseResult, budget: float) -> Score:
     return dataclasses.replace(res.arms["control"], computed=res.fallback_computed)
 
 
+def _stops(res: CaseResult) -> list[Score]:
+    """Where a stopping rule on the case's path can leave it: the splice
+    alone, after any block, or the fallback (every kept token).
+    """
+    fallback = dataclasses.replace(res.arms["control"], computed=res.fallback_computed)
+    return [res.arms["splice"], *(s.score for s in res.trajectory), fallback]
+
+
+def best_stops(results: list[CaseResult], price: float) -> list[Score]:
+    """Per case, the stop that minimizes its summed KL plus ``price`` per
+    kept token recomputed. Over the prices these are the lowest mean KL any
+    stopping rule on the guard's path reaches at their total share (a
+    Lagrangian bound: it knows each step's true KL, which the guard only
+    estimates; between two prices' points, the line joining them bounds
+    every rule from below).
+    """
+    return [min(_stops(r), key=lambda s: s.kl_sum + price * (s.recomputed or 0)) for r in results]
+
+
 def _nearest(res: CaseResult, share: float) -> Score | None:
     """The trajectory's step whose recomputed share is nearest ``share``."""
     if not res.trajectory:
@@ -140,6 +165,11 @@ def curves(results: list[CaseResult], deviation: list[str]) -> dict[str, list[di
         if all(p is not None for p in pts):
             first.append(_point(f"~{round(x * 100)}%", [p for p in pts if p is not None]))
     out["first"] = first
+    best: dict[tuple[float, float], dict[str, Any]] = {}
+    for price in PRICES:
+        pt = _point(f"price={price:.2g}", best_stops(results, price))
+        best.setdefault((pt["recomputed_share"], pt["kl_mean"]), pt)
+    out["first_best"] = list(best.values())
     for v in out.values():
         v.sort(key=lambda p: p["recomputed_share"] or 0.0)
     return out
@@ -170,6 +200,7 @@ def _targets(
         comparisons.append({
             "share": x, "deviation_kl": p["kl_mean"], "guard_kl": gk,
             "gain": None if gk is None else 1 - gk / p["kl_mean"],
+            "first_best_kl": at_share(cv["first_best"], x),
         })  # fmt: skip
     dominates = all(
         (gk := at_share(cv["guard"], p["recomputed_share"])) is None or gk <= p["kl_mean"]
