@@ -111,7 +111,8 @@ var scenarios = []benchScenario{
 			"recompute_deviation_<r>, the guard at its default budget, no_edit. Cases are\n" +
 			"named trace#session@turn:kind; --case runs one. Targets: the guard saves\n" +
 			">= 70% of the re-prefill with mean KL <= 0.008 and top-1 >= 97%, and its curve\n" +
-			"is a third below CacheBlend's at <= 20% recomputed.",
+			"is a third below CacheBlend's at <= 20% recomputed. The curves (--plot) add\n" +
+			"first_best, the lowest KL any stopping rule on the guard's path reaches.",
 		Plot:  true,
 		Flags: spliceQualityFlags,
 	},

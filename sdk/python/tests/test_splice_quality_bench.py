@@ -63,5 +63,5 @@ def test_bench_two_cases(kvpilot_host_factory) -> None:  # type: ignore[no-untyp
     assert chk["rotation_cases"] == 1 and chk["rotation_failures"] == []
     assert chk["host_guard_matches_trajectory"] is True, res.stderr[-4000:]
     assert r["targets"]["control_exactly_zero"] is True and r["targets"]["rotation_check"] is True
-    assert {"first", "deviation", "guard", "splice"} <= set(r["curves"])
+    assert {"first", "first_best", "deviation", "guard", "splice"} <= set(r["curves"])
     assert isinstance(r["targets"]["met"], bool)

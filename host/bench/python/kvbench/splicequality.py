@@ -38,8 +38,9 @@ The curves (``curves`` and ``--plot``): mean KL against the share of the
 edited region recomputed, per method. The guard's run is traced once per
 case in torch (the trajectory: the cache after each block it recomputes,
 scored), which gives the first-k curve at every block and the guard at
-any budget (it stops at the first block whose estimate meets it); the host
-arms check it (the host's guard and first-k arms land on the same figures).
+any budget (it stops at the first block whose estimate meets it), and
+``first_best``, the bound on any stopping rule on that path; the host arms
+check it (the host's guard and first-k arms land on the same figures).
 
 The original prefill of each case is computed once, through the host, and
 shared by every arm; the plain splice's rows, read back once, are the base

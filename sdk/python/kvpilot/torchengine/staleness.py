@@ -37,6 +37,20 @@ real edits of agent sessions:
   what its later blocks leave: on the benchmark's cases its curve, at the
   CacheBlend-style arm's 17.7% recomputed, went from 32.5% below that
   arm's mean KL to 39.9% (at 7.8%, 25% either way).
+- What the estimate cannot see is which kept tokens the next turn reads.
+  Where it errs most (two edits whose kept text repeats the removed tool
+  output verbatim, and whose next turn reads one line of it) staleness
+  does not tell. Replays of the benchmark's paths with other estimates
+  (the figures they need from transformers' own forward passes), at 7.8%
+  recomputed, below CacheBlend-style's mean KL: the frontier's 25%; every
+  kept token's true staleness (of its value rows), at any set of layers,
+  at most 31%; the attention of the context's last tokens over the kept
+  ones, weighting the frontier's staleness layer by layer, at most 30%
+  (weighting every token's true staleness, 36%: a signal that costs the
+  recompute it is meant to save); each block's true KL in place of the
+  estimate 34%. The bound on every stopping rule on this path, the
+  benchmark's ``first_best`` curve (which prices a recomputed token
+  instead of meeting a budget per splice), is 55%.
 
 So ``share`` recomputes the first ``share`` of the kept tokens after the
 first edit, and the **quality guard** recomputes them from the edit on,
