@@ -104,23 +104,29 @@ class CaseResult:
         }
 
 
+def _fallback(res: CaseResult) -> Score:
+    """The end of the case's path: every kept token recomputed (the
+    control's figures), after the blocks the path ran.
+    """
+    return dataclasses.replace(res.arms["control"], computed=res.fallback_computed)
+
+
 def guard_at(res: CaseResult, budget: float) -> Score:
     """Where the guard at ``budget`` stops on the case's path: the first
     block whose estimate meets it (staleness.recompute_order), or its
-    fallback (every kept token, the control's figures).
+    fallback.
     """
     for s in res.trajectory:
         if s.estimate <= budget and s.k < res.candidates:
             return s.score
-    return dataclasses.replace(res.arms["control"], computed=res.fallback_computed)
+    return _fallback(res)
 
 
 def _stops(res: CaseResult) -> list[Score]:
     """Where a stopping rule on the case's path can leave it: the splice
-    alone, after any block, or the fallback (every kept token).
+    alone, after any block, or the fallback.
     """
-    fallback = dataclasses.replace(res.arms["control"], computed=res.fallback_computed)
-    return [res.arms["splice"], *(s.score for s in res.trajectory), fallback]
+    return [res.arms["splice"], *(s.score for s in res.trajectory), _fallback(res)]
 
 
 def best_stops(results: list[CaseResult], price: float) -> list[Score]:
