@@ -1,11 +1,12 @@
 """``python -m kvbench.splicequality`` end to end, on two small cases.
 
 SmolLM2 on two real edits of the repository's traces (a truncated tool
-output and a clear of two tool results), contexts of at most 1024 tokens:
-one JSON object with every arm and its figures, the control exactly 0 (the
-host's re-prefill of the tail equals the reference bit for bit), the
-layer-0 re-rotation check, and the host's guard landing where its path in
-torch says. No target is asserted: they are the benchmark's business.
+output and a clear of two tool results), contexts of at most 1024 tokens,
+the request's new messages prefilled after the splice as through the front
+door: one JSON object with every arm and its figures, the control exactly
+0 (the host's re-prefill of the tail equals the reference bit for bit),
+the layer-0 re-rotation check, and the host's guard landing where its path
+in torch says. No target is asserted: they are the benchmark's business.
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ def test_bench_two_cases(kvpilot_host_factory) -> None:  # type: ignore[no-untyp
     for name, arm in r["arms"].items():
         assert set(arm) >= FIELDS, name
     assert [c["name"] for c in r["cases"]] == CASES
+    # The request's new messages are prefilled after the splice, as through
+    # the front door; the shares are of the cached text from the edit on.
+    assert r["params"]["fresh"] == "last"
+    assert all(c["fresh_tokens"] > 0 for c in r["cases"])
+    assert r["params"]["fresh_tokens"] == sum(c["fresh_tokens"] for c in r["cases"])
     ctl = r["arms"]["control"]
     assert ctl["kl_mean"] == 0.0 and ctl["kl_max"] == 0.0 and ctl["recomputed_share"] == 1.0
     chk = r["checks"]

@@ -84,6 +84,13 @@ class Case:
     edits: list[Edit]
     continuation: list[int]
     messages: int = 0
+    #: Where the request's new messages begin in ``original``: the trailing
+    #: run of tool and user messages, or the generation prompt when the
+    #: context ends with the assistant's turn. The previous turn's cache
+    #: ends before them, so a front door prefills them fresh after the
+    #: splice. It follows the last edit (no case edits what the request
+    #: brings: none of it was cached).
+    fresh_from: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -247,7 +254,10 @@ def make_case(
     original: list[int] = []
     edited: list[int] = []
     edits: list[Edit] = []
+    fresh = 0
     for p, m in enumerate(ctx):
+        if m.role != "assistant" and (p == 0 or ctx[p - 1].role == "assistant"):
+            fresh = len(original)
         old = r.message(m.role, m.content)
         if p in changed:
             new = r.message(m.role, changed[p])
@@ -258,10 +268,16 @@ def make_case(
         else:
             edited.extend(old)
         original.extend(old)
+    if ctx[-1].role == "assistant":
+        fresh = len(original)
     prompt = r.prompt()
     original += prompt
     edited += prompt
     if not edits or len(edited) - edits[0].start < MIN_REGION:
+        return None
+    if edits[-1].end > fresh:
+        # The edit reaches into what the request brings: nothing of it was
+        # cached, so there is nothing to splice.
         return None
     return Case(
         name=name,
@@ -271,6 +287,7 @@ def make_case(
         edits=edits,
         continuation=cont,
         messages=len(ctx),
+        fresh_from=fresh,
         meta={"edited_messages": [ctx[p].index for p in sorted(changed)]},
     )
 

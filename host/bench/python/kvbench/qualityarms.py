@@ -53,9 +53,11 @@ class Layout:
     kept: list[int]
 
 
-def layout_of(c: Case, page_size: int) -> Layout:
-    """The layout of case ``c`` after a splice on pages of ``page_size``."""
-    cached_orig = len(c.original) // page_size * page_size
+def layout_of(c: Case, page_size: int, cached_from: int) -> Layout:
+    """The layout of case ``c`` after a splice on pages of ``page_size``,
+    when the original context's first ``cached_from`` tokens were cached.
+    """
+    cached_orig = cached_from // page_size * page_size
     delta = len(c.edited) - len(c.original)
     cached = (cached_orig + delta) // page_size * page_size
     fills: list[tuple[int, int]] = []
@@ -78,13 +80,14 @@ def reference(splice: LocalCache, c: Case, lay: Layout) -> LocalCache:
     return out
 
 
-def gap(orig: LocalCache, c: Case, lay: Layout) -> tuple[LocalCache, int]:
-    """The splice without re-rotation (module doc); returns the cache, laid
-    out by edited positions, and the rotary shift of the positions after it.
+def gap(orig: LocalCache, n: int, c: Case) -> tuple[LocalCache, int]:
+    """The splice without re-rotation (module doc) of the original
+    context's first ``n`` rows; returns the cache, laid out by edited
+    positions, and the rotary shift of the positions after it.
     """
     out = orig.clone()
     paged = out.paged
-    rows: LayerRows = orig.get(range(len(c.original)))
+    rows: LayerRows = orig.get(range(n))
     shift = 0
     at_orig = 0
     for e in c.edits:
@@ -99,7 +102,7 @@ def gap(orig: LocalCache, c: Case, lay: Layout) -> tuple[LocalCache, int]:
             paged.forward(list(e.replacement), e.start, out.arena, ctx, dest, logits=False)
         shift += e.delta
         at_orig = e.end
-    keep = list(range(at_orig, len(c.original)))
+    keep = list(range(at_orig, n))
     out.put([tuple(b[keep] for b in layer) for layer in rows], [p + shift for p in keep])
     return out, -shift
 

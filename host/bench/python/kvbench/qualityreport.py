@@ -68,6 +68,8 @@ class CaseResult:
 
     case: Case
     region: int
+    #: Tokens after the cached region, prefilled fresh by every arm.
+    fresh: int = 0
     arms: dict[str, Score] = field(default_factory=dict)
     trajectory: list[Step] = field(default_factory=list)
     #: The candidates (kept tokens the guard may recompute), and what its
@@ -87,6 +89,7 @@ class CaseResult:
             "edited_tokens": len(c.edited),
             "edits": [[e.start, e.end, len(e.replacement)] for e in c.edits],
             "region_tokens": self.region,
+            "fresh_tokens": self.fresh,
             "continuation_tokens": len(c.continuation),
             "guard_estimate": self.guard_estimate,
             "wall_s": round(self.wall_s, 1),
@@ -258,6 +261,8 @@ def report(
             "dtype": "fp32",
             "page_size": args.page_size,
             "context_tokens_max": args.context_tokens,
+            "fresh": args.fresh,
+            "fresh_tokens": sum(r.fresh for r in results),
             "cases": len(results),
             "sessions": len({r.case.name.split("@")[0] for r in results}),
             "kinds": sorted({r.case.kind for r in results}),

@@ -8,6 +8,17 @@ output, stripped reasoning, cleared tool uses), the next assistant turn of
 the session is scored by teacher forcing against a re-prefill of the edited
 context (kvbench.qualityscore).
 
+What is cached. Through the front door an edit arrives with a new request:
+the previous turn left the context in the cache up to the request's new
+messages (``Case.fresh_from``: the tool results and user messages after
+the last assistant turn), and those are prefilled fresh after the splice,
+attending to whatever the splice left. ``--fresh last`` (the default)
+caches the original context up to them; ``--fresh page`` caches all of it
+but the last partial page (the stale rows of the request's last messages
+then count against every arm). The edited region, which every share is
+of, is the cached text from the first edit on: what the edit makes stale.
+What follows it every arm prefills, the reference too.
+
 Arms, and which path each takes. The product's arms go through the host as
 a deployment does: the torchengine registered in arena mode with recompute
 (kvpilot.torchengine), a Splice directive on the Control socket, the host's
@@ -49,7 +60,8 @@ of every torch arm that edits.
 Usage::
 
     python -m kvbench.splicequality --engine-socket S --control-socket C \
-        [--traces DIR] [--cases N] [--case NAME ...] [--context-tokens 2560]
+        [--traces DIR] [--cases N] [--case NAME ...] [--context-tokens 2560] \
+        [--fresh last|page]
 
 It prints exactly one JSON object on stdout; logs go to stderr.
 """
@@ -86,6 +98,10 @@ log = logging.getLogger("kvbench.splicequality")
 
 FIRST_K = (16, 64, 256)
 DEVIATION_SHARES = (0.05, 0.15, 0.30)
+#: What of each case's context was cached before the splice (--fresh):
+#: ``last``, all but the request's new messages (Case.fresh_from), what the
+#: previous turn left in the cache; ``page``, all but the last partial page.
+FRESH = ("last", "page")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -103,6 +119,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--cases", type=int, default=0, help="run the first N cases (0: all)")
     ap.add_argument("--case", action="append", default=[], help="run this case (repeatable)")
     ap.add_argument("--context-tokens", type=int, default=2560, help="longest context")
+    ap.add_argument(
+        "--fresh",
+        choices=FRESH,
+        default="last",
+        help="what the request brings that the cache lacks: its last messages (as through the "
+        "front door) or only the last partial page",
+    )
     ap.add_argument("--max-kl", type=float, default=DEFAULT_MAX_KL, help="the guard's budget")
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -162,6 +185,16 @@ class Runner:
         lc.put([tuple(b[:n] for b in layer) for layer in rows], range(n))
         return lc
 
+    def cached_from(self, c: Case) -> int:
+        """How much of the original context the host is given to cache
+        before the splice (it caches the full pages of it). Two pages past
+        the last edit at least, so that after the edit's page a kept token
+        is cached (only cached text is spliced).
+        """
+        if self.args.fresh == "page":
+            return len(c.original)
+        return min(len(c.original), max(c.fresh_from, c.edits[-1].end + 2 * self.args.page_size))
+
     def host_arm(
         self, c: Case, lay: arms.Layout, name: str, capacity: int, **recompute: Any
     ) -> tuple[LocalCache, int, float]:
@@ -172,7 +205,7 @@ class Runner:
         """
         e, tenant = self.e, self.args.tenant
         sess = f"{c.name}/{name}"
-        e.prefill(c.original, session=sess, tenant=tenant)
+        e.prefill(c.original[: self.cached_from(c)], session=sess, tenant=tenant)
         failures, rec0 = self.fills.failures, self.fills.recomputed
         ds = [
             directives.splice(sess, ed.start, ed.end, tokens=list(ed.replacement), **recompute)
@@ -190,9 +223,7 @@ class Runner:
         # The next arm's splice must build its own branch: pages of the
         # edited sequence already cached would be adopted as they are. The
         # rest of the session goes when the case ends (forget).
-        self.cc.apply(
-            [directives.evict(sess, lay.first, len(c.edited), mode="forget")], tenant=tenant
-        )
+        self.cc.apply([directives.evict(sess, lay.first, lay.cached, mode="forget")], tenant=tenant)
         self.sessions.append((sess, lay.first))
         return lc, named + self.fills.recomputed - rec0, self.fills.last_estimate
 
@@ -208,21 +239,25 @@ class Runner:
         """Every arm on one case."""
         t0 = time.perf_counter()
         ps = self.args.page_size
-        lay = arms.layout_of(c, ps)
-        region = len(c.edited) - lay.first
+        n = self.cached_from(c)
+        lay = arms.layout_of(c, ps, n)
+        # The edited region is what the edit makes stale: the cached tokens
+        # from the first edit on. What follows them is prefilled fresh by
+        # every arm, the reference's re-prefill too, so it is not counted.
+        region = lay.cached - lay.first
         cap = max(len(c.original), len(c.edited)) + len(c.continuation) + 2 * ps
-        base = len(lay.fills) + len(c.edited) - lay.cached  # fills, and the next request's tail
-        res = qualityreport.CaseResult(case=c, region=region)
+        base = len(lay.fills)
+        res = qualityreport.CaseResult(case=c, region=region, fresh=len(c.edited) - lay.cached)
 
         # The original prefill, once, through the host.
-        self.e.prefill(c.original, session=f"{c.name}/orig", tenant=self.args.tenant)
-        self.sessions.append((f"{c.name}/orig", len(c.original)))
-        n_orig, rows = read_cached_layers(self.e, c.original, tenant=self.args.tenant)
+        self.e.prefill(c.original[:n], session=f"{c.name}/orig", tenant=self.args.tenant)
+        self.sessions.append((f"{c.name}/orig", n))
+        n_orig, rows = read_cached_layers(self.e, c.original[:n], tenant=self.args.tenant)
         orig = self.local(rows, n_orig, cap)
         del rows
 
         sp, _, _ = self.host_arm(c, lay, "splice", cap)
-        self.rotation_check(c, orig, sp, lay)
+        self.rotation_check(c, orig, n_orig, sp, lay)
         ref_cache = arms.reference(sp, c, lay)
         ref = ref_cache.score(c.edited, lay.cached, c.continuation)
 
@@ -246,7 +281,7 @@ class Runner:
         put("control", scored(ctl), base + rec)
         del ctl, ref_cache
 
-        gp, shift = arms.gap(orig, c, lay)
+        gp, shift = arms.gap(orig, n_orig, c)
         put("splice_gap", scored(gp, shift), base)
         del gp
 
@@ -267,11 +302,9 @@ class Runner:
 
         # The guard's path in torch: the first-k curve and the guard at
         # every budget (qualityreport), and what the host's guard must match.
-        tail = len(c.edited) - lay.cached
-
         def on_step(lc: LocalCache, k: int, est: float, computed: int) -> None:
             s = score(ref, scored(lc), c.continuation, region=region,
-                      recomputed=base + k, computed=tail + computed)  # fmt: skip
+                      recomputed=base + k, computed=computed)  # fmt: skip
             res.trajectory.append(qualityreport.Step(k=k, score=s, estimate=est))
 
         arms.trajectory(sp, c, lay, on_step)
@@ -325,14 +358,15 @@ class Runner:
                 want.kl_mean,
             )
 
-    def rotation_check(self, c: Case, orig: LocalCache, sp: LocalCache, lay: arms.Layout) -> None:
+    def rotation_check(
+        self, c: Case, orig: LocalCache, n_orig: int, sp: LocalCache, lay: arms.Layout
+    ) -> None:
         """The splice contract at layer 0 (single-edit cases: the check takes
         one edit).
         """
         if len(c.edits) != 1:
             return
         ed = c.edits[0]
-        n_orig = len(c.original) // self.args.page_size * self.args.page_size
         before = orig.get(range(n_orig))[0]
         after = sp.get(range(lay.cached))[0]
         chk = check_splice(

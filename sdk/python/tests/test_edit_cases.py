@@ -1,0 +1,87 @@
+"""Where a splice-quality case's request starts bringing what the cache
+lacks (``Case.fresh_from``), on hand-made sessions and a character-level
+tokenizer (no model): the trailing run of tool and user messages, the
+generation prompt when the context ends with the assistant's turn; a
+context whose edit reaches into them makes no case.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvbench.editcases import Renderer, apply_edits, make_case
+
+
+class CharTokenizer:
+    """One token per character: enough to place messages exactly."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [ord(ch) for ch in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i) for i in ids)
+
+
+R = Renderer(CharTokenizer())
+LONG = "line of tool output\n" * 20  # 400 characters: a truncation's target
+ANSWER = "The fix goes in the parser, where the header is read twice."
+
+
+def msg(role: str, content: str, **kw: Any) -> dict[str, Any]:
+    return {"role": role, "content": content, **kw}
+
+
+def start_of(case_tokens: list[int], role: str, content: str) -> int:
+    """Where the message rendered from ``role`` and ``content`` starts."""
+    rendered = R.message(role, content)
+    for k in range(len(case_tokens) - len(rendered), -1, -1):
+        if case_tokens[k : k + len(rendered)] == rendered:
+            return k
+    raise AssertionError(f"{role} message not in the context")
+
+
+def test_fresh_from_is_the_trailing_tool_run() -> None:
+    msgs = [
+        msg("system", "You fix bugs."),
+        msg("user", "The parser reads the header twice."),
+        msg("assistant", "cat parser.py", tool_name="bash"),
+        msg("tool", LONG),
+        msg("assistant", "grep header parser.py", tool_name="bash"),
+        msg("tool", "12: read_header()" + " # first read" * 10),
+        msg("tool", "40: read_header()" + " # second read" * 10),
+        msg("assistant", ANSWER),
+    ]
+    c = make_case(R, "t#0@7:truncate", "truncate", msgs, 7, 4096)
+    assert c is not None
+    assert apply_edits(c.original, c.edits) == c.edited
+    assert c.fresh_from == start_of(c.original, "tool", "12: read_header()" + " # first read" * 10)
+    assert c.edits[-1].end <= c.fresh_from
+
+
+def test_fresh_from_after_an_assistant_turn_is_the_prompt() -> None:
+    msgs = [
+        msg("system", "You fix bugs."),
+        msg("user", "The parser reads the header twice."),
+        msg("assistant", "cat parser.py", tool_name="bash"),
+        msg("tool", LONG),
+        msg("assistant", "Reading it now. " * 20, thinking="The header is parsed in two places."),
+        msg("assistant", ANSWER),
+    ]
+    c = make_case(R, "t#0@5:truncate", "truncate", msgs, 5, 4096)
+    assert c is not None
+    assert c.fresh_from == len(c.original) - len(R.prompt())
+
+
+def test_no_case_edits_what_the_request_brings() -> None:
+    # The only long tool output opens the run the request brings: none of
+    # it was cached, so its truncation is no splice.
+    msgs = [
+        msg("system", "You fix bugs."),
+        msg("user", "The parser reads the header twice."),
+        msg("assistant", "cat parser.py", tool_name="bash"),
+        msg("tool", LONG),
+        msg("tool", "x" * 1000),
+        msg("assistant", ANSWER),
+    ]
+    c = make_case(R, "t#0@5:truncate", "truncate", msgs, 5, 4096)
+    assert c is None
