@@ -129,6 +129,23 @@ def test_guard_reports_what_it_chose(kvpilot_host_factory, tm) -> None:  # type:
     assert res.results[0].effect.recompute_region == kept
 
 
+def test_guard_blocks() -> None:
+    """Where the guard measures: its first FRONTIER, then blocks, until half
+    the candidates are fresh or no more than FALLBACK_TOKENS are left (the
+    guard then recomputes them all); one block at least, unless the share
+    asked for is already past half.
+    """
+    f, left = staleness.FRONTIER, staleness.FALLBACK_TOKENS
+    assert staleness.guard_blocks(8) == [8]
+    assert staleness.guard_blocks(left + f) == [f]
+    assert staleness.guard_blocks(left + f + 1) == [f, 2 * f]
+    ends = staleness.guard_blocks(4000)
+    assert ends[0] == f and ends[1] - ends[0] == 100  # BLOCK_SHARE of them
+    assert ends[-2] <= 2000 < ends[-1]
+    assert staleness.guard_blocks(200, start=100) == [116]
+    assert staleness.guard_blocks(200, start=180) == []
+
+
 def test_guard_measures_its_frontier_against_a_reprefill(kvpilot_host_factory, tm) -> None:  # type: ignore[no-untyped-def]
     """The guard's estimate is the true staleness of its block's last
     tokens (with the first k fresh they are the re-prefill's rows, and

@@ -57,7 +57,8 @@ first edit, and the **quality guard** recomputes them from the edit on,
 the first ``FRONTIER`` and then blocks of ``BLOCK_SHARE``, measures the
 frontier after each, and stops at the first whose estimate meets the
 budget; past
-``FALLBACK_SHARE`` it recomputes them all (a re-prefill of the tail). It
+``FALLBACK_SHARE``, or with ``FALLBACK_TOKENS`` or fewer left, it
+recomputes them all (a re-prefill of the tail). It
 computes nothing it does not keep: every token it runs is a kept token
 made fresh.
 
@@ -82,14 +83,20 @@ from kvpilot.torchengine.paging import Rows, TensorSource, gather
 #: The guard measures the staleness of the last this many tokens of each block.
 FRONTIER = 16
 #: The guard's calibration (the benchmark's fit: the geometric mean of the
-#: measured KL over the estimate, every block of every case): estimated mean
-#: KL per token = FRONTIER_SCALE x the frontier's mean staleness x the share
-#: of the candidates still stale.
-FRONTIER_SCALE = 9.0e-4
+#: measured KL over the estimate, every block of every case, with the
+#: request's new messages prefilled after the splice as the front door
+#: does): estimated mean KL per token = FRONTIER_SCALE x the frontier's
+#: mean staleness x the share of the candidates still stale.
+FRONTIER_SCALE = 7.1e-4
 #: The guard recomputes in blocks of this share of the candidates.
 BLOCK_SHARE = 0.025
 #: Past this share of the candidates the guard recomputes them all.
 FALLBACK_SHARE = 0.5
+#: With no more than this many candidates left after a block that misses
+#: the budget, the guard recomputes them all: one pass finishes what more
+#: blocks would nearly cost, and a short tail saves little to trade error
+#: for. (The benchmark's replays: 96 to 256 all gain; 128 is 8 pages.)
+FALLBACK_TOKENS = 128
 #: The budget the benchmark's ``guard`` arm runs at (mean KL per token),
 #: the value to set as ``splice.max_kl``; chosen from the benchmark's curve.
 DEFAULT_MAX_KL = 0.005
@@ -129,7 +136,9 @@ def guard_blocks(n: int, start: int = 0) -> list[int]:
     tokens next to the edit, the stalest: a splice whose frontier is
     already within budget there recomputes no more), then every
     ``BLOCK_SHARE`` of them (at least ``FRONTIER`` tokens) while the block
-    before ends within ``FALLBACK_SHARE``; the last block may end at ``n``.
+    before ends within ``FALLBACK_SHARE`` and leaves more than
+    ``FALLBACK_TOKENS``; the last block may end at ``n``. There is one block
+    at least, unless ``start`` is already past ``FALLBACK_SHARE``.
     """
     block = max(FRONTIER, math.ceil(BLOCK_SHARE * n))
     ends: list[int] = []
@@ -137,7 +146,7 @@ def guard_blocks(n: int, start: int = 0) -> list[int]:
     if k == 0 and n > FRONTIER:
         k = FRONTIER
         ends.append(k)
-    while k < n and k <= FALLBACK_SHARE * n:
+    while k < n and k <= FALLBACK_SHARE * n and (not ends or n - k > FALLBACK_TOKENS):
         k = min(n, k + block)
         ends.append(k)
     return ends
