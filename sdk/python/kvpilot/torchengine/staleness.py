@@ -36,8 +36,21 @@ real edits of agent sessions:
   less the next turn reads them. Without that share the guard overrated
   what its later blocks leave: on the benchmark's cases its curve, at the
   CacheBlend-style arm's 17.7% recomputed, went from 32.5% below that
-  arm's mean KL to 39.9% (at 7.8%, 25% either way).
-- What the estimate cannot see is which kept tokens the next turn reads.
+  arm's mean KL to 39.9% (at 7.8%, 25% either way; the request's new
+  messages cached stale, the benchmark's earlier protocol).
+- With the request's new messages prefilled after the splice, as the
+  front door does, a truncation often keeps little after its edit (the
+  stub's tail and one assistant turn: 95 to 213 tokens in 6 of the 30
+  cases), all of it stale, and finishing it costs little. Recomputing all
+  the candidates once no more than ``FALLBACK_TOKENS`` are left after a
+  block that misses the budget took the guard at its default budget from
+  0.0054 to 0.0038 mean KL (saving 78.8% of the region, then 77.2%) and
+  its curve at the CacheBlend-style arm's 16.5% from 37% below that arm's
+  mean KL to 52% (at 6.5%, from 25% to 31%), in replays of one run; the
+  next run, with ``FRONTIER_SCALE`` refit to that protocol, measured
+  0.0039 with 80.1% saved, and 52% and 29%.
+- What the estimate cannot see is which kept tokens the next turn reads
+  (measured with the request's new messages cached stale).
   Where it errs most (two edits whose kept text repeats the removed tool
   output verbatim, and whose next turn reads one line of it) staleness
   does not tell. Replays of the benchmark's paths with other estimates
@@ -56,10 +69,9 @@ So ``share`` recomputes the first ``share`` of the kept tokens after the
 first edit, and the **quality guard** recomputes them from the edit on,
 the first ``FRONTIER`` and then blocks of ``BLOCK_SHARE``, measures the
 frontier after each, and stops at the first whose estimate meets the
-budget; past
-``FALLBACK_SHARE``, or with ``FALLBACK_TOKENS`` or fewer left, it
-recomputes them all (a re-prefill of the tail). It
-computes nothing it does not keep: every token it runs is a kept token
+budget; past ``FALLBACK_SHARE``, or with ``FALLBACK_TOKENS`` or fewer
+left, it recomputes them all (a re-prefill of the tail). It computes
+nothing it does not keep: every token it runs is a kept token
 made fresh.
 
 ``Sparse`` runs a sparse fill order on an arena in those steps;
