@@ -85,3 +85,7 @@ def test_no_case_edits_what_the_request_brings() -> None:
     ]
     c = make_case(R, "t#0@5:truncate", "truncate", msgs, 5, 4096)
     assert c is None
+    # Once an assistant turn follows it, it was cached: the same edit is a case.
+    msgs.insert(4, msg("assistant", "cat more.py", tool_name="bash"))
+    c = make_case(R, "t#0@6:truncate", "truncate", msgs, 6, 4096)
+    assert c is not None and c.edits[-1].end <= c.fresh_from

@@ -93,13 +93,6 @@ class Case:
     fresh_from: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def region(self) -> int:
-        """Tokens of the edited context from the first edit on: what a
-        re-prefill of the edited context computes.
-        """
-        return len(self.edited) - self.edits[0].start
-
 
 def stub(text: str, max_chars: int = STUB_CHARS) -> str:
     """The truncation policy's head/tail stub of ``text`` (policies/truncation
