@@ -11,8 +11,9 @@ context (kvbench.qualityscore).
 What is cached. Through the front door an edit arrives with a new request:
 the previous turn left the context in the cache up to the request's new
 messages (``Case.fresh_from``: the tool results and user messages after
-the last assistant turn), and those are prefilled fresh after the splice,
-attending to whatever the splice left. ``--fresh last`` (the default)
+the last assistant turn; an engine that commits its answers, as the torch
+engine does, cached that turn too), and those are prefilled fresh after
+the splice, attending to whatever the splice left. ``--fresh last`` (the default)
 caches the original context up to them; ``--fresh page`` caches all of it
 but the last partial page (the stale rows of the request's last messages
 then count against every arm). The edited region, which every share is
