@@ -12,8 +12,9 @@ kvpilot's kernels). Positions are the edited context's unless said.
   own re-prefill of the tail (recompute of every kept token) computes.
 - ``gap``: the splice without re-rotation: the kept rows as the original
   prefill left them (their keys at the old positions), each replacement
-  prefilled at its old position, and the continuation numbered on from
-  the original context's end.
+  prefilled at its old position, and what follows the cached rows (the
+  request's new messages, the continuation) numbered on from where the
+  original rows end.
 - ``cacheblend``: CacheBlend's selection. Every kept token runs layer 0
   against the edited context; its layer-1 key, compared with the cached
   one, is its deviation; the top ``share`` of the edited region by
