@@ -123,3 +123,20 @@ func BenchmarkKernelRotate(b *testing.B) {
 		return a.e.Rotate(kernels.Arena{Layout: a.l, Device: a.src}, a.slots, deltas)
 	})
 }
+
+// BenchmarkKernelRotateAlone is BenchmarkKernelRotate's kernel without the
+// host's part of the call (checking, staging and uploading the arguments,
+// done once here): the share of the copy the kernel itself reaches, which
+// bounds what the whole call can.
+func BenchmarkKernelRotateAlone(b *testing.B) {
+	a := openBench(b)
+	deltas := make([]int, len(a.slots))
+	for i := range deltas {
+		deltas[i] = 1 + i%64
+	}
+	launch, err := a.e.stageRotate(kernels.Arena{Layout: a.l, Device: a.src}, a.slots, deltas)
+	if err != nil {
+		b.Fatal(err)
+	}
+	loop(b, a.l.ArenaBytes()/2, launch)
+}

@@ -10,16 +10,17 @@
 // MemAllocHost): the move kernel then reads or writes host memory over the
 // bus, which is how tier transfers between the device and host pools run.
 //
-// Every call uploads its slot lists and tables with one synchronous copy,
-// launches on the context's default stream and waits for completion, so
-// arguments never outlive the call (no Go memory is used asynchronously).
+// Every call writes its slot lists and tables into the engine's page-locked
+// argument memory (args.go), queues one copy of them and the launch on the
+// context's default stream and waits for completion, so arguments never
+// outlive the call (Go memory is never read asynchronously: where pinning
+// fails, the copy from Go memory is synchronous).
 package cuda
 
 import (
 	_ "embed"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"sync"
 
 	"github.com/kvpilot/kvpilot/kernels"
@@ -43,8 +44,7 @@ type Engine struct {
 
 	mu      sync.Mutex
 	layouts map[*kernels.Layout]*devLayout
-	scratch cudadrv.DevicePtr
-	capa    int
+	st      argStage
 }
 
 var _ kernels.Engine = (*Engine)(nil)
@@ -95,10 +95,7 @@ func (e *Engine) Close() error {
 		}
 	}
 	clear(e.layouts)
-	if e.scratch != 0 {
-		keep(e.ctx.MemFree(e.scratch))
-		e.scratch, e.capa = 0, 0
-	}
+	keep(e.freeArgs())
 	keep(e.mod.Unload())
 	return first
 }
@@ -112,6 +109,12 @@ const bufDescBytes = 24 // sizeof(BufDesc) in kvkernels.cu
 // offsets override the layout's buffer offsets when non-nil (temp arenas).
 func encodeDescs(l *kernels.Layout, offsets []int64) []byte {
 	out := make([]byte, bufDescBytes*l.NumBuffers())
+	putDescs(out, l, offsets)
+	return out
+}
+
+// putDescs is encodeDescs into out (bufDescBytes per buffer).
+func putDescs(out []byte, l *kernels.Layout, offsets []int64) {
 	for i := 0; i < l.NumBuffers(); i++ {
 		b := l.Buffer(i)
 		o := out[i*bufDescBytes:]
@@ -129,7 +132,6 @@ func encodeDescs(l *kernels.Layout, offsets []int64) []byte {
 		binary.LittleEndian.PutUint32(o[16:], heads)
 		binary.LittleEndian.PutUint32(o[20:], stride)
 	}
-	return out
 }
 
 func (e *Engine) layout(l *kernels.Layout) (*devLayout, error) {
@@ -171,75 +173,6 @@ func (e *Engine) upload(b []byte) (cudadrv.DevicePtr, error) {
 		return 0, err
 	}
 	return p, nil
-}
-
-// args packs a call's arrays into one host block, uploads it into the
-// scratch allocation (grown as needed) and returns each array's address.
-func (e *Engine) args(parts ...[]byte) ([]cudadrv.DevicePtr, error) {
-	total := 0
-	for _, p := range parts {
-		total += (len(p) + 255) &^ 255 // keep every array 256-byte aligned
-	}
-	if total > e.capa {
-		if e.scratch != 0 {
-			if err := e.ctx.MemFree(e.scratch); err != nil {
-				return nil, err
-			}
-			e.scratch, e.capa = 0, 0
-		}
-		p, err := e.ctx.MemAlloc(max(total, 1<<16))
-		if err != nil {
-			return nil, err
-		}
-		e.scratch, e.capa = p, max(total, 1<<16)
-	}
-	block := make([]byte, total)
-	ptrs := make([]cudadrv.DevicePtr, len(parts))
-	off := 0
-	for i, p := range parts {
-		copy(block[off:], p)
-		if len(p) > 0 {
-			ptrs[i] = e.scratch + cudadrv.DevicePtr(off)
-		}
-		off += (len(p) + 255) &^ 255
-	}
-	if total > 0 {
-		if err := e.ctx.CopyHtoD(e.scratch, block); err != nil {
-			return nil, err
-		}
-	}
-	return ptrs, nil
-}
-
-func int32s(v []int) []byte {
-	out := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(out[4*i:], uint32(int32(x)))
-	}
-	return out
-}
-
-// deltaArgs builds the per-pair table index (-1 for Δ = 0) and the cos/sin
-// tables of every distinct Δ, exactly as the CPU engine computes them.
-func deltaArgs(r *rope.Rotary, deltas []int) (idx, cos, sin []byte) {
-	distinct, index := kernels.DeltaIndex(deltas)
-	idx = make([]byte, 4*len(deltas))
-	for i, k := range index {
-		if deltas[i] == 0 {
-			k = -1
-		}
-		binary.LittleEndian.PutUint32(idx[4*i:], uint32(k))
-	}
-	half := r.Dim() / 2
-	c, s := make([]float32, half), make([]float32, half)
-	for _, d := range distinct {
-		_ = r.DeltaTable(d, c, s) // sized for r: cannot fail
-		for i := 0; i < half; i++ {
-			cos = binary.LittleEndian.AppendUint32(cos, math.Float32bits(c[i]))
-			sin = binary.LittleEndian.AppendUint32(sin, math.Float32bits(s[i]))
-		}
-	}
-	return idx, cos, sin
 }
 
 // blockShape picks threads per row (x: a warp multiple up to 256, or for

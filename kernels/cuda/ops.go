@@ -24,14 +24,32 @@ func (e *Engine) Rotate(a kernels.Arena, slots, deltas []int) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	d, err := e.layout(l)
+	launch, err := e.stageRotate(a, slots, deltas)
 	if err != nil {
 		return err
 	}
-	idx, cos, sin := deltaArgs(l.Rotary(), deltas)
-	p, err := e.args(int32s(slots), idx, cos, sin)
+	return launch()
+}
+
+// stageRotate stages a checked rotation's arguments and returns its launch,
+// which waits for the kernel. The launch may run again while the engine
+// runs nothing else (the kernel benchmark times it alone).
+func (e *Engine) stageRotate(a kernels.Arena, slots, deltas []int) (func() error, error) {
+	l := a.Layout
+	d, err := e.layout(l)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	e.indexDeltas(deltas)
+	idxBytes, tabBytes := e.deltaSizes(l.Rotary())
+	secs, p, err := e.reserve(4*len(slots), idxBytes, tabBytes, tabBytes)
+	if err != nil {
+		return nil, fmt.Errorf("rotate: %w", err)
+	}
+	putInt32s(secs[0], slots)
+	e.putDeltas(l.Rotary(), secs[1], secs[2], secs[3])
+	if err := e.uploadArgs(); err != nil {
+		return nil, fmt.Errorf("rotate: upload arguments: %w", err)
 	}
 	dim := l.Rotary().Dim()
 	// A thread rotates 16 bytes at a time where the slices allow it
@@ -44,15 +62,17 @@ func (e *Engine) Rotate(a kernels.Arena, slots, deltas []int) error {
 	block := blockShape(max(1, d.maxHeads*span/(16/l.DType().Size())))
 	g, err := grid(len(slots), block, d.nRope)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := e.ctx.Launch(e.rotate[l.DType()], g, block, 0, 0,
-		cudadrv.ArgPtr(a.Device), cudadrv.ArgPtr(d.bufs), cudadrv.ArgPtr(d.ropeBufs),
-		cudadrv.ArgPtr(p[0]), cudadrv.ArgPtr(p[1]), cudadrv.ArgPtr(p[2]), cudadrv.ArgPtr(p[3]),
-		cudadrv.ArgI32(int32(len(slots))), cudadrv.ArgI32(int32(dim)), cudadrv.ArgI32(interleaved(l))); err != nil {
-		return fmt.Errorf("rotate: %w", err)
-	}
-	return e.ctx.StreamSynchronize(0)
+	return func() error {
+		if err := e.ctx.Launch(e.rotate[l.DType()], g, block, 0, 0,
+			cudadrv.ArgPtr(a.Device), cudadrv.ArgPtr(d.bufs), cudadrv.ArgPtr(d.ropeBufs),
+			cudadrv.ArgPtr(p[0]), cudadrv.ArgPtr(p[1]), cudadrv.ArgPtr(p[2]), cudadrv.ArgPtr(p[3]),
+			cudadrv.ArgI32(int32(len(slots))), cudadrv.ArgI32(int32(dim)), cudadrv.ArgI32(interleaved(l))); err != nil {
+			return fmt.Errorf("rotate: %w", err)
+		}
+		return e.ctx.StreamSynchronize(0)
+	}, nil
 }
 
 // GatherRotateScatter implements kernels.Engine.
@@ -156,14 +176,26 @@ func (e *Engine) moveRows(dp cudadrv.DevicePtr, dl *kernels.Layout, dst []int, s
 // launchMove launches one kv_move; dOff/sOff override buffer offsets for
 // temporary arenas; deltas nil means copy without rotation.
 func (e *Engine) launchMove(dp cudadrv.DevicePtr, dl *kernels.Layout, dOff []int64, dst []int, sp cudadrv.DevicePtr, sl *kernels.Layout, sOff []int64, src []int, deltas []int) error {
-	var idx, cos, sin []byte
+	idxBytes, tabBytes := 0, 0
 	rotating := deltas != nil && dl.Rotary() != nil
 	if rotating {
-		idx, cos, sin = deltaArgs(dl.Rotary(), deltas)
+		e.indexDeltas(deltas)
+		idxBytes, tabBytes = e.deltaSizes(dl.Rotary())
 	}
-	p, err := e.args(encodeDescs(dl, dOff), encodeDescs(sl, sOff), int32s(dst), int32s(src), idx, cos, sin)
+	secs, p, err := e.reserve(bufDescBytes*dl.NumBuffers(), bufDescBytes*sl.NumBuffers(), 4*len(dst), 4*len(src),
+		idxBytes, tabBytes, tabBytes)
 	if err != nil {
-		return err
+		return fmt.Errorf("move rows: %w", err)
+	}
+	putDescs(secs[0], dl, dOff)
+	putDescs(secs[1], sl, sOff)
+	putInt32s(secs[2], dst)
+	putInt32s(secs[3], src)
+	if rotating {
+		e.putDeltas(dl.Rotary(), secs[4], secs[5], secs[6])
+	}
+	if err := e.uploadArgs(); err != nil {
+		return fmt.Errorf("move rows: upload arguments: %w", err)
 	}
 	word := wordBytes(dp, dl, dOff, sp, sl, sOff)
 	maxRow := 0
