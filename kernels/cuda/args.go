@@ -64,10 +64,15 @@ func (e *Engine) reserve(sizes ...int) ([][]byte, []cudadrv.DevicePtr, error) {
 	return secs, ptrs, nil
 }
 
-// grow makes both sides hold at least n bytes.
+// grow makes both sides hold at least n bytes, doubling at least (page-
+// locked allocations cost milliseconds: a slowly growing call must not pay
+// one every time).
 func (e *Engine) grow(n int) error {
 	s := &e.st
-	n = max(n, 1<<16)
+	if n <= s.devCap && n <= len(s.host) {
+		return nil
+	}
+	n = max(n, 1<<16, 2*s.devCap, 2*len(s.host))
 	if n > s.devCap {
 		if s.dev != 0 {
 			if err := e.ctx.MemFree(s.dev); err != nil {
