@@ -33,7 +33,7 @@ func spliceQualityFlags(fs *flag.FlagSet) runFunc {
 	fs.Var(&repeated{}, "case", "run this case (repeatable; the names are in the JSON's cases)")
 	fs.Int("context-tokens", 0, "longest context in tokens (the Python side's default when 0)")
 	fs.Float64("max-kl", 0, "the guard's budget, mean KL per token (the default budget when 0)")
-	fs.String("fresh", "", "what the request brings that the cache lacks: last (its new messages, as through the front door; the default) or page (the last partial page)")
+	fs.String("fresh", "", "what the request brings that the cache lacks: last (its new messages, as through the front door to an engine that caches its answers; the default), answer (the previous answer too, as the vLLM connector saves prompts only) or page (the last partial page)")
 	return pythonFlags(fs, scenario.SpliceQuality, &scenario.PyOptions{}, nil, "cases", "case", "context-tokens", "max-kl", "fresh")
 }
 

@@ -99,7 +99,7 @@ var scenarios = []benchScenario{
 	{
 		Name:     "splice-quality",
 		Summary:  "what a splice costs a trained model's answers on real edits: splice, recompute and the quality guard vs a re-prefill",
-		Synopsis: "[--cases N] [--case NAME]... [--context-tokens N] [--max-kl B] [--fresh last|page] [--python PATH]",
+		Synopsis: "[--cases N] [--case NAME]... [--context-tokens N] [--max-kl B] [--fresh last|answer|page] [--python PATH]",
 		Help: "Starts a host and runs kvbench.splicequality (host/bench/python) against it:\n" +
 			"SmolLM2-135M-Instruct (fp32, from PyPI) on real edits of the agent traces\n" +
 			"($KVPILOT_TRACES, else examples/traces): a truncated tool output, stripped\n" +
@@ -110,7 +110,8 @@ var scenarios = []benchScenario{
 			"reprefill, splice, splice_gap, recompute_first_<k>, CacheBlend's\n" +
 			"recompute_deviation_<r>, the guard at its default budget, no_edit. Cases are\n" +
 			"named trace#session@turn:kind; --case runs one. As through the front door, the\n" +
-			"request's new messages are prefilled after the splice (--fresh page caches them\n" +
+			"request's new messages are prefilled after the splice (--fresh answer the previous\n" +
+			"answer too, as the vLLM connector saves prompts only; --fresh page caches them\n" +
 			"too, stale). Targets: the guard saves >= 70% of the re-prefill with mean KL\n" +
 			"<= 0.008 and top-1 >= 97%, and its curve is a third below CacheBlend's at <= 20%\n" +
 			"recomputed. The curves (--plot) add first_best, the lowest KL any stopping rule\n" +

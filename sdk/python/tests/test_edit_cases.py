@@ -2,14 +2,17 @@
 lacks (``Case.fresh_from``), on hand-made sessions and a character-level
 tokenizer (no model): the trailing run of tool and user messages, the
 generation prompt when the context ends with the assistant's turn; a
-context whose edit reaches into them makes no case.
+context whose edit reaches into them makes no case. For an engine that
+saves prompts only, the previous answer too (``Case.answer_from``).
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from kvbench.editcases import Renderer, apply_edits, make_case
+from kvbench.splicequality import Runner
 
 
 class CharTokenizer:
@@ -56,6 +59,41 @@ def test_fresh_from_is_the_trailing_tool_run() -> None:
     assert apply_edits(c.original, c.edits) == c.edited
     assert c.fresh_from == start_of(c.original, "tool", "12: read_header()" + " # first read" * 10)
     assert c.edits[-1].end <= c.fresh_from
+
+
+TWO_TURNS = [
+    msg("system", "You fix bugs."),
+    msg("user", "The parser reads the header twice."),
+    msg("assistant", "cat parser.py", tool_name="bash"),
+    msg("tool", LONG),
+    msg("assistant", "grep header parser.py", tool_name="bash"),
+    msg("tool", "12: read_header()" + " # first read" * 10),
+    msg("assistant", ANSWER),
+]
+
+
+def test_answer_from_is_the_previous_answer() -> None:
+    # An engine that saves prompts only cached the context up to the
+    # previous answer: its role header closed the previous prompt.
+    c = make_case(R, "t#0@6:truncate", "truncate", TWO_TURNS, 6, 4096)
+    assert c is not None
+    a = c.answer_from
+    assert c.original[a - len(R.prompt()) : a] == R.prompt()
+    assert R.tok.decode(c.original[a : c.fresh_from]) == R.content(TWO_TURNS[4]) + "<|im_end|>\n"
+    assert c.edits[-1].end <= a
+
+
+def test_each_flow_caches_up_to_its_boundary() -> None:
+    c = make_case(R, "t#0@6:truncate", "truncate", TWO_TURNS, 6, 4096)
+    assert c is not None
+    after_edit = c.edits[-1].end + 2 * 16
+    for fresh, want in (
+        ("last", max(c.fresh_from, after_edit)),
+        ("answer", max(c.answer_from, after_edit)),
+        ("page", len(c.original)),
+    ):
+        runner = SimpleNamespace(args=SimpleNamespace(fresh=fresh, page_size=16))
+        assert Runner.cached_from(runner, c) == want, fresh  # type: ignore[arg-type]
 
 
 def test_fresh_from_after_an_assistant_turn_is_the_prompt() -> None:

@@ -91,6 +91,11 @@ class Case:
     #: splice. It follows the last edit (no case edits what the request
     #: brings: none of it was cached).
     fresh_from: int = 0
+    #: Where the previous turn's answer begins in ``original`` (after its
+    #: role header, which closed the previous request's prompt): an engine
+    #: that saves prompts only, as the vLLM connector does, cached the
+    #: context up to here, and the answer is new to it too.
+    answer_from: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -247,11 +252,15 @@ def make_case(
     original: list[int] = []
     edited: list[int] = []
     edits: list[Edit] = []
-    fresh = 0
+    fresh = answer = 0
+    header = r.prompt()
     for p, m in enumerate(ctx):
         if m.role != "assistant" and (p == 0 or ctx[p - 1].role == "assistant"):
             fresh = len(original)
         old = r.message(m.role, m.content)
+        if m.role == "assistant":
+            at = len(original)
+            answer = at + len(header) if old[: len(header)] == header else at
         if p in changed:
             new = r.message(m.role, changed[p])
             e = _diff(old, new, len(original))
@@ -281,6 +290,7 @@ def make_case(
         continuation=cont,
         messages=len(ctx),
         fresh_from=fresh,
+        answer_from=min(answer, fresh),
         meta={"edited_messages": [ctx[p].index for p in sorted(changed)]},
     )
 

@@ -14,9 +14,12 @@ messages (``Case.fresh_from``: the tool results and user messages after
 the last assistant turn; an engine that commits its answers, as the torch
 engine does, cached that turn too), and those are prefilled fresh after
 the splice, attending to whatever the splice left. ``--fresh last`` (the default)
-caches the original context up to them; ``--fresh page`` caches all of it
-but the last partial page (the stale rows of the request's last messages
-then count against every arm). The edited region, which every share is
+caches the original context up to them; ``--fresh answer`` up to the
+previous turn's answer (``Case.answer_from``), as an engine that saves
+prompts only (the vLLM connector) left it, and leaves out the cases whose
+edit is in that answer (nothing cached follows it); ``--fresh page``
+caches all of it but the last partial page (the stale rows of the
+request's last messages then count against every arm). The edited region, which every share is
 of, is the cached text from the first edit on: what the edit makes stale.
 What follows it every arm prefills, the reference too.
 
@@ -101,8 +104,11 @@ FIRST_K = (16, 64, 256)
 DEVIATION_SHARES = (0.05, 0.15, 0.30)
 #: What of each case's context was cached before the splice (--fresh):
 #: ``last``, all but the request's new messages (Case.fresh_from), what the
-#: previous turn left in the cache; ``page``, all but the last partial page.
-FRESH = ("last", "page")
+#: previous turn left in the cache of an engine that commits its answers;
+#: ``answer``, all but the previous turn's answer and the new messages
+#: (Case.answer_from), what an engine that saves prompts only (the vLLM
+#: connector) left; ``page``, all but the last partial page.
+FRESH = ("last", "answer", "page")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -124,8 +130,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--fresh",
         choices=FRESH,
         default="last",
-        help="what the request brings that the cache lacks: its last messages (as through the "
-        "front door) or only the last partial page",
+        help="what the request brings that the cache lacks: its new messages (as through the "
+        "front door to an engine that caches its answers), the previous answer and those (an "
+        "engine that saves prompts only, as the vLLM connector), or only the last partial page",
     )
     ap.add_argument("--max-kl", type=float, default=DEFAULT_MAX_KL, help="the guard's budget")
     ap.add_argument("--page-size", type=int, default=16)
@@ -143,6 +150,16 @@ def select_cases(args: argparse.Namespace, tok: Any) -> list[Case]:
     cases = build_cases(tok, Path(traces), budget=args.context_tokens)
     for c in cases:
         check_case(c)
+    if args.fresh == "answer":
+        # An edit inside the previous answer leaves nothing cached after it
+        # to splice: the front door prefills from the edit on.
+        kept = [c for c in cases if c.edits[-1].end <= c.answer_from]
+        if len(kept) < len(cases):
+            log.info(
+                "--fresh answer: %d cases edit the previous answer; left out",
+                len(cases) - len(kept),
+            )
+        cases = kept
     if args.case:
         by = {c.name: c for c in cases}
         missing = [n for n in args.case if n not in by]
@@ -194,7 +211,8 @@ class Runner:
         """
         if self.args.fresh == "page":
             return len(c.original)
-        return min(len(c.original), max(c.fresh_from, c.edits[-1].end + 2 * self.args.page_size))
+        end = c.answer_from if self.args.fresh == "answer" else c.fresh_from
+        return min(len(c.original), max(end, c.edits[-1].end + 2 * self.args.page_size))
 
     def host_arm(
         self, c: Case, lay: arms.Layout, name: str, capacity: int, **recompute: Any
