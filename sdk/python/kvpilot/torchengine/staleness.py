@@ -64,6 +64,16 @@ real edits of agent sessions:
   estimate 34%. The bound on every stopping rule on this path, the
   benchmark's ``first_best`` curve (which prices a recomputed token
   instead of meeting a budget per splice), is 55%.
+- With the request's new messages prefilled after the splice, replays at
+  6.5% recomputed: the frontier's estimate 30% below CacheBlend-style's
+  mean KL; the share still stale weighted by attention (the request's
+  last tokens, its new messages, the cached context's last tokens, even
+  the next turn's own) at most 31%; scaled by the edit's size or the
+  kept text's share of the context, at most 33% at 6.5% and at most 50%
+  at 16.5% (the frontier's 52%); each block's true KL in place of the
+  estimate 36% (and 45% at 16.5%: it keeps recomputing splices that only
+  a quarter of their tokens fix). Within a budget per splice the rule,
+  not the estimate, is the limit.
 
 So ``share`` recomputes the first ``share`` of the kept tokens after the
 first edit, and the **quality guard** recomputes them from the edit on,
