@@ -43,24 +43,6 @@ def start_of(case_tokens: list[int], role: str, content: str) -> int:
     raise AssertionError(f"{role} message not in the context")
 
 
-def test_fresh_from_is_the_trailing_tool_run() -> None:
-    msgs = [
-        msg("system", "You fix bugs."),
-        msg("user", "The parser reads the header twice."),
-        msg("assistant", "cat parser.py", tool_name="bash"),
-        msg("tool", LONG),
-        msg("assistant", "grep header parser.py", tool_name="bash"),
-        msg("tool", "12: read_header()" + " # first read" * 10),
-        msg("tool", "40: read_header()" + " # second read" * 10),
-        msg("assistant", ANSWER),
-    ]
-    c = make_case(R, "t#0@7:truncate", "truncate", msgs, 7, 4096)
-    assert c is not None
-    assert apply_edits(c.original, c.edits) == c.edited
-    assert c.fresh_from == start_of(c.original, "tool", "12: read_header()" + " # first read" * 10)
-    assert c.edits[-1].end <= c.fresh_from
-
-
 TWO_TURNS = [
     msg("system", "You fix bugs."),
     msg("user", "The parser reads the header twice."),
@@ -70,6 +52,19 @@ TWO_TURNS = [
     msg("tool", "12: read_header()" + " # first read" * 10),
     msg("assistant", ANSWER),
 ]
+
+
+def test_fresh_from_is_the_trailing_tool_run() -> None:
+    msgs = [
+        *TWO_TURNS[:6],
+        msg("tool", "40: read_header()" + " # second read" * 10),
+        msg("assistant", ANSWER),
+    ]
+    c = make_case(R, "t#0@7:truncate", "truncate", msgs, 7, 4096)
+    assert c is not None
+    assert apply_edits(c.original, c.edits) == c.edited
+    assert c.fresh_from == start_of(c.original, "tool", "12: read_header()" + " # first read" * 10)
+    assert c.edits[-1].end <= c.fresh_from
 
 
 def test_answer_from_is_the_previous_answer() -> None:
