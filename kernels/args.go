@@ -146,9 +146,34 @@ func needsStaging(src, dst []int) bool {
 	return false
 }
 
-// DeltaIndex groups deltas by value: distinct lists each distinct Δ once, in
-// order of first appearance, and index[i] is deltas[i]'s position in
-// distinct. Kernels compute one cos/sin table per distinct Δ.
-func DeltaIndex(deltas []int) (distinct []int, index []int32) {
-	return deltaIndexInto(nil, nil, map[int]int32{}, deltas)
+// DeltaIndexInto groups deltas by value into caller-owned storage: distinct
+// lists each distinct Δ once, in order of first appearance, and index[i] is
+// deltas[i]'s position in distinct. Kernels compute one cos/sin table per
+// distinct Δ. With skipZero, Δ = 0 gets index -1 and no table (a kernel
+// that leaves those rows untouched). distinct and index are appended to
+// (pass them empty); pos is cleared and used as scratch.
+func DeltaIndexInto(distinct []int, index []int32, pos map[int]int32, deltas []int, skipZero bool) ([]int, []int32) {
+	clear(pos)
+	if cap(index) < len(deltas) {
+		index = make([]int32, 0, len(deltas))
+	}
+	index = index[:len(deltas)]
+	for i, d := range deltas {
+		if i > 0 && d == deltas[i-1] {
+			index[i] = index[i-1] // the common case: one Δ for a whole run
+			continue
+		}
+		if skipZero && d == 0 {
+			index[i] = -1
+			continue
+		}
+		k, ok := pos[d]
+		if !ok {
+			k = int32(len(distinct))
+			pos[d] = k
+			distinct = append(distinct, d)
+		}
+		index[i] = k
+	}
+	return distinct, index
 }

@@ -58,7 +58,7 @@ func (t *rotTables) build(l *Layout, deltas []int) {
 	if t.pos == nil {
 		t.pos = make(map[int]int32)
 	}
-	t.distinct, t.index = deltaIndexInto(t.distinct[:0], t.index[:0], t.pos, deltas)
+	t.distinct, t.index = DeltaIndexInto(t.distinct[:0], t.index[:0], t.pos, deltas, false)
 	h := cfg.Dim / 2
 	t.half = h
 	t.cos, t.sin = grow(t.cos, len(t.distinct)*h), grow(t.sin, len(t.distinct)*h)
@@ -166,28 +166,4 @@ func grow(s []float32, n int) []float32 {
 		return s[:n]
 	}
 	return make([]float32, n)
-}
-
-// deltaIndexInto is DeltaIndex into caller-owned storage: distinct and index
-// are appended to (pass them empty), pos is cleared and used as scratch.
-func deltaIndexInto(distinct []int, index []int32, pos map[int]int32, deltas []int) ([]int, []int32) {
-	clear(pos)
-	if cap(index) < len(deltas) {
-		index = make([]int32, 0, len(deltas))
-	}
-	index = index[:len(deltas)]
-	for i, d := range deltas {
-		if i > 0 && d == deltas[i-1] {
-			index[i] = index[i-1] // the common case: one Δ for a whole run
-			continue
-		}
-		k, ok := pos[d]
-		if !ok {
-			k = int32(len(distinct))
-			pos[d] = k
-			distinct = append(distinct, d)
-		}
-		index[i] = k
-	}
-	return distinct, index
 }

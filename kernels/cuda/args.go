@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/kvpilot/kvpilot/kernels"
 	"github.com/kvpilot/kvpilot/kernels/cudadrv"
 	"github.com/kvpilot/kvpilot/kernels/rope"
 )
@@ -145,36 +146,15 @@ func putInt32s(dst []byte, v []int) {
 	}
 }
 
-// indexDeltas groups deltas by value: afterwards st.tab[i] is the table of
-// deltas[i] (-1 for Δ = 0, which the kernels leave untouched) and
-// st.distinct lists each non-zero Δ once, in order of first appearance.
-// Runs of one Δ (a splice shifts every kept token alike) cost a compare.
+// indexDeltas groups deltas by value (kernels.DeltaIndexInto): afterwards
+// st.tab[i] is the table of deltas[i] (-1 for Δ = 0, which the kernels
+// leave untouched) and st.distinct lists each non-zero Δ once.
 func (e *Engine) indexDeltas(deltas []int) {
 	s := &e.st
 	if s.pos == nil {
 		s.pos = map[int]int32{}
 	}
-	clear(s.pos)
-	s.distinct = s.distinct[:0]
-	if cap(s.tab) < len(deltas) {
-		s.tab = make([]int32, len(deltas))
-	}
-	s.tab = s.tab[:len(deltas)]
-	k := int32(-1)
-	for i, d := range deltas {
-		if i == 0 || d != deltas[i-1] {
-			k = -1
-			if d != 0 {
-				var ok bool
-				if k, ok = s.pos[d]; !ok {
-					k = int32(len(s.distinct))
-					s.pos[d] = k
-					s.distinct = append(s.distinct, d)
-				}
-			}
-		}
-		s.tab[i] = k
-	}
+	s.distinct, s.tab = kernels.DeltaIndexInto(s.distinct[:0], s.tab[:0], s.pos, deltas, true)
 }
 
 // deltaSizes are the byte sizes of the index and of each of the cos and
