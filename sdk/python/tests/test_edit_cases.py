@@ -93,10 +93,7 @@ def test_each_flow_caches_up_to_its_boundary() -> None:
 
 def test_fresh_from_after_an_assistant_turn_is_the_prompt() -> None:
     msgs = [
-        msg("system", "You fix bugs."),
-        msg("user", "The parser reads the header twice."),
-        msg("assistant", "cat parser.py", tool_name="bash"),
-        msg("tool", LONG),
+        *TWO_TURNS[:4],
         msg("assistant", "Reading it now. " * 20, thinking="The header is parsed in two places."),
         msg("assistant", ANSWER),
     ]
@@ -109,10 +106,7 @@ def test_no_case_edits_what_the_request_brings() -> None:
     # The only long tool output opens the run the request brings: none of
     # it was cached, so its truncation is no splice.
     msgs = [
-        msg("system", "You fix bugs."),
-        msg("user", "The parser reads the header twice."),
-        msg("assistant", "cat parser.py", tool_name="bash"),
-        msg("tool", LONG),
+        *TWO_TURNS[:4],
         msg("tool", "x" * 1000),
         msg("assistant", ANSWER),
     ]

@@ -290,7 +290,7 @@ def make_case(
         continuation=cont,
         messages=len(ctx),
         fresh_from=fresh,
-        answer_from=min(answer, fresh),
+        answer_from=answer,
         meta={"edited_messages": [ctx[p].index for p in sorted(changed)]},
     )
 
