@@ -198,9 +198,16 @@ func (j *Job) sparseOrder(r Recompute) *FillOrder {
 	}
 	if len(cand) > 0 {
 		c := &Candidates{Share: r.Share, MaxKL: r.MaxKL, Region: region}
+		var echo []bool
+		if r.MaxKL > 0 {
+			echo = echoes(p.Tokens, first, hi, j.removed())
+		}
 		for _, q := range cand {
 			c.Positions = append(c.Positions, uint32(q))
 			c.Tokens = append(c.Tokens, p.Tokens[q])
+			if echo != nil && echo[q-first] {
+				c.Echo = append(c.Echo, uint32(q))
+			}
 		}
 		o.Candidates = c
 	}
@@ -211,6 +218,18 @@ func (j *Job) sparseOrder(r Recompute) *FillOrder {
 	}
 	j.res.Recompute = RecomputeResult{Asked: r, Region: region, Named: len(named), Planned: planned}
 	return o
+}
+
+// removed is the text the plan's edits take out of the session.
+func (j *Job) removed() [][]uint32 {
+	toks := j.snap.Session.Tokens
+	var out [][]uint32
+	for _, e := range j.plan.Edits {
+		if e.End > e.Start && e.End <= len(toks) {
+			out = append(out, toks[e.Start:e.End])
+		}
+	}
+	return out
 }
 
 // replacementOrders are the plan's fills as one order each (no recompute).

@@ -115,12 +115,16 @@ type FillOrder struct {
 // token against a re-prefill needs (all of them when nothing less will).
 // Region counts every kept token after the first edit, the order's
 // included.
+//
+// Echo, with MaxKL, lists the candidates that repeat the removed text
+// (echoes): the guard weighs their staleness more.
 type Candidates struct {
 	Positions []uint32
 	Tokens    []uint32
 	Share     float64
 	MaxKL     float64
 	Region    int
+	Echo      []uint32
 }
 
 // FillResult is the engine's report of a completed order: kept tokens it

@@ -36,7 +36,7 @@ func fillToProto(id string, o engine.FillOrder) *pb.FillOrder {
 	m := &pb.FillOrder{OrderId: id, Session: o.Session, Tenant: o.Tenant, Position: uint32(o.Position), Tokens: o.Tokens,
 		PageSlots: o.PageSlots, FirstOffset: uint32(o.FirstOffset), PrefixPageSlots: o.PrefixPageSlots, Positions: o.Positions}
 	if c := o.Candidates; c != nil {
-		m.Candidates = &pb.RecomputeCandidates{Positions: c.Positions, Tokens: c.Tokens, Share: c.Share, MaxKl: c.MaxKL, Region: uint32(c.Region)}
+		m.Candidates = &pb.RecomputeCandidates{Positions: c.Positions, Tokens: c.Tokens, Share: c.Share, MaxKl: c.MaxKL, Region: uint32(c.Region), Echo: c.Echo}
 	}
 	return m
 }

@@ -697,6 +697,7 @@ class EngineClient:
                             share=o.candidates.share,
                             max_kl=o.candidates.max_kl,
                             region=o.candidates.region,
+                            echo=list(o.candidates.echo),
                         )
                         if o.HasField("candidates")
                         else None,

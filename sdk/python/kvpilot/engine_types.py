@@ -154,6 +154,9 @@ class RecomputeCandidates:
     staleness signal ranks first), and, with ``max_kl`` (the quality
     guard), as many as its estimate of the mean KL per token against a
     re-prefill needs to stay within it: all of them when nothing less will.
+    ``echo`` (with ``max_kl``) are the candidates the host found repeating
+    the removed text, in a run of 8 tokens it holds too: the guard weighs
+    their staleness more (kvpilot.torchengine.staleness).
     """
 
     positions: list[int]
@@ -161,6 +164,7 @@ class RecomputeCandidates:
     share: float = 0.0
     max_kl: float = 0.0
     region: int = 0
+    echo: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

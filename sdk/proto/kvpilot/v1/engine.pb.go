@@ -2048,7 +2048,14 @@ type RecomputeCandidates struct {
 	MaxKl     float64                `protobuf:"fixed64,4,opt,name=max_kl,json=maxKl,proto3" json:"max_kl,omitempty"`
 	// The kept tokens after the first edit, the order's included: what
 	// share is a fraction of.
-	Region        uint32 `protobuf:"varint,5,opt,name=region,proto3" json:"region,omitempty"`
+	Region uint32 `protobuf:"varint,5,opt,name=region,proto3" json:"region,omitempty"`
+	// The candidates (a subset of positions, increasing) that echo the
+	// removed text: each lies in a run of ECHO_GRAM (8) tokens of the edited
+	// sequence, from the first edit on, that the removed text holds too. A
+	// kept token that repeats what was removed was computed while attention
+	// could copy from the removed copy, and the guard weighs its staleness
+	// more.
+	Echo          []uint32 `protobuf:"varint,6,rep,packed,name=echo,proto3" json:"echo,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2116,6 +2123,13 @@ func (x *RecomputeCandidates) GetRegion() uint32 {
 		return x.Region
 	}
 	return 0
+}
+
+func (x *RecomputeCandidates) GetEcho() []uint32 {
+	if x != nil {
+		return x.Echo
+	}
+	return nil
 }
 
 type CompleteFillRequest struct {
@@ -2423,13 +2437,14 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\n" +
 	"candidates\x18\n" +
 	" \x01(\v2\x1f.kvpilot.v1.RecomputeCandidatesR\n" +
-	"candidates\"\x90\x01\n" +
+	"candidates\"\xa4\x01\n" +
 	"\x13RecomputeCandidates\x12\x1c\n" +
 	"\tpositions\x18\x01 \x03(\rR\tpositions\x12\x16\n" +
 	"\x06tokens\x18\x02 \x03(\rR\x06tokens\x12\x14\n" +
 	"\x05share\x18\x03 \x01(\x01R\x05share\x12\x15\n" +
 	"\x06max_kl\x18\x04 \x01(\x01R\x05maxKl\x12\x16\n" +
-	"\x06region\x18\x05 \x01(\rR\x06region\"\xc2\x01\n" +
+	"\x06region\x18\x05 \x01(\rR\x06region\x12\x12\n" +
+	"\x04echo\x18\x06 \x03(\rR\x04echo\"\xc2\x01\n" +
 	"\x13CompleteFillRequest\x12'\n" +
 	"\x0fregistration_id\x18\x01 \x01(\tR\x0eregistrationId\x12\x19\n" +
 	"\border_id\x18\x02 \x01(\tR\aorderId\x12\x0e\n" +

@@ -363,18 +363,20 @@ class FillOrder(_message.Message):
     def __init__(self, order_id: _Optional[str] = ..., session: _Optional[str] = ..., tenant: _Optional[str] = ..., position: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., page_slots: _Optional[_Iterable[int]] = ..., first_offset: _Optional[int] = ..., prefix_page_slots: _Optional[_Iterable[int]] = ..., positions: _Optional[_Iterable[int]] = ..., candidates: _Optional[_Union[RecomputeCandidates, _Mapping]] = ...) -> None: ...
 
 class RecomputeCandidates(_message.Message):
-    __slots__ = ("positions", "tokens", "share", "max_kl", "region")
+    __slots__ = ("positions", "tokens", "share", "max_kl", "region", "echo")
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     SHARE_FIELD_NUMBER: _ClassVar[int]
     MAX_KL_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
+    ECHO_FIELD_NUMBER: _ClassVar[int]
     positions: _containers.RepeatedScalarFieldContainer[int]
     tokens: _containers.RepeatedScalarFieldContainer[int]
     share: float
     max_kl: float
     region: int
-    def __init__(self, positions: _Optional[_Iterable[int]] = ..., tokens: _Optional[_Iterable[int]] = ..., share: _Optional[float] = ..., max_kl: _Optional[float] = ..., region: _Optional[int] = ...) -> None: ...
+    echo: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, positions: _Optional[_Iterable[int]] = ..., tokens: _Optional[_Iterable[int]] = ..., share: _Optional[float] = ..., max_kl: _Optional[float] = ..., region: _Optional[int] = ..., echo: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CompleteFillRequest(_message.Message):
     __slots__ = ("registration_id", "order_id", "ok", "error", "recomputed", "estimated_kl")
