@@ -11,7 +11,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from kvbench.editcases import Renderer, apply_edits, make_case
+from kvbench import qualityarms
+from kvbench.editcases import Case, Edit, Renderer, apply_edits, make_case
 from kvbench.splicequality import Runner
 
 
@@ -116,3 +117,19 @@ def test_no_case_edits_what_the_request_brings() -> None:
     msgs.insert(4, msg("assistant", "cat more.py", tool_name="bash"))
     c = make_case(R, "t#0@6:truncate", "truncate", msgs, 6, 4096)
     assert c is not None and c.edits[-1].end <= c.fresh_from
+
+
+def test_echo_is_what_the_host_marks() -> None:
+    # host/splice/echo_test.go's TestRecomputeEcho, mirrored: the kept text
+    # quotes the 10 tokens the edit removes; the quote, at 12..21 after the
+    # splice, echoes them, and nothing else does.
+    original = [*range(1000, 1010), *range(500, 510), 3000, 3001, *range(500, 510)]
+    original += list(range(2000, 2020))
+    edits = [Edit(10, 20, ())]
+    c = Case("t", "truncate", original, apply_edits(original, edits), edits, [])
+    lay = qualityarms.layout_of(c, 4, len(original))
+    assert qualityarms.echo(c, lay) == list(range(12, 22))
+    # A quote one token shorter than a run echoes nothing.
+    short = [*original[:22], *range(500, 500 + qualityarms.ECHO_GRAM - 1), *range(2000, 2020)]
+    c = Case("t", "truncate", short, apply_edits(short, edits), edits, [])
+    assert qualityarms.echo(c, qualityarms.layout_of(c, 4, len(short))) == []

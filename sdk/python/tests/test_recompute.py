@@ -38,13 +38,15 @@ def tokens(vocab: int, n: int, seed: int) -> list[int]:
     return torch.randint(0, vocab, (n,), generator=g).tolist()
 
 
-def _splice_and_read(h, tm, rec: dict, *, edit=(37, 101), tau_len=13):  # type: ignore[no-untyped-def]
+def _splice_and_read(h, tm, rec: dict, *, edit=(37, 101), tau_len=13, quote=0):  # type: ignore[no-untyped-def]
     """Caches 400 tokens as session s, splices [37, 101) by τ with ``rec``
     (directives.splice's recompute arguments); returns the engine's rows of
     the original and the edited sequence (every layer), the sequences, the
-    fill server and the directive's result.
+    fill server and the directive's result. With ``quote``, the text after
+    the edit repeats the first ``quote`` tokens it removes.
     """
     toks = tokens(tm.vocab_size, 400, 3)
+    toks[edit[1] : edit[1] + quote] = toks[edit[0] : edit[0] + quote]
     tau = tokens(tm.vocab_size, tau_len, 4)
     start, end = edit
     edited = toks[:start] + tau + toks[end:]
@@ -146,16 +148,20 @@ def test_guard_blocks() -> None:
     assert staleness.guard_blocks(200, start=180) == []
 
 
-def test_guard_measures_its_frontier_against_a_reprefill(kvpilot_host_factory, tm) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("quote", [0, 40])
+def test_guard_measures_its_frontier_against_a_reprefill(kvpilot_host_factory, tm, quote) -> None:  # type: ignore[no-untyped-def]
     """The guard's estimate is the true staleness of its block's last
     tokens (with the first k fresh they are the re-prefill's rows, and
     their distance from the plain splice's rows is what it measures), times
-    the share of the kept tokens still stale.
+    the share of the kept tokens still stale, and twice that where those
+    tokens echo the removed text (the host marks a quote of it).
     """
     h = kvpilot_host_factory(**host_config(PS, sink_tokens=4))
-    _, edited, before, (n, after), fills, _, paged = _splice_and_read(h, tm, {"max_kl": 1e9})
+    _, edited, before, (n, after), fills, _, paged = _splice_and_read(
+        h, tm, {"max_kl": 1e9}, quote=quote
+    )
     _, _, _, (_, plain), _, _, _ = _splice_and_read(
-        kvpilot_host_factory(**host_config(PS, sink_tokens=4)), tm, {}
+        kvpilot_host_factory(**host_config(PS, sink_tokens=4)), tm, {}, quote=quote
     )
     kept = n - 37 - 13
     k = staleness.guard_blocks(kept)[0]
@@ -173,8 +179,9 @@ def test_guard_measures_its_frontier_against_a_reprefill(kvpilot_host_factory, t
     stale = _local(paged, layout, plain, n).get(frontier)
     true = staleness.row_deviation(stale, ref.get(frontier)).mean()
     left = (kept - k) / kept
+    echo = 1 + staleness.ECHO_WEIGHT if quote else 1.0  # the frontier lies in the quote
     assert fills.last_estimate == pytest.approx(
-        staleness.FRONTIER_SCALE * float(true) * left, rel=1e-4
+        staleness.FRONTIER_SCALE * float(true) * left * echo, rel=1e-4
     )
 
 

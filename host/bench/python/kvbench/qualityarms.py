@@ -22,7 +22,8 @@ kvpilot's kernels). Positions are the edited context's unless said.
 - ``trajectory``: the quality guard's own steps (kvpilot.torchengine.
   staleness), block by block: the cache after each block is the first k
   after the edit recomputed, with the guard's estimate measured there, and
-  the guard at any budget stops at one of them.
+  the guard at any budget stops at one of them. Its candidates carry the
+  echoes the host marks (``echo``, as host/splice/echo.go computes them).
 """
 
 from __future__ import annotations
@@ -143,6 +144,24 @@ def recompute(base: LocalCache, c: Case, lay: Layout, positions: Sequence[int]) 
     return out
 
 
+#: host/splice/echo.go's EchoGram: the run of tokens echo compares.
+ECHO_GRAM = 8
+
+
+def echo(c: Case, lay: Layout) -> list[int]:
+    """The kept positions that echo the removed text: inside a run of
+    ``ECHO_GRAM`` tokens of the edited context's ``[first, cached)`` that an
+    edit's removed text holds too (what the host sends the guard).
+    """
+    g = ECHO_GRAM
+    grams = {tuple(c.original[s : s + g]) for e in c.edits for s in range(e.start, e.end - g + 1)}
+    hit: set[int] = set()
+    for s in range(lay.first, lay.cached - g + 1):
+        if tuple(c.edited[s : s + g]) in grams:
+            hit.update(range(s, s + g))
+    return [p for p in lay.kept if p in hit]
+
+
 def trajectory(
     base: LocalCache,
     c: Case,
@@ -167,7 +186,10 @@ def trajectory(
         prefix_page_slots=[],
         positions=[p for p, _ in lay.fills],
         candidates=RecomputeCandidates(
-            positions=lay.kept, tokens=[c.edited[p] for p in lay.kept], region=len(lay.kept)
+            positions=lay.kept,
+            tokens=[c.edited[p] for p in lay.kept],
+            region=len(lay.kept),
+            echo=echo(c, lay),
         ),
     )
     s = Sparse(out.paged, out.arena, out.seq, order)

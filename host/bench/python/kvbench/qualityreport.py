@@ -75,6 +75,8 @@ class CaseResult:
     #: The candidates (kept tokens the guard may recompute), and what its
     #: fallback computes (every block it ran, then the rest of them).
     candidates: int = 0
+    #: The candidates that echo the removed text (qualityarms.echo).
+    echo: int = 0
     fallback_computed: int = 0
     guard_estimate: float = 0.0
     wall_s: float = 0.0
@@ -91,6 +93,7 @@ class CaseResult:
             "region_tokens": self.region,
             "fresh_tokens": self.fresh,
             "continuation_tokens": len(c.continuation),
+            "echo_tokens": self.echo,
             "guard_estimate": self.guard_estimate,
             "wall_s": round(self.wall_s, 1),
             "arms": {k: v.as_dict() for k, v in self.arms.items()},
