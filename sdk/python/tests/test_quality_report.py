@@ -61,3 +61,18 @@ def test_first_best_bounds_the_guard() -> None:
     for p in cv["guard"]:
         bound = q.at_share(best, p["recomputed_share"])
         assert bound is not None and bound <= p["kl_mean"] + 1e-12, p
+
+
+def test_guard_curve_is_every_budget() -> None:
+    # Every estimate lies between BUDGETS' 0.015 and 0.0125: those two stop
+    # both cases at 20 and both at 40. At 0.0131, a's first estimate, a
+    # stops at 20 and b goes on to 40: a point only the whole curve has.
+    cases = [
+        result("a", 1.0, [(20, 0.6, 0.0131), (40, 0.1, 0.0112)]),
+        result("b", 0.3, [(20, 0.29, 0.0137), (40, 0.28, 0.0111)]),
+    ]
+    cv = q.curves(cases, deviation=[])["guard"]
+    pts = {(round(p["recomputed_share"], 6), round(p["kl_mean"], 9)): p["point"] for p in cv}
+    assert len(pts) == len(cv)
+    assert pts[(0.3, round((0.6 + 0.28) / (2 * TOKENS), 9))] == "max_kl=0.0131"
+    assert pts[(0.2, round((0.6 + 0.29) / (2 * TOKENS), 9))] == "max_kl=0.05"

@@ -8,7 +8,8 @@ region it recomputed (kvbench.qualityscore): ``first`` from the guard's
 trajectory (the first k after the edit, for each block the guard
 recomputed; per target share, the step nearest it in each case),
 ``deviation`` from CacheBlend's arms, ``guard`` at each budget of
-``BUDGETS`` (where the guard stops in each case's trajectory), the plain
+``BUDGETS`` and at every budget where its choice changes (where the guard
+stops in each case's trajectory: its whole curve), the plain
 splice, and ``first_best``: where any stopping rule over the guard's path
 could reach (``best_stops``), the bound the guard's estimate is judged
 against. The targets (DESIGN's ``splice-quality`` row): the control
@@ -164,12 +165,26 @@ def _point(name: str, scores: list[Score]) -> dict[str, Any]:
     }
 
 
+def _guard_curve(results: list[CaseResult]) -> list[dict[str, Any]]:
+    """The guard at ``BUDGETS`` and at every estimate on the cases' paths:
+    its choice changes only where the budget crosses one of those, so these
+    points are its whole curve (one per distinct share and KL, named by the
+    first budget that reaches it: a ``BUDGETS`` one where it does).
+    """
+    ests = sorted({s.estimate for r in results for s in r.trajectory}, reverse=True)
+    out: dict[tuple[float, float], dict[str, Any]] = {}
+    for b in (*BUDGETS, *ests):
+        pt = _point(f"max_kl={b:g}", [guard_at(r, b) for r in results])
+        out.setdefault((pt["recomputed_share"], pt["kl_mean"]), pt)
+    return list(out.values())
+
+
 def curves(results: list[CaseResult], deviation: list[str]) -> dict[str, list[dict[str, Any]]]:
     """Every method's curve (module doc), each sorted by share."""
     out: dict[str, list[dict[str, Any]]] = {
         "splice": [_point("splice", [r.arms["splice"] for r in results])],
         "deviation": [_point(n, [r.arms[n] for r in results]) for n in deviation],
-        "guard": [_point(f"max_kl={b:g}", [guard_at(r, b) for r in results]) for b in BUDGETS],
+        "guard": _guard_curve(results),
     }
     first = []
     for x in FIRST_SHARES:
