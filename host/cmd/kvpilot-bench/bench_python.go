@@ -34,7 +34,8 @@ func spliceQualityFlags(fs *flag.FlagSet) runFunc {
 	fs.Int("context-tokens", 0, "longest context in tokens (the Python side's default when 0)")
 	fs.Float64("max-kl", 0, "the guard's budget, mean KL per token (the default budget when 0)")
 	fs.String("fresh", "", "what the request brings that the cache lacks: last (its new messages, as through the front door to an engine that caches its answers; the default), answer (the previous answer too, as the vLLM connector saves prompts only) or page (the last partial page)")
-	return pythonFlags(fs, scenario.SpliceQuality, &scenario.PyOptions{}, nil, "cases", "case", "context-tokens", "max-kl", "fresh")
+	fs.String("set", "", "which cases: default (the benchmark's own, which its figures and the guard's constants come from) or held-out (other turns of the same sessions, none of it tuned on)")
+	return pythonFlags(fs, scenario.SpliceQuality, &scenario.PyOptions{}, nil, "cases", "case", "context-tokens", "max-kl", "fresh", "set")
 }
 
 // vllmFlags defines the flags of `kvpilot bench vllm`.

@@ -99,7 +99,7 @@ var scenarios = []benchScenario{
 	{
 		Name:     "splice-quality",
 		Summary:  "what a splice costs a trained model's answers on real edits: splice, recompute and the quality guard vs a re-prefill",
-		Synopsis: "[--cases N] [--case NAME]... [--context-tokens N] [--max-kl B] [--fresh last|answer|page] [--python PATH]",
+		Synopsis: "[--cases N] [--case NAME]... [--context-tokens N] [--max-kl B] [--fresh last|answer|page] [--set default|held-out] [--python PATH]",
 		Help: "Starts a host and runs kvbench.splicequality (host/bench/python) against it:\n" +
 			"SmolLM2-135M-Instruct (fp32, from PyPI) on real edits of the agent traces\n" +
 			"($KVPILOT_TRACES, else examples/traces): a truncated tool output, stripped\n" +
@@ -112,10 +112,11 @@ var scenarios = []benchScenario{
 			"named trace#session@turn:kind; --case runs one. As through the front door, the\n" +
 			"request's new messages are prefilled after the splice (--fresh answer the previous\n" +
 			"answer too, as the vLLM connector saves prompts only; --fresh page caches them\n" +
-			"too, stale). Targets: the guard saves >= 70% of the re-prefill with mean KL\n" +
-			"<= 0.008 and top-1 >= 97%, and its curve is a third below CacheBlend's at <= 20%\n" +
-			"recomputed. The curves (--plot) add first_best, the lowest KL any stopping rule\n" +
-			"on the guard's path reaches.",
+			"too, stale). --set held-out runs other turns of the same sessions, which none\n" +
+			"of the guard's constants were tuned on. Targets: the guard saves >= 70% of the\n" +
+			"re-prefill with mean KL <= 0.008 and top-1 >= 97%, and its curve is a third\n" +
+			"below CacheBlend's at <= 20% recomputed. The curves (--plot) add first_best, the\n" +
+			"lowest KL any stopping rule on the guard's path reaches.",
 		Plot:  true,
 		Flags: spliceQualityFlags,
 	},

@@ -133,3 +133,21 @@ def test_echo_is_what_the_host_marks() -> None:
     short = [*original[:22], *range(500, 500 + qualityarms.ECHO_GRAM - 1), *range(2000, 2020)]
     c = Case("t", "truncate", short, apply_edits(short, edits), edits, [])
     assert qualityarms.echo(c, qualityarms.layout_of(c, 4, len(short))) == []
+
+
+def test_held_out_set_leaves_out_the_tuned_cases(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # --set held-out: the cases of the larger per-session spread that the
+    # default set does not hold.
+    from kvbench import splicequality as sq
+
+    def fake_build(tok: Any, traces: Any, *, budget: int, per_session: Any = None) -> list[Case]:
+        names = ["a", "b"] if per_session is None else ["a", "c", "b", "d"]
+        return [Case(n, "truncate", [], [], [], []) for n in names]
+
+    monkeypatch.setattr(sq, "build_cases", fake_build)
+    monkeypatch.setattr(sq, "check_case", lambda c: None)
+    args = sq.parse_args(["--engine-socket", "e", "--control-socket", "c"])
+    args.traces = str(tmp_path)
+    assert [c.name for c in sq.select_cases(args, None)] == ["a", "b"]
+    args.set = "held-out"
+    assert [c.name for c in sq.select_cases(args, None)] == ["c", "d"]

@@ -307,6 +307,13 @@ def apply_edits(tokens: Sequence[int], edits: Sequence[Edit]) -> list[int]:
     return out
 
 
+#: ``build_cases``'s turns per session and kind for the held-out set
+#: (``--set held-out``): more of each session's turns, of which those the
+#: default set does not hold are the held-out cases, never used to tune
+#: the guard.
+HELD_OUT_PER_SESSION = {"truncate": 5, "clear": 3, "think": 12}
+
+
 def build_cases(
     tokenizer: Any,
     traces: Path,

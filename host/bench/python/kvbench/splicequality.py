@@ -65,7 +65,7 @@ Usage::
 
     python -m kvbench.splicequality --engine-socket S --control-socket C \
         [--traces DIR] [--cases N] [--case NAME ...] [--context-tokens 2560] \
-        [--fresh last|page]
+        [--fresh last|answer|page] [--set default|held-out]
 
 It prints exactly one JSON object on stdout; logs go to stderr.
 """
@@ -85,7 +85,7 @@ import torch
 
 from kvbench import qualityarms as arms
 from kvbench import qualityreport
-from kvbench.editcases import Case, build_cases, check_case
+from kvbench.editcases import HELD_OUT_PER_SESSION, Case, build_cases, check_case
 from kvbench.localcache import LocalCache, read_cached_layers
 from kvbench.qualityscore import Score, score
 from kvbench.traces import find_traces_dir
@@ -134,6 +134,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "front door to an engine that caches its answers), the previous answer and those (an "
         "engine that saves prompts only, as the vLLM connector), or only the last partial page",
     )
+    ap.add_argument(
+        "--set",
+        choices=("default", "held-out"),
+        default="default",
+        help="which cases: the benchmark's own (its figures and the guard's constants come "
+        "from them), or other turns of the same sessions that none of that was tuned on",
+    )
     ap.add_argument("--max-kl", type=float, default=DEFAULT_MAX_KL, help="the guard's budget")
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -148,6 +155,12 @@ def select_cases(args: argparse.Namespace, tok: Any) -> list[Case]:
     if traces is None:
         raise SystemExit("bench: pass --traces DIR (the agent traces), or set KVPILOT_TRACES")
     cases = build_cases(tok, Path(traces), budget=args.context_tokens)
+    if args.set == "held-out":
+        tuned = {c.name for c in cases}
+        more = build_cases(
+            tok, Path(traces), budget=args.context_tokens, per_session=HELD_OUT_PER_SESSION
+        )
+        cases = [c for c in more if c.name not in tuned]
     for c in cases:
         check_case(c)
     if args.fresh == "answer":
