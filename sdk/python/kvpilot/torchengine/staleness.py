@@ -85,14 +85,15 @@ real edits of agent sessions:
   1.5 to 0.03. The host marks the candidates that lie in a run of 8 tokens
   the removed text holds too (``RecomputeCandidates.echo``), and the guard
   weighs the frontier's staleness by 1 + ``ECHO_WEIGHT`` x the share of it
-  that echoes. In replays of the benchmark's cases this took the guard's
-  curve at the CacheBlend-style arm's 6.5% from 30% below that arm's mean
-  KL to 35% (at 16.5%, 52% to 51%; the default budget's figures
-  unchanged), for runs of 8 to 12 tokens and any weight from 1 to 4. The
-  gain is that one edit's: without it, the echo changes nothing at 6.5%.
-  Echoes of a verbatim tool output far from the edit (hundreds of tokens
-  on) are marked too, but the blocks reach them only where the budget
-  asks for that much anyway.
+  that echoes. On the benchmark's cases this took the guard's curve at
+  the CacheBlend-style arm's 6.5% from 30% below that arm's mean KL to
+  35% (at 16.5%, from 52% to 50%; the default budget's figures
+  unchanged); in replays, for runs of 8 to 12 tokens and any weight from
+  1 to 4. The gain is that one edit's: without it, the echo changes
+  nothing at 6.5%, and on 26 held-out edits (``--set held-out``, replays)
+  it changes the curve by half a point at most. Echoes of a verbatim tool output far from
+  the edit (hundreds of tokens on) are marked too, but the blocks reach
+  them only where the budget asks for that much anyway.
 
 So ``share`` recomputes the first ``share`` of the kept tokens after the
 first edit, and the **quality guard** recomputes them from the edit on,
