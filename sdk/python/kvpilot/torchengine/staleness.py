@@ -89,11 +89,11 @@ real edits of agent sessions:
   the CacheBlend-style arm's 6.5% from 30% below that arm's mean KL to
   35% (at 16.5%, from 52% to 50%; the default budget's figures
   unchanged); in replays, for runs of 8 to 12 tokens and any weight from
-  1 to 4. The gain is that one edit's: without it, the echo changes
-  nothing at 6.5%, and on 26 held-out edits (``--set held-out``, replays)
-  it changes the curve by half a point at most. Echoes of a verbatim tool output far from
-  the edit (hundreds of tokens on) are marked too, but the blocks reach
-  them only where the budget asks for that much anyway.
+  1 to 4. The gain is that one edit's: leave it out and the echo changes
+  nothing at 6.5%; on 26 held-out edits (``--set held-out``, replays) it
+  moves the curve by half a point at most. Echoes of a verbatim tool
+  output far from the edit (hundreds of tokens on) are marked too, but
+  the blocks reach them only where the budget asks for that much anyway.
 
 So ``share`` recomputes the first ``share`` of the kept tokens after the
 first edit, and the **quality guard** recomputes them from the edit on,
