@@ -167,14 +167,16 @@ def trajectory(
     c: Case,
     lay: Layout,
     on_step: Callable[[LocalCache, int, float, int], None],
-) -> None:
+) -> list[int]:
     """The quality guard's path on a copy of ``base``, through the engine's
     own steps (kvpilot.torchengine.staleness.Sparse): the replacements, then
     the first k candidates block by block up to the guard's fallback share.
     After every block ``on_step`` gets the cache, k, the guard's estimate
-    (its frontier) and the tokens run through the model so far.
+    (its frontier) and the tokens run through the model so far. Returns
+    the candidates marked as echoes.
     """
     out = base.clone()
+    echoes = echo(c, lay)
     order = FillOrder(
         order_id="local",
         session="",
@@ -189,7 +191,7 @@ def trajectory(
             positions=lay.kept,
             tokens=[c.edited[p] for p in lay.kept],
             region=len(lay.kept),
-            echo=echo(c, lay),
+            echo=echoes,
         ),
     )
     s = Sparse(out.paged, out.arena, out.seq, order)
@@ -199,3 +201,4 @@ def trajectory(
         est = s.block(done, k)
         done = k
         on_step(out, k, est, s.computed)
+    return echoes

@@ -280,7 +280,7 @@ def report(
             "page_size": args.page_size,
             "context_tokens_max": args.context_tokens,
             "fresh": args.fresh,
-            "set": getattr(args, "set", "default"),
+            "set": args.set,
             "fresh_tokens": sum(r.fresh for r in results),
             "cases": len(results),
             "sessions": len({r.case.name.split("@")[0] for r in results}),

@@ -339,9 +339,8 @@ class Runner:
                       recomputed=base + k, computed=computed)  # fmt: skip
             res.trajectory.append(qualityreport.Step(k=k, score=s, estimate=est))
 
-        arms.trajectory(sp, c, lay, on_step)
+        res.echo = len(arms.trajectory(sp, c, lay, on_step))
         res.candidates = len(lay.kept)
-        res.echo = len(arms.echo(c, lay))
         last = res.trajectory[-1].score.computed if res.trajectory else None
         done = res.trajectory[-1].k if res.trajectory else 0
         res.fallback_computed = (last or base) + len(lay.kept) - done
