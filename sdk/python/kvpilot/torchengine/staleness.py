@@ -105,9 +105,10 @@ real edits of agent sessions:
   arm where the budget alone is 30%, held out 9-13% against 15%; at the
   15% arm's, held out up to 26% against 17%, on the benchmark's edits no
   gain. The first tokens after every edit, not only the first, where an
-  edit clears several tool uses: on the five such edits no lower than the
-  first k at the same count (one keeps 0.011 of its 0.020 with 64 tokens
-  after each of its 8 edits recomputed). The last kept tokens (nearest
+  edit clears several tool uses: on the five such edits no better than
+  the first k at the same count (at most 12% lower, up to 20% higher;
+  one keeps 0.011 of its 0.020 with 64 tokens after each of its 8 edits
+  recomputed, the first k 0.012). The last kept tokens (nearest
   the request), or half first and half last: on 14 held-out edits, at 16,
   64 and 128 tokens, 0.0064, 0.0052, 0.0055 and 0.0058, 0.0053, 0.0049,
   against the first k's 0.0057, 0.0050, 0.0051 (the splice 0.0065). The
