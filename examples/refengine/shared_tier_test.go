@@ -200,12 +200,7 @@ func TestSharedTierOnARedisClusterSurvivesAPrimaryLoss(t *testing.T) {
 	sessions := map[string][]uint32{"r1": g.take(6*hostPage + 2), "r2": g.take(4 * hostPage)}
 	pauseSessions(t, da, ca, ea, sessions)
 
-	for i := range cl.Nodes {
-		if cl.Primary(i) {
-			cl.Kill(i)
-			break
-		}
-	}
+	cl.KillPrimary(t, 30*time.Second)
 	cb := redisConfig(t.TempDir(), 2)
 	db, _ := runDaemon(t, cb)
 	eb := newEngine(t, cb.EngineSocket(), refengine.GQA(hostPage))
