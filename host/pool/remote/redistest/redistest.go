@@ -119,12 +119,6 @@ func (c *Cluster) Primary(i int) bool {
 	return err == nil && strings.HasPrefix(string(out), "master")
 }
 
-// WaitOK waits until the cluster, seen from node i, serves every slot.
-func (c *Cluster) WaitOK(t testing.TB, i int, within time.Duration) {
-	t.Helper()
-	waitClusterOK(t, c.Nodes[i].Addr, within)
-}
-
 func start(t testing.TB, dir string, cluster bool, extra ...string) *Node {
 	t.Helper()
 	port := freePort(t, cluster)
