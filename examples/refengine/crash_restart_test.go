@@ -29,7 +29,8 @@ const envDaemon = "KVPILOT_REFENGINE_DAEMON"
 
 // maybeDaemonMain runs a host (daemon.New, as `kvpilot serve` does) when
 // spawnDaemon started this binary, with the config it passed as JSON. It
-// serves until SIGTERM or until its stdin closes.
+// serves until SIGTERM or until its stdin closes. It logs nothing unless
+// KVPILOT_TEST_DAEMON_LOG names a level (debug, info...), to stderr.
 func maybeDaemonMain() {
 	js := os.Getenv(envDaemon)
 	if js == "" {
@@ -40,7 +41,11 @@ func maybeDaemonMain() {
 		fmt.Fprintln(os.Stderr, "test daemon: config:", err)
 		os.Exit(2)
 	}
-	d, err := daemon.New(c, hclog.NewNullLogger())
+	log := hclog.NewNullLogger()
+	if lvl := os.Getenv("KVPILOT_TEST_DAEMON_LOG"); lvl != "" {
+		log = hclog.New(&hclog.LoggerOptions{Name: "daemon", Level: hclog.LevelFromString(lvl), Output: os.Stderr})
+	}
+	d, err := daemon.New(c, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "test daemon:", err)
 		os.Exit(1)

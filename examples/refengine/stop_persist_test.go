@@ -25,6 +25,16 @@ func (p *daemonProcess) term(t *testing.T) {
 	}
 }
 
+// dumpGoroutines makes the host print every goroutine's stack to the
+// test's output and exit (SIGQUIT), to show where a stop is stuck.
+func (p *daemonProcess) dumpGoroutines() {
+	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
 // persistConfig holds prompts of pages of 16 tokens on the device and
 // host tiers, with a disk tier that has room for them, and waits for a
 // load-back as long as it takes: what is measured is what came back, not
@@ -108,7 +118,8 @@ func TestSIGKILLDuringTheStopWriteLosesOnlyTheRest(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for pageFileBlocks(t, c) == before {
 		if time.Now().After(deadline) {
-			t.Fatal("the stop wrote nothing to the disk tier within 30s")
+			p.dumpGoroutines()
+			t.Fatal("the stop wrote nothing to the disk tier within 30s (the host's goroutines are above)")
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -201,6 +201,32 @@ func TestFailTransitionRequeuesWriteThrough(t *testing.T) {
 	wantErr(t, h.ix.FailTransition(ts[0]), ErrUnknownTransition)
 }
 
+// FailTransitions fails each transition as FailTransition would, with
+// one error each: the write-throughs are queued again, and one reported
+// twice is unknown the second time.
+func TestFailTransitionsFailsEach(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DeviceWrite = WriteThrough })
+	h.commit("a", tokens(0, 3*testPage))
+	ts := h.plan()
+	if len(ts) != 3 {
+		t.Fatalf("plan %v", ts)
+	}
+	errs := h.ix.FailTransitions([]Transition{ts[2], ts[0], ts[1], ts[0]})
+	for i, err := range errs[:3] {
+		if err != nil {
+			t.Fatalf("transition %d: %v", i, err)
+		}
+	}
+	wantErr(t, errs[3], ErrUnknownTransition)
+	if h.ix.InFlight() != 0 {
+		t.Fatalf("%d transitions still in flight", h.ix.InFlight())
+	}
+	h.check()
+	if again := h.plan(); len(again) != 3 {
+		t.Fatalf("failed write-throughs were not retried: %v", again)
+	}
+}
+
 func TestDropRemovedPageCancels(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.DeviceWrite = WriteThrough })
 	hs := h.commit("a", tokens(0, 2*testPage))

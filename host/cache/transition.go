@@ -296,6 +296,32 @@ func (ix *Index) CompleteDrop(t Transition) error {
 // every write-through cancelled because it waited for the failed copy, is
 // queued again, so a later Plan retries them.
 func (ix *Index) FailTransition(t Transition) error {
+	err := ix.failTransition(t)
+	if err == nil {
+		ix.afterMutation()
+	}
+	return err
+}
+
+// FailTransitions abandons several transitions, in order, as FailTransition
+// does each, with one error per transition (nil where it was abandoned).
+// A cancelled batch fails all its transitions at once; one call for them
+// holds the index once, and an invariants build checks the whole index
+// once rather than once per transition.
+func (ix *Index) FailTransitions(ts []Transition) []error {
+	errs := make([]error, len(ts))
+	changed := false
+	for i, t := range ts {
+		errs[i] = ix.failTransition(t)
+		changed = changed || errs[i] == nil
+	}
+	if changed {
+		ix.afterMutation()
+	}
+	return errs
+}
+
+func (ix *Index) failTransition(t Transition) error {
 	p := ix.inflight[t.ID]
 	if p == nil {
 		return fmt.Errorf("fail %v: %w", t, ErrUnknownTransition)
@@ -318,7 +344,6 @@ func (ix *Index) FailTransition(t Transition) error {
 			ix.failedPinCopy()
 		}
 	}
-	ix.afterMutation()
 	return nil
 }
 

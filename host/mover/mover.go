@@ -108,7 +108,8 @@ type Mover struct {
 	syncs [tier.Count]*groupSync
 
 	failures failureLog
-	seals    *seals // the host tier's page checksums (seal.go)
+	fails    *failGroup // given-up transitions, reported in groups (failgroup.go)
+	seals    *seals     // the host tier's page checksums (seal.go)
 
 	mu   sync.Mutex
 	done map[uint64]*flight // transitions in flight, by id, for After waits
@@ -148,6 +149,7 @@ func New(o Options) (*Mover, error) {
 	}
 	m := &Mover{ix: o.Index, pools: o.Pools, o: o, log: log.Named("mover"),
 		sem: make(chan struct{}, o.Workers), done: map[uint64]*flight{}, failures: failureLog{now: time.Now}}
+	m.fails = newFailGroup(m.reportFailed)
 	for _, t := range tier.All {
 		var p pool.Pool
 		if mp := o.Pools.Memory(t); mp != nil {

@@ -432,6 +432,30 @@ func TestFailedTransferLeavesIndexConsistent(t *testing.T) {
 	h2.check()
 }
 
+// A step cancelled as the host stops fails its whole batch, every
+// transition reported to the index (nothing left in flight, the index
+// consistent), and the next step lands every copy.
+func TestCancelledStepFailsItsBatch(t *testing.T) {
+	h := newHost(t, hostConfig{dataDir: t.TempDir(), device: 256, hostPages: 256, diskPgs: 256})
+	s := h.commit("tenant", 0, 200)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	// A copy free to start may still win its race with the cancellation.
+	first := h.mv.Step(cancelled)
+	if first.Copied+first.Failed != len(s.seqs) || first.Failed < len(s.seqs)/2 {
+		t.Fatalf("cancelled step: %d copied, %d failed of %d", first.Copied, first.Failed, len(s.seqs))
+	}
+	h.g.Do(func(ix *cache.Index) {
+		if err := ix.Check(); err != nil || ix.InFlight() != 0 {
+			t.Fatalf("index: %v, %d in flight", err, ix.InFlight())
+		}
+	})
+	if r := h.mv.Step(ctxT(t)); r.Failed != 0 || r.Copied != first.Failed {
+		t.Fatalf("step after: %d copied, %d failed, want %d copies", r.Copied, r.Failed, first.Failed)
+	}
+	h.verify(s, tier.Host)
+}
+
 // TestConcurrentTransfers runs commits, steps, pauses and load-backs from
 // several goroutines at once (run it with -race).
 func TestConcurrentTransfers(t *testing.T) {

@@ -64,12 +64,18 @@ func (m *Mover) execute(ctx context.Context, t cache.Transition, children []uint
 	return o
 }
 
-// fail reports a transition the mover gave up on.
-func (m *Mover) fail(t cache.Transition) {
-	var err error
-	m.ix.Do(func(ix *cache.Index) { err = ix.FailTransition(t) })
-	if err != nil && !errors.Is(err, cache.ErrUnknownTransition) {
-		m.log.Error("reporting a failed transition", "transition", t.String(), "error", err)
+// fail reports a transition the mover gave up on, with others failing
+// meanwhile (failgroup.go).
+func (m *Mover) fail(t cache.Transition) { m.fails.fail(t) }
+
+// reportFailed tells the index of transitions the mover gave up on.
+func (m *Mover) reportFailed(ts []cache.Transition) {
+	var errs []error
+	m.ix.Do(func(ix *cache.Index) { errs = ix.FailTransitions(ts) })
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, cache.ErrUnknownTransition) {
+			m.log.Error("reporting a failed transition", "transition", ts[i].String(), "error", err)
+		}
 	}
 }
 
