@@ -217,11 +217,20 @@ func (d *opDriver) step() {
 			d.outstanding = append(d.outstanding[:i], d.outstanding[i+1:]...)
 		}
 	case 20:
-		if len(d.outstanding) > 0 {
-			i := d.r.intn(len(d.outstanding))
-			d.expectKnown("fail", ix.FailTransition(d.outstanding[i]))
-			d.outstanding = append(d.outstanding[:i], d.outstanding[i+1:]...)
+		if len(d.outstanding) == 0 {
+			return
 		}
+		if d.r.intn(4) == 0 { // the last few at once, as a cancelled batch fails
+			i := max(0, len(d.outstanding)-1-d.r.intn(8))
+			for _, err := range ix.FailTransitions(d.outstanding[i:]) {
+				d.expectKnown("fail several", err)
+			}
+			d.outstanding = d.outstanding[:i]
+			return
+		}
+		i := d.r.intn(len(d.outstanding))
+		d.expectKnown("fail", ix.FailTransition(d.outstanding[i]))
+		d.outstanding = append(d.outstanding[:i], d.outstanding[i+1:]...)
 	case 21:
 		to := []tier.Tier{tier.Device, tier.Host, tier.Disk}[d.r.intn(3)]
 		ts, _, err := ix.PlanFetch(d.target(), to, nil)
