@@ -441,7 +441,8 @@ func TestCancelledStepFailsItsBatch(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	// A copy free to start may still win its race with the cancellation,
-	// and one under way when the copy it followed failed is refused.
+	// and one under way that the index cancelled meanwhile (a copy it
+	// depends on failed) is refused when it lands, and queued again.
 	first := h.mv.Step(cancelled)
 	if first.Copied+first.Failed+first.Refused != len(s.seqs) || first.Failed == 0 {
 		t.Fatalf("cancelled step: %d copied, %d refused, %d failed of %d", first.Copied, first.Refused, first.Failed, len(s.seqs))
