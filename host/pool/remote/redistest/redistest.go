@@ -95,7 +95,7 @@ func waitReplicaSynced(t testing.TB, addr string, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		out, err := exec.Command("redis-cli", "-u", "redis://"+addr, "info", "replication").Output()
+		out, err := cli(addr, "info", "replication")
 		if err == nil && (bytes.Contains(out, []byte("role:master")) || bytes.Contains(out, []byte("master_link_status:up"))) {
 			return
 		}
@@ -115,8 +115,23 @@ func (c *Cluster) Kill(i int) {
 
 // Primary reports whether node i serves slots as a primary.
 func (c *Cluster) Primary(i int) bool {
-	out, err := exec.Command("redis-cli", "-u", "redis://"+c.Nodes[i].Addr, "role").Output()
+	out, err := cli(c.Nodes[i].Addr, "role")
 	return err == nil && strings.HasPrefix(string(out), "master")
+}
+
+// cli runs one redis-cli command against the node at addr.
+func cli(addr string, args ...string) ([]byte, error) {
+	return exec.Command("redis-cli", append([]string{"-u", "redis://" + addr}, args...)...).Output()
+}
+
+// node is the index of the node at addr, or -1.
+func (c *Cluster) node(addr string) int {
+	for i, n := range c.Nodes {
+		if n.Addr == addr {
+			return i
+		}
+	}
+	return -1
 }
 
 func start(t testing.TB, dir string, cluster bool, extra ...string) *Node {
