@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ from kvpilot.torchengine import logits, models  # noqa: E402
 from kvpilot.torchengine.contract import layer0_rows  # noqa: E402
 from kvpilot.torchengine.engine import TorchEngine  # noqa: E402
 from kvpilot.torchengine.forward import PagedModel  # noqa: E402
-from kvpilot.torchengine.paging import LocalArena, Rows  # noqa: E402
+from kvpilot.torchengine.paging import LocalArena, Rows, gather, gather_before  # noqa: E402
 from kvpilot.torchengine.rope import from_storage, rope_config, to_storage  # noqa: E402
 
 # (model, MLA pairing) for every family.
@@ -92,6 +93,68 @@ def test_paged_forward_matches_transformers(name: str, pairing: str) -> None:
         assert torch.equal(short[b], t)
         stored = arena.tensor(0, b)[rows.slot, rows.row]
         assert float((stored - t).abs().max()) <= 1e-5 * float(t.abs().max())
+
+
+def test_logits_from_skips_only_the_vocabulary_projection() -> None:
+    """``every`` logits from the k-th token on are the rows from k of every
+    token's, wherever k falls among the chunks; a k with no token is refused.
+    """
+    tm = models.build("llama3")
+    pm = PagedModel(tm, chunk=48)
+    arena = LocalArena(tm.layout(PS), 16)
+    toks = prompt(tm, 130)
+    slots = list(range(16))
+    ctx = Rows.span(slots, PS, 0, 60)
+    pm.forward(toks[:60], 0, arena, Rows.empty(), ctx, logits=False)
+    dest = Rows.span(slots, PS, 60, 70)
+    every = pm.forward(toks[60:], 60, arena, ctx, dest, every=True)
+    assert every is not None and every.shape[0] == 70
+    for k in (0, 30, 47, 48, 55, 69):
+        part = pm.forward(toks[60:], 60, arena, ctx, dest, every=True, logits_from=k)
+        assert part is not None and part.shape[0] == 70 - k
+        assert float((part - every[k:]).abs().max()) <= 1e-5 * float(every.abs().max())
+    for k in (-1, 70):
+        with pytest.raises(ValueError, match="logits from token"):
+            pm.forward(toks[60:], 60, arena, ctx, dest, every=True, logits_from=k)
+
+
+class _PagesApart:
+    """An arena whose pages are not one run of rows (as a page-major
+    arena's per-buffer view): each page is followed by a spare row.
+    """
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        slots, ps, heads, dim = shape
+        self.t = torch.randn(slots, ps + 1, heads, dim)
+
+    def tensor(self, layer: int, buf: int) -> torch.Tensor:
+        return self.t[:, :PS]
+
+
+@pytest.mark.parametrize("arena", ["flat", "pages_apart", "bf16"])
+def test_gather_before_is_the_rows_then_the_tail(arena: str) -> None:
+    """One copy into one tensor, bit for bit what indexing the rows and
+    concatenating the tail (in the tail's dtype) gives.
+    """
+    shape = (6, PS, 2, 8)
+    src: LocalArena | _PagesApart
+    if arena == "pages_apart":
+        src = _PagesApart(shape)
+    else:
+        dtype = "bf16" if arena == "bf16" else "fp32"
+        tm = models.build("llama3")
+        src = LocalArena(replace(tm.layout(PS), dtype=dtype), 6)
+        for b in range(2):
+            src.tensor(0, b).copy_(torch.randn(src.tensor(0, b).shape))
+    heads, dim = src.tensor(0, 0).shape[2:]
+    rows = Rows.span([4, 1, 5, 0], PS, 3, 50)
+    tails = (torch.randn(7, heads, dim), torch.randn(7, heads, dim))
+    got = gather_before(src, 0, rows, tails)
+    for b, tail in enumerate(tails):
+        t = src.tensor(0, b)
+        want = torch.cat((t[rows.slot, rows.row].to(tail.dtype), tail))
+        assert got[b].dtype == tail.dtype and torch.equal(got[b], want)
+        assert torch.equal(gather(src, 0, 2, rows)[b], t[rows.slot, rows.row])
 
 
 @pytest.mark.parametrize("interleave", [True, False], ids=["rope_interleave", "plain"])

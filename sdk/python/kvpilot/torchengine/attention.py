@@ -63,8 +63,11 @@ class Adapter(Protocol):
 def _sdpa(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    # q [1, heads, T, d]; k, v [1, heads, N, d]; mask [T, N], True = attend.
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    # q [1, heads, T, d]; k, v [1, kv_heads, N, d] (kv_heads divides heads:
+    # each K/V head serves a group of query heads, without copies of it);
+    # mask [T, N], True = attend.
+    gqa = k.shape[1] != q.shape[1]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
 
 
 class GQAAdapter:
@@ -93,9 +96,8 @@ class GQAAdapter:
     ) -> torch.Tensor:
         """Grouped-query attention over the rows; o_proj applied."""
         k, v = rows
-        groups = attn.num_key_value_groups
-        k = k.transpose(0, 1).unsqueeze(0).repeat_interleave(groups, dim=1)
-        v = v.transpose(0, 1).unsqueeze(0).repeat_interleave(groups, dim=1)
+        k = k.transpose(0, 1).unsqueeze(0)
+        v = v.transpose(0, 1).unsqueeze(0)
         out = _sdpa(q, k.to(q.dtype), v.to(q.dtype), mask, attn.scaling)
         t = q.shape[2]
         return attn.o_proj(out.transpose(1, 2).reshape(1, t, -1))

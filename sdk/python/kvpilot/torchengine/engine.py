@@ -335,8 +335,12 @@ class TorchEngine:
         returns the count, which is below ``want`` after ``timeout``.
         """
         deadline = time.monotonic() + timeout
+        # Each poll is a match on the host; the fills it waits for often run
+        # in this process (a FillServer), where a tight loop takes their CPU.
+        pause = 0.002
         while True:
             n = self.cached_tokens(tokens, tenant=tenant)
             if n >= want or time.monotonic() > deadline:
                 return n
-            time.sleep(0.002)
+            time.sleep(pause)
+            pause = min(0.025, 2 * pause)

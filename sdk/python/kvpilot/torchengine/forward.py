@@ -27,7 +27,7 @@ import torch
 
 from kvpilot.torchengine.attention import Adapter, GQAAdapter, MLAAdapter
 from kvpilot.torchengine.models import TinyModel
-from kvpilot.torchengine.paging import Rows, TensorSource, gather, scatter
+from kvpilot.torchengine.paging import Rows, TensorSource, gather, gather_before, scatter
 
 #: Tokens per chunk of a long prefill.
 DEFAULT_CHUNK = 2048
@@ -65,6 +65,7 @@ class PagedModel:
         *,
         logits: bool = True,
         every: bool = False,
+        logits_from: int = 0,
     ) -> torch.Tensor | None:
         """Runs ``tokens`` at positions ``start, start + 1, ...``.
 
@@ -72,9 +73,11 @@ class PagedModel:
         to every new token, whatever positions their keys were rotated to);
         ``dest`` where each new token's rows go, or None to write nothing
         (recomputing the last token of a fully cached prompt; at most one
-        chunk). Returns the fp32 logits of the last token (of every token,
-        ``[len(tokens), vocab]``, with ``every``), or None when ``logits`` is
-        False (a fill).
+        chunk). Returns the fp32 logits of the last token (of every token
+        from the ``logits_from``-th on, ``[len(tokens) - logits_from,
+        vocab]``, with ``every``), or None when ``logits`` is False (a fill).
+        The vocabulary projection is the largest matmul of a small model, so
+        tokens whose logits nobody reads skip it.
         """
         n = len(tokens)
         if dest is None and n > self.chunk:
@@ -83,6 +86,8 @@ class PagedModel:
             raise ValueError(f"{n} tokens but {len(dest)} destination rows")
         if n == 0:
             return None
+        if every and not 0 <= logits_from < n:
+            raise ValueError(f"logits from token {logits_from} of {n}")
         ids = torch.as_tensor(list(tokens), dtype=torch.long)
         h: torch.Tensor | None = None
         hs = []
@@ -94,8 +99,9 @@ class PagedModel:
                 part = Rows(dest.slot[done : done + m], dest.row[done : done + m])
                 prior = Rows(dest.slot[:done], dest.row[:done])
             h = self._chunk(ids[done : done + m], start + done, arena, context + prior, part)
-            if every and logits:
-                hs.append(self.tm.model.lm_head(h)[0].float())
+            if every and logits and done + m > logits_from:
+                skip = max(0, logits_from - done)
+                hs.append(self.tm.model.lm_head(h[:, skip:])[0].float())
             done += m
         assert h is not None
         if not logits:
@@ -176,8 +182,7 @@ class PagedModel:
             if dest is not None:
                 scatter(arena, i, dest, rows)
             if c:
-                past = gather(arena, i, self.nbufs, context)
-                rows = tuple(torch.cat((p.to(r.dtype), r)) for p, r in zip(past, rows, strict=True))
+                rows = gather_before(arena, i, context, rows)
             x = x + self.adapter.attend(attn, q, rows, mask)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.inner.norm(x)

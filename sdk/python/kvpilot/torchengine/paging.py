@@ -68,11 +68,52 @@ class Rows:
         return cls(pages[at // page_size], at % page_size)
 
 
+def _flat(t: torch.Tensor) -> bool:
+    # Pages and their rows form one run of rows (a layer-major arena, a
+    # LocalArena): rows can be picked by one index instead of two.
+    return t.stride(0) == t.shape[1] * t.stride(1)
+
+
+def _take(t: torch.Tensor, rows: Rows, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Copies of ``rows`` of one buffer ``t``, into ``out`` if given (of
+    ``t``'s dtype).
+    """
+    if not _flat(t):
+        got = t[rows.slot, rows.row]
+        return got if out is None else out.copy_(got)
+    flat = t.view(-1, *t.shape[2:])
+    at = rows.slot * t.shape[1] + rows.row
+    if out is None:
+        return flat.index_select(0, at)
+    return torch.index_select(flat, 0, at, out=out)
+
+
 def gather(src: TensorSource, layer: int, nbufs: int, rows: Rows) -> tuple[torch.Tensor, ...]:
     """The rows of each buffer of ``layer``: ``[len(rows), heads, head_dim]``
     copies (in the arena's dtype).
     """
-    return tuple(src.tensor(layer, b)[rows.slot, rows.row] for b in range(nbufs))
+    return tuple(_take(src.tensor(layer, b), rows) for b in range(nbufs))
+
+
+def gather_before(
+    src: TensorSource, layer: int, rows: Rows, tails: Sequence[torch.Tensor]
+) -> tuple[torch.Tensor, ...]:
+    """For each buffer b of ``layer``, its ``rows`` followed by ``tails[b]``
+    in one tensor of the tail's dtype: what a chunk's new tokens attend to
+    (the context's rows, then their own), copied once.
+    """
+    n = len(rows)
+    out = []
+    for b, tail in enumerate(tails):
+        t = src.tensor(layer, b)
+        both = torch.empty((n + tail.shape[0], *tail.shape[1:]), dtype=tail.dtype)
+        if t.dtype == tail.dtype:
+            _take(t, rows, both[:n])
+        else:
+            both[:n] = _take(t, rows)
+        both[n:] = tail
+        out.append(both)
+    return tuple(out)
 
 
 def scatter(src: TensorSource, layer: int, rows: Rows, values: Sequence[torch.Tensor]) -> None:
