@@ -20,6 +20,7 @@ truncation policy does), with the KL divergence between the two.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,7 @@ from kvpilot.torchengine import logits, models  # noqa: E402
 from kvpilot.torchengine.contract import agreement, check_splice  # noqa: E402
 from kvpilot.torchengine.engine import TorchEngine  # noqa: E402
 from kvpilot.torchengine.fills import FillServer  # noqa: E402
+from kvpilot.torchengine.rope import rope_config  # noqa: E402
 
 log = logging.getLogger("test_splice_real")
 
@@ -145,6 +147,46 @@ def test_wrong_pairing_is_caught(kvpilot_host_factory) -> None:
     assert not chk.ok
     assert chk.max_rel_model > 1e-2
     assert chk.max_rotation_err <= 1.0
+
+
+def test_check_names_each_row_a_bad_splice_changed(kvpilot_host_factory) -> None:
+    """Every kind of damage is reported at its position: a row before the
+    edit, a replacement row, a downstream key off its rotation and from the
+    model's own, a downstream V. (The check runs on every row of a kind at
+    once; this pins what it says about each.)
+    """
+    h = kvpilot_host_factory(**host_config(PS, 256))
+    tm = models.build("llama3")
+    _, out = run_splice(h, tm)
+    after = tuple(b.clone() for b in out.after)
+    k, v = after
+    k[3] += 1.0
+    k[37] *= 1.01
+    k[106] *= 1.001
+    v[110] += 0.5
+    chk = check_splice(
+        tm,
+        tm.layout(PS),
+        rope_config(tm.config),
+        before=out.before,
+        after=after,
+        edited=out.edited,
+        start=out.start,
+        end=out.end,
+        replacement=out.replacement,
+    )
+    assert not chk.ok and not chk.moved_bits_equal
+    want = [
+        r"position 3 \(before the edit\) buffer 0 changed$",
+        r"replacement position 37: key [0-9.e-]+ from the model's own",
+        r"downstream position 106: key [0-9.e-]+ from the model's own",
+        r"downstream position 106 \(was 157\): rotation [0-9.e+]+x its tolerance$",
+        r"downstream position 110 \(was 161\): V or non-rotary K changed$",
+    ]
+    assert len(chk.failures) == len(want), chk.failures
+    for got, pattern in zip(chk.failures, want, strict=True):
+        assert re.match(pattern, got), (got, pattern)
+    assert chk.filled_rows == 13 and chk.prefix_rows == 37
 
 
 #: A trace prompt: the benchmarks' system block (408 tokens) and the

@@ -126,12 +126,14 @@ def angle_allowance(
     pairing: str,
     inv32: torch.Tensor,
     inv64: torch.Tensor,
-    p: int,
-    q: int,
+    p: int | torch.Tensor,
+    q: int | torch.Tensor,
 ) -> torch.Tensor:
     """Per head of ``key`` (``[heads, head_dim]``), the relative L2 distance
     transformers' fp32 RoPE angles can put between the key of one token at
-    position p and its rotation from position q by the host.
+    position p and its rotation from position q by the host. Keys of
+    several tokens (``[tokens, heads, head_dim]``) take p and q as
+    ``[tokens]`` tensors and give ``[tokens, heads]``.
 
     transformers forms each angle as ``float32(position) * inv_freq`` in
     fp32 with float32 frequencies: an error of up to half an ulp of the
@@ -140,8 +142,15 @@ def angle_allowance(
     differs by |p - q|·|θ64 - θ32|. A pair of norm r moves by r times the
     angle error.
     """
-    half_ulp = 0.5 * (ulp(p * inv32, torch.float32) + ulp(q * inv32, torch.float32))
-    eps = half_ulp + abs(p - q) * (inv64 - inv32.double()).abs() + 4 * 2.0**-24
+    # Positions as float32, as transformers forms them: [tokens, 1, 1]
+    # against key's [tokens, heads, pairs] (or scalars against [heads, pairs]).
+    pt = torch.as_tensor(p, dtype=torch.float32)
+    qt = torch.as_tensor(q, dtype=torch.float32)
+    if pt.dim():
+        pt, qt = pt[:, None, None], qt[:, None, None]
+    half_ulp = 0.5 * (ulp(pt * inv32, torch.float32) + ulp(qt * inv32, torch.float32))
+    eps = half_ulp + (pt.double() - qt.double()).abs() * (inv64 - inv32.double()).abs()
+    eps = eps + 4 * 2.0**-24
     a, b = pair_index(dim, pairing)
     rope_part = key[..., off : off + dim].double()
     pair_norm = torch.hypot(rope_part[..., a], rope_part[..., b])
@@ -240,47 +249,58 @@ def check_splice(
     n_after = after[kbuf].shape[0]
     n_before = before[kbuf].shape[0]
 
-    # Rows before the edit: untouched.
-    for p in range(min(start, n_after, n_before)):
-        chk.prefix_rows += 1
-        for buf in range(len(after)):
-            if not torch.equal(after[buf][p], before[buf][p]):
-                chk.moved_bits_equal = False
-                _fail(chk, f"position {p} (before the edit) buffer {buf} changed")
+    # Rows before the edit: untouched. Every check below runs on all the
+    # positions of its kind at once (a long prompt has thousands).
+    m = min(start, n_after, n_before)
+    chk.prefix_rows = max(m, 0)
+    changed = [
+        (p, buf)
+        for buf in range(len(after))
+        for p in _rows_differ(after[buf][:m], before[buf][:m]).nonzero().flatten().tolist()
+    ]
+    for p, buf in sorted(changed):
+        chk.moved_bits_equal = False
+        _fail(chk, f"position {p} (before the edit) buffer {buf} changed")
 
-    def against_model(p: int, stored_at: int, what: str) -> None:
-        got, want = after[kbuf][p].double(), model[kbuf][p].double()
+    def against_model(ps: torch.Tensor, stored_at: torch.Tensor, what: str) -> None:
+        if not len(ps):
+            return
+        got, want = after[kbuf][ps].double(), model[kbuf][ps].double()
         rel_heads = (got - want).norm(dim=-1) / want.norm(dim=-1)
         tol = torch.full_like(rel_heads, rel_tol)
-        if angle_rounding and stored_at != p:
-            allow = angle_allowance(want, off, dim, rope.style, inv32, inv, p, stored_at)
+        moved = stored_at != ps
+        if angle_rounding and bool(moved.any()):
+            allow = angle_allowance(
+                want[moved], off, dim, rope.style, inv32, inv, ps[moved], stored_at[moved]
+            )
             chk.max_angle_allowance = max(chk.max_angle_allowance, float(allow.max()))
-            tol = tol + allow
-        rel = float(rel_heads.max())
-        elem = float(((got - want).abs().amax(-1) / want.abs().amax(-1)).max())
-        chk.max_rel_model = max(chk.max_rel_model, rel)
-        chk.max_rel_model_elem = max(chk.max_rel_model_elem, elem)
-        if fp32 and not bool((rel_heads <= tol).all()):
+            tol[moved] = tol[moved] + allow
+        rel = rel_heads.amax(dim=-1)
+        elem = ((got - want).abs().amax(-1) / want.abs().amax(-1)).amax(-1)
+        chk.max_rel_model = max(chk.max_rel_model, float(rel.max()))
+        chk.max_rel_model_elem = max(chk.max_rel_model_elem, float(elem.max()))
+        if not fp32:
+            return
+        for k in (~(rel_heads <= tol).all(dim=-1)).nonzero().flatten().tolist():
             _fail(
                 chk,
-                f"{what} position {p}: key {rel:.3g} from the model's own "
-                f"(tol {float(tol.max()):.3g})",
+                f"{what} position {int(ps[k])}: key {float(rel[k]):.3g} from the model's own "
+                f"(tol {float(tol[k].max()):.3g})",
             )
 
     # τ's rows, written by the engine's fill.
-    for p in range(start, min(start + len(replacement), n_after)):
-        chk.filled_rows += 1
-        against_model(p, p, "replacement")
+    filled = _span(start, min(start + len(replacement), n_after))
+    chk.filled_rows = len(filled)
+    against_model(filled, filled, "replacement")
 
-    # Downstream rows: moved by Δ.
-    rot = slice(off, off + dim)
-    for p in range(start + len(replacement), n_after):
-        old = p - delta
-        if old >= n_before:
-            break
-        chk.downstream_rows += 1
-        against_model(p, old, "downstream")
-        got_k, old_k = after[kbuf][p], before[kbuf][old]
+    # Downstream rows: moved by Δ, as far as the rows before reach.
+    ps = _span(start + len(replacement), min(n_after, n_before + delta))
+    chk.downstream_rows = len(ps)
+    if len(ps):
+        olds = ps - delta
+        against_model(ps, olds, "downstream")
+        got_k, old_k = after[kbuf][ps], before[kbuf][olds]
+        rot = slice(off, off + dim)
         exact = rotate_exact(old_k[..., rot], delta, inv, rope.style)
         got = got_k[..., rot].double()
         a, b = pair_index(dim, rope.style)
@@ -289,23 +309,42 @@ def check_splice(
         norm[..., a], norm[..., b] = pn, pn
         tol = 16 * ulp(norm, torch.float32) + ulp(exact, dtype)
         err = (got - exact).abs()
-        worst = float((err / tol).max())
-        chk.max_rotation_err = max(chk.max_rotation_err, worst)
+        worst = (err / tol).flatten(1).amax(dim=1)
+        chk.max_rotation_err = max(chk.max_rotation_err, float(worst.max()))
         chk.max_rotation_ulps = max(chk.max_rotation_ulps, float((err / ulp(exact, dtype)).max()))
-        if not worst <= 1.0:
-            _fail(chk, f"downstream position {p} (was {old}): rotation {worst:.3g}x its tolerance")
+        for k in (~(worst <= 1.0)).nonzero().flatten().tolist():
+            _fail(
+                chk,
+                f"downstream position {int(ps[k])} (was {int(olds[k])}): rotation "
+                f"{float(worst[k]):.3g}x its tolerance",
+            )
         keep = torch.ones(got_k.shape[-1], dtype=torch.bool)
         keep[rot] = False
-        same = torch.equal(got_k[..., keep], old_k[..., keep])
+        differ = _rows_differ(got_k[..., keep], old_k[..., keep])
         for bb in range(len(after)):
             if bb != kbuf:
-                same = same and torch.equal(after[bb][p], before[bb][old])
-        if not same:
+                differ |= _rows_differ(after[bb][ps], before[bb][olds])
+        for k in differ.nonzero().flatten().tolist():
             chk.moved_bits_equal = False
-            _fail(chk, f"downstream position {p} (was {old}): V or non-rotary K changed")
+            _fail(
+                chk,
+                f"downstream position {int(ps[k])} (was {int(olds[k])}): V or non-rotary K changed",
+            )
     if chk.downstream_rows == 0:
         _fail(chk, "no downstream rows to check")
     return chk
+
+
+def _span(a: int, b: int) -> torch.Tensor:
+    """Positions ``[a, b)``, none when b <= a."""
+    return torch.arange(a, max(a, b))
+
+
+def _rows_differ(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per leading row, whether ``x`` and ``y`` differ anywhere (NaN differs,
+    as torch.equal has it).
+    """
+    return (x != y).flatten(1).any(dim=1) if x.shape[0] else torch.zeros(0, dtype=torch.bool)
 
 
 def agreement(pairs: Sequence[tuple[int, int]]) -> float:
