@@ -118,10 +118,16 @@ class Renderer:
 
     def __init__(self, tokenizer: Any) -> None:
         self.tok = tokenizer
+        # Finding cases renders the same messages in many windows: each
+        # text is tokenized once.
+        self._ids: dict[str, tuple[int, ...]] = {}
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (special tokens in it recognised)."""
-        return list(self.tok.encode(text, add_special_tokens=False))
+        ids = self._ids.get(text)
+        if ids is None:
+            ids = self._ids[text] = tuple(self.tok.encode(text, add_special_tokens=False))
+        return list(ids)
 
     def cut(self, text: str, limit: int) -> str:
         """``text`` cut to its first ``limit`` tokens."""

@@ -86,6 +86,42 @@ class LocalCache:
         """The addresses of positions ``[0, n)``."""
         return Rows(self.seq.slot[:n], self.seq.row[:n])
 
+    def logits(
+        self,
+        context: Sequence[int],
+        cached: int,
+        continuation: Sequence[int],
+        *,
+        rope_shift: int = 0,
+        every: bool = False,
+    ) -> torch.Tensor:
+        """Teacher forcing: positions ``[cached, len(context))`` of the
+        context and the continuation run after the first ``cached`` rows
+        (written nowhere); returns the fp32 logits of each continuation
+        token's prediction, ``[len(continuation), vocab]`` (with ``every``,
+        of every token run: ``continuation_logits`` picks those out).
+        ``rope_shift`` moves the new tokens' rotary positions (a cache that
+        kept the original positions after an edit: a position gap).
+        """
+        n = len(context)
+        # The first continuation token is predicted at the context's last
+        # position, which therefore always runs (as a fully cached prompt's
+        # last token does).
+        cached = min(cached, n - 1)
+        toks = list(context[cached:]) + list(continuation)
+        first = 0 if every else n - 1 - cached
+        out = self.paged.forward(
+            toks,
+            cached + rope_shift,
+            self.arena,
+            self.prefix(cached),
+            None,
+            every=True,
+            logits_from=first,
+        )
+        assert out is not None
+        return out if every else out[: len(continuation)]
+
     def score(
         self,
         context: Sequence[int],
@@ -94,22 +130,20 @@ class LocalCache:
         *,
         rope_shift: int = 0,
     ) -> torch.Tensor:
-        """Teacher forcing: positions ``[cached, len(context))`` of the
-        context and the continuation run after the first ``cached`` rows
-        (written nowhere); returns the log-probabilities ``[len(continuation),
-        vocab]`` of each continuation token's prediction. ``rope_shift``
-        moves the new tokens' rotary positions (a cache that kept the
-        original positions after an edit: a position gap).
+        """The log-probabilities of each continuation token's prediction
+        (``logits`` in float64), ``[len(continuation), vocab]``.
         """
-        n = len(context)
-        # The first continuation token is predicted at the context's last
-        # position, which therefore always runs (as a fully cached prompt's
-        # last token does).
-        cached = min(cached, n - 1)
-        toks = list(context[cached:]) + list(continuation)
-        logits = self.paged.forward(
-            toks, cached + rope_shift, self.arena, self.prefix(cached), None, every=True
-        )
-        assert logits is not None
-        k = n - 1 - cached
-        return F.log_softmax(logits[k : k + len(continuation)].double(), dim=-1)
+        return log_probs(self.logits(context, cached, continuation, rope_shift=rope_shift))
+
+
+def continuation_logits(every: torch.Tensor, continuation: Sequence[int]) -> torch.Tensor:
+    """The continuation's predictions out of ``LocalCache.logits(every=True)``:
+    the rows from the context's last token to the continuation's next to
+    last (the last token predicts nothing scored).
+    """
+    return every[-len(continuation) - 1 : -1]
+
+
+def log_probs(logits: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities in float64 (KL of near-equal distributions needs it)."""
+    return F.log_softmax(logits.double(), dim=-1)

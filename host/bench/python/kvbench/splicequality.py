@@ -86,7 +86,7 @@ import torch
 from kvbench import qualityarms as arms
 from kvbench import qualityreport
 from kvbench.editcases import HELD_OUT_PER_SESSION, Case, build_cases, check_case
-from kvbench.localcache import LocalCache, read_cached_layers
+from kvbench.localcache import LocalCache, continuation_logits, log_probs, read_cached_layers
 from kvbench.qualityscore import Score, score
 from kvbench.traces import find_traces_dir
 from kvpilot import directives
@@ -291,7 +291,11 @@ class Runner:
         sp, _, _ = self.host_arm(c, lay, "splice", cap)
         self.rotation_check(c, orig, n_orig, sp, lay)
         ref_cache = arms.reference(sp, c, lay)
-        ref = ref_cache.score(c.edited, lay.cached, c.continuation)
+        # Every token's logits, for the control's check; the score's are
+        # among them.
+        ref_every = ref_cache.logits(c.edited, lay.cached, c.continuation, every=True)
+        ref = log_probs(continuation_logits(ref_every, c.continuation))
+        del ref_cache
 
         def put(
             name: str, lp: torch.Tensor, recomputed: int | None, computed: int | None = None
@@ -309,9 +313,10 @@ class Runner:
         put("splice", scored(sp), base)
 
         ctl, rec, _ = self.host_arm(c, lay, "control", cap, recompute_share=1.0)
-        self.control_check(ctl, ref_cache, c, lay)
-        put("control", scored(ctl), base + rec)
-        del ctl, ref_cache
+        ctl_every = ctl.logits(c.edited, lay.cached, c.continuation, every=True)
+        self.control_check(ctl_every, ref_every)
+        put("control", log_probs(continuation_logits(ctl_every, c.continuation)), base + rec)
+        del ctl, ctl_every, ref_every
 
         gp, shift = arms.gap(orig, n_orig, c)
         put("splice_gap", scored(gp, shift), base)
@@ -364,13 +369,11 @@ class Runner:
             res.wall_s,
         )
 
-    def control_check(self, ctl: LocalCache, ref: LocalCache, c: Case, lay: arms.Layout) -> None:
-        """The control's logits against the reference's, bit for bit."""
-        toks = c.edited[lay.cached :] + c.continuation
-        a = ctl.paged.forward(toks, lay.cached, ctl.arena, ctl.prefix(lay.cached), None, every=True)
-        b = ref.paged.forward(toks, lay.cached, ref.arena, ref.prefix(lay.cached), None, every=True)
-        assert a is not None and b is not None
-        diff = float((a - b).abs().max())
+    def control_check(self, ctl: torch.Tensor, ref: torch.Tensor) -> None:
+        """The control's logits against the reference's, every token run
+        (the request's new messages too), bit for bit.
+        """
+        diff = float((ctl - ref).abs().max())
         self.checks["control_max_abs_logit_diff"] = max(
             self.checks["control_max_abs_logit_diff"], diff
         )
