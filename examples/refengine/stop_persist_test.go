@@ -161,11 +161,7 @@ func TestSIGKILLDuringTheStopWriteLosesOnlyTheRest(t *testing.T) {
 // (its magic; the disk tier writes a record's header after its page).
 func pageFileHasRecord(t *testing.T, c config.Config) bool {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(c.DiskDir(), "*.pages"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
+	for _, f := range pageFiles(t, c) {
 		if b, err := os.ReadFile(f); err == nil && bytes.Contains(b, []byte("KVPG")) {
 			return true
 		}
@@ -177,16 +173,22 @@ func pageFileHasRecord(t *testing.T, c config.Config) bool {
 // (they are sparse: written pages add blocks).
 func pageFileBlocks(t *testing.T, c config.Config) int64 {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(c.DiskDir(), "*.pages"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n int64
-	for _, f := range files {
+	for _, f := range pageFiles(t, c) {
 		var st syscall.Stat_t
 		if syscall.Stat(f, &st) == nil {
 			n += st.Blocks
 		}
 	}
 	return n
+}
+
+// pageFiles are the disk tier's page files.
+func pageFiles(t *testing.T, c config.Config) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(c.DiskDir(), "*.pages"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }
