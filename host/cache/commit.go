@@ -29,12 +29,24 @@ type CommitResult struct {
 // collision) the pages before the bad one stay committed and the rest of
 // locs is returned in res.Unused.
 func (ix *Index) Commit(tenant string, h blockid.Hashes, locs []uint64, res *CommitResult) error {
+	return ix.CommitFrom(tenant, h, 0, locs, res)
+}
+
+// CommitFrom is Commit for pages [first, len(h.Sequence)) of h, written
+// into locs (one per page from first on). Pages [0, first) must already be
+// on the device: they are what the engine committed or matched before (a
+// prompt saved in several commits), named by hash alone. When one of them
+// is not (removed, or moved to a colder tier: a page on the device needs
+// its parent there), nothing is committed and the error wraps
+// ErrNotResident.
+func (ix *Index) CommitFrom(tenant string, h blockid.Hashes, first int, locs []uint64, res *CommitResult) error {
 	res.Stored, res.Present = 0, 0
 	res.Unused = res.Unused[:0]
-	if len(h.Local) != len(h.Sequence) || len(locs) != len(h.Local) {
+	n := len(h.Sequence)
+	if len(h.Local) != n || first < 0 || first > n || len(locs) != n-first {
 		res.Unused = append(res.Unused, locs...)
-		return fmt.Errorf("commit: %d local hashes, %d sequence hashes and %d locations must agree: %w",
-			len(h.Local), len(h.Sequence), len(locs), ErrBadArgument)
+		return fmt.Errorf("commit: %d local hashes, %d sequence hashes, first page %d and %d locations must agree: %w",
+			len(h.Local), n, first, len(locs), ErrBadArgument)
 	}
 	if len(locs) == 0 {
 		return nil
@@ -43,11 +55,19 @@ func (ix *Index) Commit(tenant string, h blockid.Hashes, locs []uint64, res *Com
 	now := ix.clock.Now()
 	parent := &ts.root
 	defer ix.afterMutation()
-	for i, seq := range h.Sequence {
-		c, err := ix.child(ts, parent, h.Local[i], seq)
+	for i := range first {
+		c := ts.bySeq[h.Sequence[i]]
+		if c == nil || c.parent != parent || c.local != h.Local[i] || !c.resident.Has(tier.Device) {
+			res.Unused = append(res.Unused, locs...)
+			return fmt.Errorf("commit pages %d-%d: page %d before them is no longer on the device: %w", first, n-1, i, ErrNotResident)
+		}
+		parent = c
+	}
+	for i, seq := range h.Sequence[first:] {
+		c, err := ix.child(ts, parent, h.Local[first+i], seq)
 		if err != nil {
 			res.Unused = append(res.Unused, locs[i:]...)
-			return fmt.Errorf("commit page %d of %d: %w", i, len(locs), err)
+			return fmt.Errorf("commit page %d of %d: %w", first+i, n, err)
 		}
 		c.lastAccess = now
 		if c.resident.Has(tier.Device) {

@@ -202,3 +202,42 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func nan() float64 { var z float64; return z / z }
+
+// CommitFrom names the pages before first by hash alone: they must be on
+// the device already, and the new pages hang from them.
+func TestCommitFromExtendsAPathOnTheDevice(t *testing.T) {
+	h := newHarness(t)
+	toks := tokens(1, 4*testPage)
+	hs := blockid.Compute(toks, testPage, blockid.Salt{Namespace: "a"})
+	var res CommitResult
+	first := blockid.Hashes{Local: hs.Local[:2], Sequence: hs.Sequence[:2]}
+	if err := h.ix.Commit("a", first, []uint64{11, 12}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ix.CommitFrom("a", hs, 2, []uint64{13, 14}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Stored != 2 || res.Present != 0 || len(res.Unused) != 0 {
+		t.Fatalf("commit from page 2: %+v", res)
+	}
+	for i, want := range []uint64{11, 12, 13, 14} {
+		if pi := h.info("a", hs.Sequence[i]); pi.Loc[tier.Device] != want || pi.Depth != i+1 {
+			t.Fatalf("page %d: %+v, want slot %d", i, pi, want)
+		}
+	}
+
+	// Sizes that do not agree, and a first page past the hashes.
+	wantErr(t, h.ix.CommitFrom("a", hs, 1, []uint64{1}, &res), ErrBadArgument)
+	if !slices.Equal(res.Unused, []uint64{1}) {
+		t.Fatalf("unused %v, want the offered slot back", res.Unused)
+	}
+	wantErr(t, h.ix.CommitFrom("a", hs, 5, nil, &res), ErrBadArgument)
+
+	// A page before first that the index does not hold: nothing changes.
+	other := blockid.Compute(cat(tokens(700, testPage), toks[testPage:]), testPage, blockid.Salt{Namespace: "a"})
+	wantErr(t, h.ix.CommitFrom("a", other, 2, []uint64{21, 22}, &res), ErrNotResident)
+	if res.Stored != 0 || !slices.Equal(res.Unused, []uint64{21, 22}) {
+		t.Fatalf("after a missing earlier page: %+v", res)
+	}
+	h.check()
+}

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
 	"github.com/kvpilot/kvpilot/host/pool"
@@ -17,22 +19,40 @@ type Committed struct {
 }
 
 // Commit puts the first len(slots) full pages of tokens, which the engine
-// wrote into slots, into the cache, in steps: check the sizes, and under
-// the index lock check the slots, insert the pages, lock what the request
-// wrote and hand its slots to the index; then free the slots of pages the
-// index already had, and record the session's progress.
+// wrote into slots, into the cache: CommitFrom with the slots from the
+// root.
 func (s *Service) Commit(regID, reqID string, tokens, slots []uint32) (Committed, error) {
+	return s.CommitFrom(regID, reqID, tokens, 0, slots)
+}
+
+// CommitFrom puts the full pages [first, first+len(slots)) of tokens,
+// which the engine wrote into slots, into the cache, in steps: check the
+// sizes and that the pages before first are ones the request matched or
+// committed, and under the index lock check the slots, insert the pages,
+// lock what the request wrote and hand its slots to the index; then free
+// the slots of pages the index already had, and record the session's
+// progress.
+//
+// first > 0 is how a connector saves a prompt in several commits: its
+// earlier pages are unlocked once committed, so the host may have moved
+// them off the slots they were in and given those slots to other pages
+// (even back to this request), and the engine names them by their tokens
+// alone.
+func (s *Service) CommitFrom(regID, reqID string, tokens []uint32, first int, slots []uint32) (Committed, error) {
 	r, err := s.enter(regID, reqID)
 	if err != nil {
 		return Committed{}, err
 	}
 	defer r.leave()
 	ps := s.cfg.Index.PageSize()
-	if err := s.checkCommit(len(tokens), len(slots), ps); err != nil {
+	if err := s.checkCommit(len(tokens), first, len(slots), ps); err != nil {
 		return Committed{}, err
 	}
-	n := len(slots)
+	n := first + len(slots)
 	h := blockid.Compute(tokens[:n*ps], ps, r.salt)
+	if err := r.checkEarlier(h, first); err != nil {
+		return Committed{}, err
+	}
 	p := s.currentPools()
 	capSlots := p.Set.Memory(tier.Device).Stats().Capacity
 
@@ -48,10 +68,16 @@ func (s *Service) Commit(regID, reqID string, tokens, slots []uint32) (Committed
 			return
 		}
 		var locs []uint64
-		if locs, err = commitSlots(ix, r, h, slots, capSlots); err != nil {
+		if locs, err = commitSlots(ix, r, h, first, slots, capSlots); err != nil {
 			return
 		}
-		cerr = ix.Commit(r.tenant, h, locs, &res)
+		if cerr = ix.CommitFrom(r.tenant, h, first, locs, &res); errors.Is(cerr, cache.ErrNotResident) {
+			// Only a directive (a prune, a purge) moves a locked path: the
+			// request's earlier pages are gone, and the new ones have no
+			// parent to hang from.
+			err = errcode.New(errcode.UnknownBlock, "request %.64q: a page before page %d left the device before the pages from it were committed (%v)", r.id, first, cerr)
+			return
+		}
 		deepest = s.lockCommitted(ix, r, h, n)
 		free = s.handOver(ix, r, slots, res.Unused)
 	})
@@ -62,56 +88,84 @@ func (s *Service) Commit(regID, reqID string, tokens, slots []uint32) (Committed
 	s.recordCommitted(r, tokens, h, deepest+1, res.Stored)
 	s.kickStep()
 	if cerr != nil {
-		return Committed{}, mapIndexErr(cerr, "commit %d pages of request %.64q (the first %d were committed)", n, r.id, deepest+1)
+		return Committed{}, mapIndexErr(cerr, "commit pages %d-%d of request %.64q (the first %d are cached)", first, n-1, r.id, deepest+1)
 	}
 	return Committed{Stored: res.Stored, Present: res.Present, BlockHashes: h.Sequence}, nil
 }
 
 // checkCommit checks a Commit's sizes: tokens within the limit, and at
 // least one slot, no more than the full pages of its tokens.
-func (s *Service) checkCommit(tokens, slots, ps int) error {
+func (s *Service) checkCommit(tokens, first, slots, ps int) error {
 	full := tokens / ps
 	switch {
 	case tokens > s.cfg.MaxTokens:
 		return errcode.New(errcode.TooMany, "%d tokens, limit %d", tokens, s.cfg.MaxTokens)
 	case slots == 0:
 		return errcode.New(errcode.MissingField, "page_slots")
-	case slots > full:
-		return errcode.New(errcode.BadRequest, "%d page_slots for %d tokens: only %d full pages of %d tokens can be committed", slots, tokens, full, ps)
+	case first+slots > full:
+		return errcode.New(errcode.BadRequest, "%d page_slots from page %d for %d tokens: only %d full pages of %d tokens can be committed", slots, first, tokens, full, ps)
 	}
 	return nil
 }
 
-// commitSlots checks the offered slots and returns them as the pages'
-// device locations. Every slot must be one this request was allocated, or
-// the slot the page already has on the device (a matched page passed
-// back). ix is the index the caller holds.
-func commitSlots(ix *cache.Index, r *request, h blockid.Hashes, offered []uint32, capSlots int64) ([]uint64, error) {
+// checkEarlier checks that the pages before first are pages r matched or
+// committed: the tokens name them, and only the request's own record says
+// they were computed for it.
+func (r *request) checkEarlier(h blockid.Hashes, first int) error {
+	if first == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	known := len(r.hashes)
+	for i := range min(first, known) {
+		if r.hashes[i] != h.Sequence[i] {
+			known = i
+			break
+		}
+	}
+	if known < first {
+		return errcode.New(errcode.BadRequest, "first_page %d: request %.64q matched or committed only the first %d pages of these tokens; send page_slots from page %d", first, r.id, known, known)
+	}
+	return nil
+}
+
+// commitSlots checks the slots offered for pages [first, first+len) and
+// returns them as the pages' device locations. Every slot must be one this
+// request was allocated, or the slot the page already has on the device (a
+// matched page passed back). ix is the index the caller holds.
+func commitSlots(ix *cache.Index, r *request, h blockid.Hashes, first int, offered []uint32, capSlots int64) ([]uint64, error) {
 	locs := make([]uint64, len(offered))
 	seen := make(map[uint32]bool, len(offered))
-	for i, sl := range offered {
+	for j, sl := range offered {
+		i := first + j
 		if int64(sl) >= capSlots || seen[sl] {
-			return nil, errcode.New(errcode.InvalidSlot, "page_slots[%d] = %d: out of range (%d slots) or given twice", i, sl, capSlots)
+			return nil, errcode.New(errcode.InvalidSlot, "page_slots[%d] = %d: out of range (%d slots) or given twice", j, sl, capSlots)
 		}
 		seen[sl] = true
 		if _, ok := r.held.owned[pool.Slot(sl)]; !ok {
 			info, ok := ix.Lookup(r.tenant, h.Sequence[i])
 			if !ok || !info.Tiers.Has(tier.Device) || info.Loc[tier.Device] != uint64(sl) {
-				return nil, errcode.New(errcode.InvalidSlot, "page_slots[%d] = %d was not allocated to request %.64q and does not hold that page", i, sl, r.id)
+				return nil, errcode.New(errcode.InvalidSlot, "page_slots[%d] = %d (page %d) was not allocated to request %.64q and does not hold that page", j, sl, i, r.id)
 			}
 		}
-		locs[i] = uint64(sl)
+		locs[j] = uint64(sl)
 	}
 	return locs, nil
 }
 
 // lockCommitted locks the deepest committed page now in the index, so what
 // the request wrote stays while it decodes, and returns its index (-1:
-// none). A connector-mode engine decodes from its own copy and has loaded
-// its matched pages before it computes anything to commit: its staging
-// slots are unlocked, free to be demoted at once, so the staging tier need
-// only hold the pages in flight, not every running request's prompt. ix is
-// the index the caller holds.
+// none). ix is the index the caller holds.
+//
+// A connector-mode engine decodes from its own copy and has loaded its
+// matched pages before it computes anything to commit, so once its whole
+// prompt is committed its staging slots are unlocked, free to be demoted
+// at once: the staging tier need only hold the pages in flight, not every
+// running request's prompt. Until then (a prompt prefilled in chunks is
+// saved in several commits) the committed path stays locked, so the next
+// commit extends a path that is still on the device: unlocked, its pages
+// could be demoted and their slots handed to other pages in between.
 func (s *Service) lockCommitted(ix *cache.Index, r *request, h blockid.Hashes, n int) int {
 	deepest := -1
 	for i := n - 1; i >= 0; i-- {
@@ -120,15 +174,15 @@ func (s *Service) lockCommitted(ix *cache.Index, r *request, h blockid.Hashes, n
 			break
 		}
 	}
+	var err error
 	switch {
-	case r.reg.mode == ModeConnector:
-		if err := s.lockPath(ix, r, 0, false); err != nil {
-			s.cfg.Log.Error("unlocking staged pages failed", "request", r.id, "error", err)
-		}
-	case deepest >= 0 && deepest+1 > r.matched: // matched is fixed once the request is open
-		if err := s.lockPath(ix, r, h.Sequence[deepest], true); err != nil {
-			s.cfg.Log.Error("locking committed pages failed", "request", r.id, "error", err)
-		}
+	case r.reg.mode == ModeConnector && (deepest < 0 || deepest+1 >= len(r.prompt)/s.cfg.Index.PageSize()):
+		err = s.lockPath(ix, r, 0, false)
+	case deepest >= 0 && (r.reg.mode == ModeConnector || deepest+1 > r.matched): // matched is fixed once the request is open
+		err = s.lockPath(ix, r, h.Sequence[deepest], true)
+	}
+	if err != nil {
+		s.cfg.Log.Error("locking committed pages failed", "request", r.id, "error", err)
 	}
 	return deepest
 }

@@ -50,6 +50,7 @@ func FuzzEngineCalls(f *testing.F) {
 		{0, &pb.MatchRequest{RegistrationId: "REG", RequestId: "r2", Session: "s", Tokens: toks, LoadBackDeadlineMs: 5}},
 		{1, &pb.AllocateRequest{RegistrationId: "REG", RequestId: "r1", Pages: 3}},
 		{2, &pb.CommitRequest{RegistrationId: "REG", RequestId: "r1", Tokens: toks, PageSlots: []uint32{0, 1, 2}}},
+		{2, &pb.CommitRequest{RegistrationId: "REG", RequestId: "r1", Tokens: toks, PageSlots: []uint32{2}, FirstPage: 2}},
 		{3, &pb.ReleaseRequest{RegistrationId: "REG", RequestId: "r2"}},
 		{4, &pb.FinishRequest{RegistrationId: "REG", RequestId: "r1", Usage: &pb.Usage{InputTokens: 48},
 			CacheControl: &pb.CacheControl{Type: "ephemeral", Ttl: "5m"}}},

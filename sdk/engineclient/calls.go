@@ -93,9 +93,26 @@ type CommitResult struct {
 // Commit records the request's first len(pageSlots) full pages of tokens
 // (the whole sequence from position 0) as written into pageSlots.
 func (c *Client) Commit(ctx context.Context, requestID string, tokens, pageSlots []uint32) (CommitResult, error) {
+	return c.CommitFrom(ctx, requestID, tokens, 0, pageSlots)
+}
+
+// CommitFrom records full pages [firstPage, firstPage+len(pageSlots)) of
+// tokens (the whole sequence from position 0) as written into pageSlots;
+// the pages before firstPage are ones the request matched or committed
+// earlier. An engine that commits a prompt in several steps sends each
+// step's new pages this way: the host may have moved the earlier pages off
+// their slots since.
+//
+// A host that did not announce enginewire.FeatureCommitFirstPage would read
+// the slots as from the root: CommitFrom refuses (not_supported_yet) rather
+// than send it a firstPage.
+func (c *Client) CommitFrom(ctx context.Context, requestID string, tokens []uint32, firstPage int, pageSlots []uint32) (CommitResult, error) {
+	if firstPage > 0 && !c.Registration().Has(enginewire.FeatureCommitFirstPage) {
+		return CommitResult{}, errcode.New(errcode.NotSupportedYet, "commit from page %d: the host does not announce %s; commit every page's slot from the root", firstPage, enginewire.FeatureCommitFirstPage)
+	}
 	var resp *pb.CommitResponse
 	err := c.call(ctx, false, func(reg string) (err error) {
-		resp, err = c.rpc.Commit(ctx, &pb.CommitRequest{RegistrationId: reg, RequestId: requestID, Tokens: tokens, PageSlots: pageSlots}, waitReady)
+		resp, err = c.rpc.Commit(ctx, &pb.CommitRequest{RegistrationId: reg, RequestId: requestID, Tokens: tokens, PageSlots: pageSlots, FirstPage: uint32(firstPage)}, waitReady)
 		return err
 	})
 	if err != nil {

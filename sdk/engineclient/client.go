@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -102,7 +103,12 @@ type Registration struct {
 	CachedPages int
 	// Generation counts registrations by this client, from 1.
 	Generation int
+	// Features the host announced (enginewire.Feature*).
+	Features []string
 }
+
+// Has reports whether the host announced feature f.
+func (r Registration) Has(f string) bool { return slices.Contains(r.Features, f) }
 
 // Client is a registered engine's connection. It is safe for concurrent use.
 type Client struct {
@@ -236,6 +242,7 @@ func (c *Client) register(ctx context.Context, seen int) error {
 		ID: resp.GetRegistrationId(), BootID: resp.GetBootId(), WorkerID: resp.GetWorkerId(),
 		Fingerprint: resp.GetLayoutFingerprint(), PageSize: int(resp.GetPageSize()), PageBytes: int(resp.GetPageBytes()),
 		Reattached: resp.GetReattached(), Joined: resp.GetJoined(), CachedPages: int(resp.GetCachedPages()), Generation: seen + 1,
+		Features: resp.GetFeatures(),
 	}
 	if reg.PageSize != c.o.Layout.PageSize || reg.PageBytes != c.o.Layout.PageBytes() {
 		return fmt.Errorf("host answered page size %d and %d-byte pages; this engine's layout has %d and %d", reg.PageSize, reg.PageBytes, c.o.Layout.PageSize, c.o.Layout.PageBytes())

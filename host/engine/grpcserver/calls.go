@@ -43,7 +43,7 @@ func (s *Server) Allocate(ctx context.Context, req *pb.AllocateRequest) (*pb.All
 
 // Commit implements kvpilot.v1.Engine.
 func (s *Server) Commit(_ context.Context, req *pb.CommitRequest) (*pb.CommitResponse, error) {
-	c, err := s.eng.Commit(req.GetRegistrationId(), req.GetRequestId(), req.GetTokens(), req.GetPageSlots())
+	c, err := s.eng.CommitFrom(req.GetRegistrationId(), req.GetRequestId(), req.GetTokens(), int(req.GetFirstPage()), req.GetPageSlots())
 	if err != nil {
 		return nil, status(err)
 	}

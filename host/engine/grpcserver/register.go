@@ -11,6 +11,7 @@ import (
 	"github.com/kvpilot/kvpilot/host/rpcpeer"
 	"github.com/kvpilot/kvpilot/host/tier"
 	"github.com/kvpilot/kvpilot/kernels/rope"
+	"github.com/kvpilot/kvpilot/sdk/enginewire"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 	pb "github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1"
 )
@@ -68,6 +69,7 @@ func (s *Server) register(ctx context.Context, req *pb.RegisterRequest) (*pb.Reg
 		Mode:              modeToProto(r.Mode),
 		Reattached:        r.Reattached,
 		Joined:            r.Joined,
+		Features:          enginewire.HostFeatures,
 	}, nil
 }
 

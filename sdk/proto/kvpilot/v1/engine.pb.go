@@ -744,7 +744,13 @@ type RegisterResponse struct {
 	Mode EngineMode `protobuf:"varint,13,opt,name=mode,proto3,enum=kvpilot.v1.EngineMode" json:"mode,omitempty"`
 	// A connector-mode registration joined the live one of the same engine
 	// (another process of it) instead of replacing it.
-	Joined        bool `protobuf:"varint,14,opt,name=joined,proto3" json:"joined,omitempty"`
+	Joined bool `protobuf:"varint,14,opt,name=joined,proto3" json:"joined,omitempty"`
+	// What this host does beyond api_version 1, so that a newer engine uses
+	// it only with a host that has it (an older host ignores fields it does
+	// not know, and would read them as absent):
+	//
+	//	"commit_first_page": CommitRequest.first_page.
+	Features      []string `protobuf:"bytes,15,rep,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -875,6 +881,13 @@ func (x *RegisterResponse) GetJoined() bool {
 		return x.Joined
 	}
 	return false
+}
+
+func (x *RegisterResponse) GetFeatures() []string {
+	if x != nil {
+		return x.Features
+	}
+	return nil
 }
 
 // TokenSpan is [start, end) in token positions.
@@ -1353,9 +1366,16 @@ type CommitRequest struct {
 	// The request's whole sequence from position 0 (prompt, and output when
 	// committing generated tokens). Only full pages are committed.
 	Tokens []uint32 `protobuf:"varint,3,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
-	// One device slot per full page of tokens, root first: a slot matched or
-	// allocated for this request.
-	PageSlots     []uint32 `protobuf:"varint,4,rep,packed,name=page_slots,json=pageSlots,proto3" json:"page_slots,omitempty"`
+	// One device slot per full page of tokens from page first_page on: a slot
+	// matched or allocated for this request.
+	PageSlots []uint32 `protobuf:"varint,4,rep,packed,name=page_slots,json=pageSlots,proto3" json:"page_slots,omitempty"`
+	// Pages before first_page are pages this request matched or committed
+	// earlier; they are named by the tokens alone. A connector that saves a
+	// prompt in several commits sends only the new pages' slots: the host
+	// may have moved the earlier pages off the slots it had them in (they are
+	// unlocked once committed) and given those slots to other pages since.
+	// 0: page_slots start at the root.
+	FirstPage     uint32 `protobuf:"varint,5,opt,name=first_page,json=firstPage,proto3" json:"first_page,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1416,6 +1436,13 @@ func (x *CommitRequest) GetPageSlots() []uint32 {
 		return x.PageSlots
 	}
 	return nil
+}
+
+func (x *CommitRequest) GetFirstPage() uint32 {
+	if x != nil {
+		return x.FirstPage
+	}
+	return 0
 }
 
 type CommitResponse struct {
@@ -2316,7 +2343,7 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\bcuda_ipc\x18\x06 \x01(\fR\acudaIpc\x12\x16\n" +
 	"\x06pinned\x18\a \x01(\bR\x06pinned\x12%\n" +
 	"\x0edevice_ordinal\x18\b \x01(\x05R\rdeviceOrdinal\x12\x18\n" +
-	"\astaging\x18\t \x01(\bR\astaging\"\xea\x03\n" +
+	"\astaging\x18\t \x01(\bR\astaging\"\x86\x04\n" +
 	"\x10RegisterResponse\x12'\n" +
 	"\x0fregistration_id\x18\x01 \x01(\tR\x0eregistrationId\x12\x17\n" +
 	"\aboot_id\x18\x02 \x01(\tR\x06bootId\x12\x1b\n" +
@@ -2336,7 +2363,8 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"apiVersion\x12!\n" +
 	"\fcached_pages\x18\f \x01(\x04R\vcachedPages\x12*\n" +
 	"\x04mode\x18\r \x01(\x0e2\x16.kvpilot.v1.EngineModeR\x04mode\x12\x16\n" +
-	"\x06joined\x18\x0e \x01(\bR\x06joined\"3\n" +
+	"\x06joined\x18\x0e \x01(\bR\x06joined\x12\x1a\n" +
+	"\bfeatures\x18\x0f \x03(\tR\bfeatures\"3\n" +
 	"\tTokenSpan\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\rR\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\rR\x03end\"\xdb\x01\n" +
@@ -2379,14 +2407,16 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\x10AllocateResponse\x12\x1d\n" +
 	"\n" +
 	"page_slots\x18\x01 \x03(\rR\tpageSlots\x12#\n" +
-	"\revicted_pages\x18\x02 \x01(\rR\fevictedPages\"\x8e\x01\n" +
+	"\revicted_pages\x18\x02 \x01(\rR\fevictedPages\"\xad\x01\n" +
 	"\rCommitRequest\x12'\n" +
 	"\x0fregistration_id\x18\x01 \x01(\tR\x0eregistrationId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x16\n" +
 	"\x06tokens\x18\x03 \x03(\rR\x06tokens\x12\x1d\n" +
 	"\n" +
-	"page_slots\x18\x04 \x03(\rR\tpageSlots\"e\n" +
+	"page_slots\x18\x04 \x03(\rR\tpageSlots\x12\x1d\n" +
+	"\n" +
+	"first_page\x18\x05 \x01(\rR\tfirstPage\"e\n" +
 	"\x0eCommitResponse\x12\x16\n" +
 	"\x06stored\x18\x01 \x01(\rR\x06stored\x12\x18\n" +
 	"\apresent\x18\x02 \x01(\rR\apresent\x12!\n" +

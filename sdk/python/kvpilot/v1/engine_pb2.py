@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from kvpilot.v1 import common_pb2 as kvpilot_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17kvpilot/v1/engine.proto\x12\nkvpilot.v1\x1a\x17kvpilot/v1/common.proto\"9\n\x08KVBuffer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05heads\x18\x02 \x01(\r\x12\x10\n\x08head_dim\x18\x03 \x01(\r\"G\n\tRopeSlice\x12\x0e\n\x06\x62uffer\x18\x01 \x01(\r\x12\x0e\n\x06offset\x18\x02 \x01(\r\x12\x0b\n\x03\x64im\x18\x03 \x01(\r\x12\r\n\x05style\x18\x04 \x01(\t\"\xfa\x01\n\x0bRopeScaling\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61\x63tor\x18\x02 \x01(\x01\x12\x1d\n\x15original_max_position\x18\x03 \x01(\r\x12\x17\n\x0flow_freq_factor\x18\x04 \x01(\x01\x12\x18\n\x10high_freq_factor\x18\x05 \x01(\x01\x12\x11\n\tbeta_fast\x18\x06 \x01(\x01\x12\x11\n\tbeta_slow\x18\x07 \x01(\x01\x12\x0e\n\x06mscale\x18\x08 \x01(\x01\x12\x16\n\x0emscale_all_dim\x18\t \x01(\x01\x12\x18\n\x10\x61ttention_factor\x18\n \x01(\x01\x12\x13\n\x0bno_truncate\x18\x0b \x01(\x08\"D\n\nRopeConfig\x12\x0c\n\x04\x62\x61se\x18\x01 \x01(\x01\x12(\n\x07scaling\x18\x02 \x01(\x0b\x32\x17.kvpilot.v1.RopeScaling\"\xc0\x02\n\x0fRegisterRequest\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\r\x12\x11\n\tengine_id\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\r\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x0e\n\x06layers\x18\x06 \x01(\r\x12%\n\x07\x62uffers\x18\x07 \x03(\x0b\x32\x14.kvpilot.v1.KVBuffer\x12)\n\nrope_slice\x18\x08 \x01(\x0b\x32\x15.kvpilot.v1.RopeSlice\x12$\n\x04rope\x18\t \x01(\x0b\x32\x16.kvpilot.v1.RopeConfig\x12\x13\n\x0breset_cache\x18\n \x01(\x08\x12$\n\x04mode\x18\x0b \x01(\x0e\x32\x16.kvpilot.v1.EngineMode\x12\x11\n\trecompute\x18\x0c \x01(\x08\"\xbd\x01\n\nPoolHandle\x12\x1e\n\x04tier\x18\x01 \x01(\x0e\x32\x10.kvpilot.v1.Tier\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\r\n\x05slots\x18\x04 \x01(\r\x12\x13\n\x0b\x61rrangement\x18\x05 \x01(\t\x12\x10\n\x08\x63uda_ipc\x18\x06 \x01(\x0c\x12\x0e\n\x06pinned\x18\x07 \x01(\x08\x12\x16\n\x0e\x64\x65vice_ordinal\x18\x08 \x01(\x05\x12\x0f\n\x07staging\x18\t \x01(\x08\"\xd3\x02\n\x10RegisterResponse\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62oot_id\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x1a\n\x12layout_fingerprint\x18\x04 \x01(\x06\x12\x11\n\tpage_size\x18\x05 \x01(\r\x12\x12\n\npage_bytes\x18\x06 \x01(\x04\x12%\n\x05pools\x18\x07 \x03(\x0b\x32\x16.kvpilot.v1.PoolHandle\x12\x11\n\tfd_socket\x18\x08 \x01(\t\x12\x10\n\x08\x66\x64_token\x18\t \x01(\x0c\x12\x12\n\nreattached\x18\n \x01(\x08\x12\x13\n\x0b\x61pi_version\x18\x0b \x01(\r\x12\x14\n\x0c\x63\x61\x63hed_pages\x18\x0c \x01(\x04\x12$\n\x04mode\x18\r \x01(\x0e\x32\x16.kvpilot.v1.EngineMode\x12\x0e\n\x06joined\x18\x0e \x01(\x08\"\'\n\tTokenSpan\x12\r\n\x05start\x18\x01 \x01(\r\x12\x0b\n\x03\x65nd\x18\x02 \x01(\r\"\xa4\x01\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12#\n\x04span\x18\x04 \x01(\x0b\x32\x15.kvpilot.v1.TokenSpan\x12\'\n\x08thinking\x18\x05 \x03(\x0b\x32\x15.kvpilot.v1.TokenSpan\x12\x15\n\rthinking_text\x18\x06 \x01(\t\"\xb6\x01\n\x0cMatchRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0f\n\x07session\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x0e\n\x06tokens\x18\x05 \x03(\r\x12)\n\x08messages\x18\x06 \x03(\x0b\x32\x17.kvpilot.v1.ChatMessage\x12\x1d\n\x15load_back_deadline_ms\x18\x07 \x01(\r\"\xee\x01\n\rMatchResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\x12\x12\n\npage_slots\x18\x03 \x03(\r\x12\x14\n\x0c\x62lock_hashes\x18\x04 \x03(\x06\x12\x14\n\x0cloaded_pages\x18\x05 \x01(\r\x12\x14\n\x0cloaded_bytes\x18\x06 \x01(\x04\x12\x14\n\x0cload_back_us\x18\x07 \x01(\r\x12\x1c\n\x14load_back_incomplete\x18\x08 \x01(\x08\x12\x15\n\rdropped_pages\x18\t \x01(\r\x12\x11\n\tpage_size\x18\n \x01(\r\"M\n\x0f\x41llocateRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\r\n\x05pages\x18\x03 \x01(\r\"=\n\x10\x41llocateResponse\x12\x12\n\npage_slots\x18\x01 \x03(\r\x12\x15\n\revicted_pages\x18\x02 \x01(\r\"`\n\rCommitRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0e\n\x06tokens\x18\x03 \x03(\r\x12\x12\n\npage_slots\x18\x04 \x03(\r\"G\n\x0e\x43ommitResponse\x12\x0e\n\x06stored\x18\x01 \x01(\r\x12\x0f\n\x07present\x18\x02 \x01(\r\x12\x14\n\x0c\x62lock_hashes\x18\x03 \x03(\x06\"=\n\x0eReleaseRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"&\n\x0fReleaseResponse\x12\x13\n\x0b\x66reed_slots\x18\x01 \x01(\r\"e\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x04\x12\x15\n\rcached_tokens\x18\x02 \x01(\x04\x12\x15\n\routput_tokens\x18\x03 \x01(\x04\x12\x18\n\x10reasoning_tokens\x18\x04 \x01(\x04\")\n\x0c\x43\x61\x63heControl\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0b\n\x03ttl\x18\x02 \x01(\t\"\xab\x01\n\rFinishRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12 \n\x05usage\x18\x03 \x01(\x0b\x32\x11.kvpilot.v1.Usage\x12/\n\rcache_control\x18\x04 \x01(\x0b\x32\x18.kvpilot.v1.CacheControl\x12\x1a\n\x12\x63\x61\x63he_control_json\x18\x05 \x01(\t\"\x98\x01\n\x0e\x46inishResponse\x12\x13\n\x0b\x66reed_slots\x18\x01 \x01(\r\x12\x0e\n\x06pinned\x18\x02 \x01(\x08\x12\x15\n\rpinned_blocks\x18\x03 \x01(\r\x12\x14\n\x0ctotal_blocks\x18\x04 \x01(\r\x12\x0e\n\x06ttl_ms\x18\x05 \x01(\x04\x12$\n\tpin_error\x18\x06 \x01(\x0b\x32\x11.kvpilot.v1.Error\",\n\x11\x46illOrdersRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\"\xed\x01\n\tFillOrder\x12\x10\n\x08order_id\x18\x01 \x01(\t\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x10\n\x08position\x18\x04 \x01(\r\x12\x0e\n\x06tokens\x18\x05 \x03(\r\x12\x12\n\npage_slots\x18\x06 \x03(\r\x12\x14\n\x0c\x66irst_offset\x18\x07 \x01(\r\x12\x19\n\x11prefix_page_slots\x18\x08 \x03(\r\x12\x11\n\tpositions\x18\t \x03(\r\x12\x33\n\ncandidates\x18\n \x01(\x0b\x32\x1f.kvpilot.v1.RecomputeCandidates\"u\n\x13RecomputeCandidates\x12\x11\n\tpositions\x18\x01 \x03(\r\x12\x0e\n\x06tokens\x18\x02 \x03(\r\x12\r\n\x05share\x18\x03 \x01(\x01\x12\x0e\n\x06max_kl\x18\x04 \x01(\x01\x12\x0e\n\x06region\x18\x05 \x01(\r\x12\x0c\n\x04\x65\x63ho\x18\x06 \x03(\r\"\x85\x01\n\x13\x43ompleteFillRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x10\n\x08order_id\x18\x02 \x01(\t\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x12\n\nrecomputed\x18\x05 \x01(\r\x12\x14\n\x0c\x65stimated_kl\x18\x06 \x01(\x01\"\x16\n\x14\x43ompleteFillResponse*P\n\x10\x45ngineApiVersion\x12\"\n\x1e\x45NGINE_API_VERSION_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45NGINE_API_VERSION_1\x10\x01*[\n\nEngineMode\x12\x1b\n\x17\x45NGINE_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x45NGINE_MODE_ARENA\x10\x01\x12\x19\n\x15\x45NGINE_MODE_CONNECTOR\x10\x02\x32\xb3\x04\n\x06\x45ngine\x12\x45\n\x08Register\x12\x1b.kvpilot.v1.RegisterRequest\x1a\x1c.kvpilot.v1.RegisterResponse\x12<\n\x05Match\x12\x18.kvpilot.v1.MatchRequest\x1a\x19.kvpilot.v1.MatchResponse\x12\x45\n\x08\x41llocate\x12\x1b.kvpilot.v1.AllocateRequest\x1a\x1c.kvpilot.v1.AllocateResponse\x12?\n\x06\x43ommit\x12\x19.kvpilot.v1.CommitRequest\x1a\x1a.kvpilot.v1.CommitResponse\x12\x42\n\x07Release\x12\x1a.kvpilot.v1.ReleaseRequest\x1a\x1b.kvpilot.v1.ReleaseResponse\x12?\n\x06\x46inish\x12\x19.kvpilot.v1.FinishRequest\x1a\x1a.kvpilot.v1.FinishResponse\x12\x44\n\nFillOrders\x12\x1d.kvpilot.v1.FillOrdersRequest\x1a\x15.kvpilot.v1.FillOrder0\x01\x12Q\n\x0c\x43ompleteFill\x12\x1f.kvpilot.v1.CompleteFillRequest\x1a .kvpilot.v1.CompleteFillResponseB;Z9github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1;kvpilotv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17kvpilot/v1/engine.proto\x12\nkvpilot.v1\x1a\x17kvpilot/v1/common.proto\"9\n\x08KVBuffer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05heads\x18\x02 \x01(\r\x12\x10\n\x08head_dim\x18\x03 \x01(\r\"G\n\tRopeSlice\x12\x0e\n\x06\x62uffer\x18\x01 \x01(\r\x12\x0e\n\x06offset\x18\x02 \x01(\r\x12\x0b\n\x03\x64im\x18\x03 \x01(\r\x12\r\n\x05style\x18\x04 \x01(\t\"\xfa\x01\n\x0bRopeScaling\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61\x63tor\x18\x02 \x01(\x01\x12\x1d\n\x15original_max_position\x18\x03 \x01(\r\x12\x17\n\x0flow_freq_factor\x18\x04 \x01(\x01\x12\x18\n\x10high_freq_factor\x18\x05 \x01(\x01\x12\x11\n\tbeta_fast\x18\x06 \x01(\x01\x12\x11\n\tbeta_slow\x18\x07 \x01(\x01\x12\x0e\n\x06mscale\x18\x08 \x01(\x01\x12\x16\n\x0emscale_all_dim\x18\t \x01(\x01\x12\x18\n\x10\x61ttention_factor\x18\n \x01(\x01\x12\x13\n\x0bno_truncate\x18\x0b \x01(\x08\"D\n\nRopeConfig\x12\x0c\n\x04\x62\x61se\x18\x01 \x01(\x01\x12(\n\x07scaling\x18\x02 \x01(\x0b\x32\x17.kvpilot.v1.RopeScaling\"\xc0\x02\n\x0fRegisterRequest\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\r\x12\x11\n\tengine_id\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\r\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x0e\n\x06layers\x18\x06 \x01(\r\x12%\n\x07\x62uffers\x18\x07 \x03(\x0b\x32\x14.kvpilot.v1.KVBuffer\x12)\n\nrope_slice\x18\x08 \x01(\x0b\x32\x15.kvpilot.v1.RopeSlice\x12$\n\x04rope\x18\t \x01(\x0b\x32\x16.kvpilot.v1.RopeConfig\x12\x13\n\x0breset_cache\x18\n \x01(\x08\x12$\n\x04mode\x18\x0b \x01(\x0e\x32\x16.kvpilot.v1.EngineMode\x12\x11\n\trecompute\x18\x0c \x01(\x08\"\xbd\x01\n\nPoolHandle\x12\x1e\n\x04tier\x18\x01 \x01(\x0e\x32\x10.kvpilot.v1.Tier\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\r\n\x05slots\x18\x04 \x01(\r\x12\x13\n\x0b\x61rrangement\x18\x05 \x01(\t\x12\x10\n\x08\x63uda_ipc\x18\x06 \x01(\x0c\x12\x0e\n\x06pinned\x18\x07 \x01(\x08\x12\x16\n\x0e\x64\x65vice_ordinal\x18\x08 \x01(\x05\x12\x0f\n\x07staging\x18\t \x01(\x08\"\xe5\x02\n\x10RegisterResponse\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x0f\n\x07\x62oot_id\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x1a\n\x12layout_fingerprint\x18\x04 \x01(\x06\x12\x11\n\tpage_size\x18\x05 \x01(\r\x12\x12\n\npage_bytes\x18\x06 \x01(\x04\x12%\n\x05pools\x18\x07 \x03(\x0b\x32\x16.kvpilot.v1.PoolHandle\x12\x11\n\tfd_socket\x18\x08 \x01(\t\x12\x10\n\x08\x66\x64_token\x18\t \x01(\x0c\x12\x12\n\nreattached\x18\n \x01(\x08\x12\x13\n\x0b\x61pi_version\x18\x0b \x01(\r\x12\x14\n\x0c\x63\x61\x63hed_pages\x18\x0c \x01(\x04\x12$\n\x04mode\x18\r \x01(\x0e\x32\x16.kvpilot.v1.EngineMode\x12\x0e\n\x06joined\x18\x0e \x01(\x08\x12\x10\n\x08\x66\x65\x61tures\x18\x0f \x03(\t\"\'\n\tTokenSpan\x12\r\n\x05start\x18\x01 \x01(\r\x12\x0b\n\x03\x65nd\x18\x02 \x01(\r\"\xa4\x01\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12#\n\x04span\x18\x04 \x01(\x0b\x32\x15.kvpilot.v1.TokenSpan\x12\'\n\x08thinking\x18\x05 \x03(\x0b\x32\x15.kvpilot.v1.TokenSpan\x12\x15\n\rthinking_text\x18\x06 \x01(\t\"\xb6\x01\n\x0cMatchRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0f\n\x07session\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x0e\n\x06tokens\x18\x05 \x03(\r\x12)\n\x08messages\x18\x06 \x03(\x0b\x32\x17.kvpilot.v1.ChatMessage\x12\x1d\n\x15load_back_deadline_ms\x18\x07 \x01(\r\"\xee\x01\n\rMatchResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x15\n\rcached_tokens\x18\x02 \x01(\r\x12\x12\n\npage_slots\x18\x03 \x03(\r\x12\x14\n\x0c\x62lock_hashes\x18\x04 \x03(\x06\x12\x14\n\x0cloaded_pages\x18\x05 \x01(\r\x12\x14\n\x0cloaded_bytes\x18\x06 \x01(\x04\x12\x14\n\x0cload_back_us\x18\x07 \x01(\r\x12\x1c\n\x14load_back_incomplete\x18\x08 \x01(\x08\x12\x15\n\rdropped_pages\x18\t \x01(\r\x12\x11\n\tpage_size\x18\n \x01(\r\"M\n\x0f\x41llocateRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\r\n\x05pages\x18\x03 \x01(\r\"=\n\x10\x41llocateResponse\x12\x12\n\npage_slots\x18\x01 \x03(\r\x12\x15\n\revicted_pages\x18\x02 \x01(\r\"t\n\rCommitRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0e\n\x06tokens\x18\x03 \x03(\r\x12\x12\n\npage_slots\x18\x04 \x03(\r\x12\x12\n\nfirst_page\x18\x05 \x01(\r\"G\n\x0e\x43ommitResponse\x12\x0e\n\x06stored\x18\x01 \x01(\r\x12\x0f\n\x07present\x18\x02 \x01(\r\x12\x14\n\x0c\x62lock_hashes\x18\x03 \x03(\x06\"=\n\x0eReleaseRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"&\n\x0fReleaseResponse\x12\x13\n\x0b\x66reed_slots\x18\x01 \x01(\r\"e\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x04\x12\x15\n\rcached_tokens\x18\x02 \x01(\x04\x12\x15\n\routput_tokens\x18\x03 \x01(\x04\x12\x18\n\x10reasoning_tokens\x18\x04 \x01(\x04\")\n\x0c\x43\x61\x63heControl\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0b\n\x03ttl\x18\x02 \x01(\t\"\xab\x01\n\rFinishRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12 \n\x05usage\x18\x03 \x01(\x0b\x32\x11.kvpilot.v1.Usage\x12/\n\rcache_control\x18\x04 \x01(\x0b\x32\x18.kvpilot.v1.CacheControl\x12\x1a\n\x12\x63\x61\x63he_control_json\x18\x05 \x01(\t\"\x98\x01\n\x0e\x46inishResponse\x12\x13\n\x0b\x66reed_slots\x18\x01 \x01(\r\x12\x0e\n\x06pinned\x18\x02 \x01(\x08\x12\x15\n\rpinned_blocks\x18\x03 \x01(\r\x12\x14\n\x0ctotal_blocks\x18\x04 \x01(\r\x12\x0e\n\x06ttl_ms\x18\x05 \x01(\x04\x12$\n\tpin_error\x18\x06 \x01(\x0b\x32\x11.kvpilot.v1.Error\",\n\x11\x46illOrdersRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\"\xed\x01\n\tFillOrder\x12\x10\n\x08order_id\x18\x01 \x01(\t\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x10\n\x08position\x18\x04 \x01(\r\x12\x0e\n\x06tokens\x18\x05 \x03(\r\x12\x12\n\npage_slots\x18\x06 \x03(\r\x12\x14\n\x0c\x66irst_offset\x18\x07 \x01(\r\x12\x19\n\x11prefix_page_slots\x18\x08 \x03(\r\x12\x11\n\tpositions\x18\t \x03(\r\x12\x33\n\ncandidates\x18\n \x01(\x0b\x32\x1f.kvpilot.v1.RecomputeCandidates\"u\n\x13RecomputeCandidates\x12\x11\n\tpositions\x18\x01 \x03(\r\x12\x0e\n\x06tokens\x18\x02 \x03(\r\x12\r\n\x05share\x18\x03 \x01(\x01\x12\x0e\n\x06max_kl\x18\x04 \x01(\x01\x12\x0e\n\x06region\x18\x05 \x01(\r\x12\x0c\n\x04\x65\x63ho\x18\x06 \x03(\r\"\x85\x01\n\x13\x43ompleteFillRequest\x12\x17\n\x0fregistration_id\x18\x01 \x01(\t\x12\x10\n\x08order_id\x18\x02 \x01(\t\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x12\n\nrecomputed\x18\x05 \x01(\r\x12\x14\n\x0c\x65stimated_kl\x18\x06 \x01(\x01\"\x16\n\x14\x43ompleteFillResponse*P\n\x10\x45ngineApiVersion\x12\"\n\x1e\x45NGINE_API_VERSION_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45NGINE_API_VERSION_1\x10\x01*[\n\nEngineMode\x12\x1b\n\x17\x45NGINE_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x45NGINE_MODE_ARENA\x10\x01\x12\x19\n\x15\x45NGINE_MODE_CONNECTOR\x10\x02\x32\xb3\x04\n\x06\x45ngine\x12\x45\n\x08Register\x12\x1b.kvpilot.v1.RegisterRequest\x1a\x1c.kvpilot.v1.RegisterResponse\x12<\n\x05Match\x12\x18.kvpilot.v1.MatchRequest\x1a\x19.kvpilot.v1.MatchResponse\x12\x45\n\x08\x41llocate\x12\x1b.kvpilot.v1.AllocateRequest\x1a\x1c.kvpilot.v1.AllocateResponse\x12?\n\x06\x43ommit\x12\x19.kvpilot.v1.CommitRequest\x1a\x1a.kvpilot.v1.CommitResponse\x12\x42\n\x07Release\x12\x1a.kvpilot.v1.ReleaseRequest\x1a\x1b.kvpilot.v1.ReleaseResponse\x12?\n\x06\x46inish\x12\x19.kvpilot.v1.FinishRequest\x1a\x1a.kvpilot.v1.FinishResponse\x12\x44\n\nFillOrders\x12\x1d.kvpilot.v1.FillOrdersRequest\x1a\x15.kvpilot.v1.FillOrder0\x01\x12Q\n\x0c\x43ompleteFill\x12\x1f.kvpilot.v1.CompleteFillRequest\x1a .kvpilot.v1.CompleteFillResponseB;Z9github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1;kvpilotv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,10 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kvpilot.v1.engine_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z9github.com/kvpilot/kvpilot/sdk/proto/kvpilot/v1;kvpilotv1'
-  _globals['_ENGINEAPIVERSION']._serialized_start=3466
-  _globals['_ENGINEAPIVERSION']._serialized_end=3546
-  _globals['_ENGINEMODE']._serialized_start=3548
-  _globals['_ENGINEMODE']._serialized_end=3639
+  _globals['_ENGINEAPIVERSION']._serialized_start=3504
+  _globals['_ENGINEAPIVERSION']._serialized_end=3584
+  _globals['_ENGINEMODE']._serialized_start=3586
+  _globals['_ENGINEMODE']._serialized_end=3677
   _globals['_KVBUFFER']._serialized_start=64
   _globals['_KVBUFFER']._serialized_end=121
   _globals['_ROPESLICE']._serialized_start=123
@@ -50,45 +50,45 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_POOLHANDLE']._serialized_start=843
   _globals['_POOLHANDLE']._serialized_end=1032
   _globals['_REGISTERRESPONSE']._serialized_start=1035
-  _globals['_REGISTERRESPONSE']._serialized_end=1374
-  _globals['_TOKENSPAN']._serialized_start=1376
-  _globals['_TOKENSPAN']._serialized_end=1415
-  _globals['_CHATMESSAGE']._serialized_start=1418
-  _globals['_CHATMESSAGE']._serialized_end=1582
-  _globals['_MATCHREQUEST']._serialized_start=1585
-  _globals['_MATCHREQUEST']._serialized_end=1767
-  _globals['_MATCHRESPONSE']._serialized_start=1770
-  _globals['_MATCHRESPONSE']._serialized_end=2008
-  _globals['_ALLOCATEREQUEST']._serialized_start=2010
-  _globals['_ALLOCATEREQUEST']._serialized_end=2087
-  _globals['_ALLOCATERESPONSE']._serialized_start=2089
-  _globals['_ALLOCATERESPONSE']._serialized_end=2150
-  _globals['_COMMITREQUEST']._serialized_start=2152
-  _globals['_COMMITREQUEST']._serialized_end=2248
-  _globals['_COMMITRESPONSE']._serialized_start=2250
-  _globals['_COMMITRESPONSE']._serialized_end=2321
-  _globals['_RELEASEREQUEST']._serialized_start=2323
-  _globals['_RELEASEREQUEST']._serialized_end=2384
-  _globals['_RELEASERESPONSE']._serialized_start=2386
-  _globals['_RELEASERESPONSE']._serialized_end=2424
-  _globals['_USAGE']._serialized_start=2426
-  _globals['_USAGE']._serialized_end=2527
-  _globals['_CACHECONTROL']._serialized_start=2529
-  _globals['_CACHECONTROL']._serialized_end=2570
-  _globals['_FINISHREQUEST']._serialized_start=2573
-  _globals['_FINISHREQUEST']._serialized_end=2744
-  _globals['_FINISHRESPONSE']._serialized_start=2747
-  _globals['_FINISHRESPONSE']._serialized_end=2899
-  _globals['_FILLORDERSREQUEST']._serialized_start=2901
-  _globals['_FILLORDERSREQUEST']._serialized_end=2945
-  _globals['_FILLORDER']._serialized_start=2948
-  _globals['_FILLORDER']._serialized_end=3185
-  _globals['_RECOMPUTECANDIDATES']._serialized_start=3187
-  _globals['_RECOMPUTECANDIDATES']._serialized_end=3304
-  _globals['_COMPLETEFILLREQUEST']._serialized_start=3307
-  _globals['_COMPLETEFILLREQUEST']._serialized_end=3440
-  _globals['_COMPLETEFILLRESPONSE']._serialized_start=3442
-  _globals['_COMPLETEFILLRESPONSE']._serialized_end=3464
-  _globals['_ENGINE']._serialized_start=3642
-  _globals['_ENGINE']._serialized_end=4205
+  _globals['_REGISTERRESPONSE']._serialized_end=1392
+  _globals['_TOKENSPAN']._serialized_start=1394
+  _globals['_TOKENSPAN']._serialized_end=1433
+  _globals['_CHATMESSAGE']._serialized_start=1436
+  _globals['_CHATMESSAGE']._serialized_end=1600
+  _globals['_MATCHREQUEST']._serialized_start=1603
+  _globals['_MATCHREQUEST']._serialized_end=1785
+  _globals['_MATCHRESPONSE']._serialized_start=1788
+  _globals['_MATCHRESPONSE']._serialized_end=2026
+  _globals['_ALLOCATEREQUEST']._serialized_start=2028
+  _globals['_ALLOCATEREQUEST']._serialized_end=2105
+  _globals['_ALLOCATERESPONSE']._serialized_start=2107
+  _globals['_ALLOCATERESPONSE']._serialized_end=2168
+  _globals['_COMMITREQUEST']._serialized_start=2170
+  _globals['_COMMITREQUEST']._serialized_end=2286
+  _globals['_COMMITRESPONSE']._serialized_start=2288
+  _globals['_COMMITRESPONSE']._serialized_end=2359
+  _globals['_RELEASEREQUEST']._serialized_start=2361
+  _globals['_RELEASEREQUEST']._serialized_end=2422
+  _globals['_RELEASERESPONSE']._serialized_start=2424
+  _globals['_RELEASERESPONSE']._serialized_end=2462
+  _globals['_USAGE']._serialized_start=2464
+  _globals['_USAGE']._serialized_end=2565
+  _globals['_CACHECONTROL']._serialized_start=2567
+  _globals['_CACHECONTROL']._serialized_end=2608
+  _globals['_FINISHREQUEST']._serialized_start=2611
+  _globals['_FINISHREQUEST']._serialized_end=2782
+  _globals['_FINISHRESPONSE']._serialized_start=2785
+  _globals['_FINISHRESPONSE']._serialized_end=2937
+  _globals['_FILLORDERSREQUEST']._serialized_start=2939
+  _globals['_FILLORDERSREQUEST']._serialized_end=2983
+  _globals['_FILLORDER']._serialized_start=2986
+  _globals['_FILLORDER']._serialized_end=3223
+  _globals['_RECOMPUTECANDIDATES']._serialized_start=3225
+  _globals['_RECOMPUTECANDIDATES']._serialized_end=3342
+  _globals['_COMPLETEFILLREQUEST']._serialized_start=3345
+  _globals['_COMPLETEFILLREQUEST']._serialized_end=3478
+  _globals['_COMPLETEFILLRESPONSE']._serialized_start=3480
+  _globals['_COMPLETEFILLRESPONSE']._serialized_end=3502
+  _globals['_ENGINE']._serialized_start=3680
+  _globals['_ENGINE']._serialized_end=4243
 # @@protoc_insertion_point(module_scope)

@@ -131,7 +131,7 @@ class PoolHandle(_message.Message):
     def __init__(self, tier: _Optional[_Union[_common_pb2.Tier, str]] = ..., kind: _Optional[str] = ..., size_bytes: _Optional[int] = ..., slots: _Optional[int] = ..., arrangement: _Optional[str] = ..., cuda_ipc: _Optional[bytes] = ..., pinned: _Optional[bool] = ..., device_ordinal: _Optional[int] = ..., staging: _Optional[bool] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("registration_id", "boot_id", "worker_id", "layout_fingerprint", "page_size", "page_bytes", "pools", "fd_socket", "fd_token", "reattached", "api_version", "cached_pages", "mode", "joined")
+    __slots__ = ("registration_id", "boot_id", "worker_id", "layout_fingerprint", "page_size", "page_bytes", "pools", "fd_socket", "fd_token", "reattached", "api_version", "cached_pages", "mode", "joined", "features")
     REGISTRATION_ID_FIELD_NUMBER: _ClassVar[int]
     BOOT_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +146,7 @@ class RegisterResponse(_message.Message):
     CACHED_PAGES_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     JOINED_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
     registration_id: str
     boot_id: str
     worker_id: str
@@ -160,7 +161,8 @@ class RegisterResponse(_message.Message):
     cached_pages: int
     mode: EngineMode
     joined: bool
-    def __init__(self, registration_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., layout_fingerprint: _Optional[int] = ..., page_size: _Optional[int] = ..., page_bytes: _Optional[int] = ..., pools: _Optional[_Iterable[_Union[PoolHandle, _Mapping]]] = ..., fd_socket: _Optional[str] = ..., fd_token: _Optional[bytes] = ..., reattached: _Optional[bool] = ..., api_version: _Optional[int] = ..., cached_pages: _Optional[int] = ..., mode: _Optional[_Union[EngineMode, str]] = ..., joined: _Optional[bool] = ...) -> None: ...
+    features: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, registration_id: _Optional[str] = ..., boot_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., layout_fingerprint: _Optional[int] = ..., page_size: _Optional[int] = ..., page_bytes: _Optional[int] = ..., pools: _Optional[_Iterable[_Union[PoolHandle, _Mapping]]] = ..., fd_socket: _Optional[str] = ..., fd_token: _Optional[bytes] = ..., reattached: _Optional[bool] = ..., api_version: _Optional[int] = ..., cached_pages: _Optional[int] = ..., mode: _Optional[_Union[EngineMode, str]] = ..., joined: _Optional[bool] = ..., features: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TokenSpan(_message.Message):
     __slots__ = ("start", "end")
@@ -247,16 +249,18 @@ class AllocateResponse(_message.Message):
     def __init__(self, page_slots: _Optional[_Iterable[int]] = ..., evicted_pages: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("registration_id", "request_id", "tokens", "page_slots")
+    __slots__ = ("registration_id", "request_id", "tokens", "page_slots", "first_page")
     REGISTRATION_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     PAGE_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_PAGE_FIELD_NUMBER: _ClassVar[int]
     registration_id: str
     request_id: str
     tokens: _containers.RepeatedScalarFieldContainer[int]
     page_slots: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, registration_id: _Optional[str] = ..., request_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., page_slots: _Optional[_Iterable[int]] = ...) -> None: ...
+    first_page: int
+    def __init__(self, registration_id: _Optional[str] = ..., request_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., page_slots: _Optional[_Iterable[int]] = ..., first_page: _Optional[int] = ...) -> None: ...
 
 class CommitResponse(_message.Message):
     __slots__ = ("stored", "present", "block_hashes")
