@@ -38,6 +38,7 @@ import numpy as np
 
 from kvpilot.arena import Arena, ArenaError
 from kvpilot.engine_types import (
+    FEATURE_COMMIT_FIRST_PAGE,
     MODE_ARENA,
     MODE_CONNECTOR,
     AllocateResult,
@@ -56,6 +57,7 @@ from kvpilot.errors import (
     HostRestarted,
     InvalidLayout,
     KvpilotError,
+    NotSupportedYet,
     Unavailable,
     UnknownRegistration,
     UnknownRequest,
@@ -333,6 +335,7 @@ class EngineClient:
                 cached_pages=resp.cached_pages,
                 generation=seen + 1,
                 mode=_MODE_NAMES.get(resp.mode, MODE_ARENA),
+                features=tuple(resp.features),
             )
             if reg.page_size != self.layout.page_size or reg.page_bytes != self.layout.page_bytes():
                 raise InvalidLayout(
@@ -442,15 +445,26 @@ class EngineClient:
         *,
         retry: bool,
         timeout: float | None,
+        registration_id: str = "",
     ) -> T:
         """Runs rpc with the live registration id. If the host does not know
         the registration (it restarted), the client registers again; the
         call is then retried when ``retry`` is set, else HostRestarted.
+
+        ``registration_id``, when set, is the registration the call's slots
+        and request belong to: if it is no longer the live one, the call is
+        not sent (HostRestarted), so no slot of an old registration ever
+        reaches the new one, where the same number names another page.
         """
         t = self.timeout if timeout is None else timeout
         reg = self.registration
         if self._closed:
             raise Unavailable("engine client closed")
+        if registration_id and registration_id != reg.id:
+            raise HostRestarted(
+                f"registration {registration_id} ended (the host restarted; this engine is "
+                f"registered as {reg.id} now), so its slots and requests are gone"
+            )
         try:
             return rpc(build(reg.id), timeout=t, wait_for_ready=True)
         except grpc.RpcError as e:
@@ -520,10 +534,17 @@ class EngineClient:
         )
 
     def allocate(
-        self, request_id: str, pages: int, *, timeout: float | None = None
+        self,
+        request_id: str,
+        pages: int,
+        *,
+        timeout: float | None = None,
+        registration_id: str = "",
     ) -> AllocateResult:
         """Device page slots for the request's prefill; the host evicts per
-        its plan when the device is full.
+        its plan when the device is full. ``registration_id``: the
+        registration the request was matched under (HostRestarted, without
+        a call, when it is no longer the live one).
         """
         r = self._call(
             self._stub.Allocate,
@@ -532,6 +553,7 @@ class EngineClient:
             ),
             retry=False,
             timeout=timeout,
+            registration_id=registration_id,
         )
         return AllocateResult(page_slots=list(r.page_slots), evicted_pages=r.evicted_pages)
 
@@ -541,20 +563,38 @@ class EngineClient:
         tokens: Sequence[int] | np.ndarray,
         page_slots: Sequence[int],
         *,
+        first_page: int = 0,
         timeout: float | None = None,
+        registration_id: str = "",
     ) -> CommitResult:
-        """Records the request's first ``len(page_slots)`` full pages of
-        ``tokens`` (the whole sequence from position 0) as written into
+        """Records full pages ``[first_page, first_page + len(page_slots))``
+        of ``tokens`` (the whole sequence from position 0) as written into
         ``page_slots``: they enter the cache and are written through.
+
+        ``first_page`` > 0: the pages before it are ones this request
+        matched or committed earlier, named by their tokens alone (a prompt
+        saved in several commits sends each commit's new pages only).
+        ``registration_id``: as for ``allocate``.
         """
+        if first_page > 0 and FEATURE_COMMIT_FIRST_PAGE not in self.registration.features:
+            # An older host would read the slots as from the root.
+            raise NotSupportedYet(
+                f"commit from page {first_page}: the host does not announce "
+                f"{FEATURE_COMMIT_FIRST_PAGE}; commit every page's slot from the root"
+            )
         toks, slots = _u32s(tokens), _u32s(page_slots)
         r = self._call(
             self._stub.Commit,
             lambda reg: engine_pb2.CommitRequest(
-                registration_id=reg, request_id=request_id, tokens=toks, page_slots=slots
+                registration_id=reg,
+                request_id=request_id,
+                tokens=toks,
+                page_slots=slots,
+                first_page=first_page,
             ),
             retry=False,
             timeout=timeout,
+            registration_id=registration_id,
         )
         return CommitResult(stored=r.stored, present=r.present, block_hashes=list(r.block_hashes))
 

@@ -13,6 +13,10 @@ if TYPE_CHECKING:
 MODE_ARENA = "arena"
 MODE_CONNECTOR = "connector"
 
+#: Features a host announces at registration (RegisterResponse.features).
+#: CommitRequest.first_page: a commit of the pages from first_page on.
+FEATURE_COMMIT_FIRST_PAGE = "commit_first_page"
+
 
 @dataclass(frozen=True)
 class Registration:
@@ -22,6 +26,8 @@ class Registration:
     the client registers again after a host restart (``boot_id`` changes).
     ``joined``: a connector-mode process joined the live registration of the
     same engine (another of its processes) instead of replacing it.
+    ``features``: what the host does beyond the API's version 1
+    (``FEATURE_*``); a client uses a feature only with a host that has it.
     """
 
     id: str
@@ -35,6 +41,7 @@ class Registration:
     cached_pages: int
     generation: int
     mode: str
+    features: tuple[str, ...] = ()
 
 
 @dataclass

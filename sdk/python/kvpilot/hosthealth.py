@@ -77,8 +77,10 @@ class HostHealth:
             self._until = 0.0
         self.log.info("%s: the kvpilot host answers again after %d failed calls", self._who, streak)
 
-    def failed(self, what: str, err: BaseException) -> None:
-        """Records a failed call; backs off when the host is to blame."""
+    def failed(self, what: str, err: BaseException, *, quiet: bool = False) -> None:
+        """Records a failed call; backs off when the host is to blame.
+        ``quiet``: a refusal the caller logs itself is only counted here.
+        """
         if host_down(err):
             self.failures["down"] += 1
             with self._lock:
@@ -102,6 +104,8 @@ class HostHealth:
             return
         known = isinstance(err, KvpilotError)
         self.failures["refused" if known else "bug"] += 1
+        if quiet:
+            return
         key = (what, getattr(err, "code", "") or type(err).__name__)
         with self._lock:
             first = key not in self._seen

@@ -348,6 +348,36 @@ def test_ensure_registered_follows_a_restart(kvpilot_host) -> None:
         assert rb.id == a.registration.id and rb.joined
 
 
+def test_commit_from_a_page_and_never_into_a_new_registration(kvpilot_host) -> None:
+    # A connector saves a chunked prompt in several commits: each sends its
+    # new pages' slots only (first_page), and none is sent once the host
+    # restarted, where the same slot numbers name other pages.
+    kw = {"engine_id": "vllm-0", "mode": "connector"}
+    sock = kvpilot_host.engine_socket
+    tokens = list(range(1000, 1000 + 4 * PAGE + 3))
+    with EngineClient(sock, LAYOUT, **kw) as c:
+        assert "commit_first_page" in c.registration.features
+        m = c.match(tokens)
+        first = c.allocate(m.request_id, 2).page_slots
+        assert c.commit(m.request_id, tokens, first).stored == 2
+        rest = c.allocate(m.request_id, 2).page_slots
+        r = c.commit(m.request_id, tokens, rest, first_page=2)
+        assert (r.stored, len(r.block_hashes)) == (2, 4)
+        c.release(m.request_id)
+        assert c.match(tokens).cached_tokens == 4 * PAGE
+
+        m = c.match(list(range(5000, 5000 + 3 * PAGE)))
+        slots = c.allocate(m.request_id, 3).page_slots
+        old = c.registration.id
+        kvpilot_host.restart()
+        c.ensure_registered()
+        assert c.registration.id != old
+        with pytest.raises(HostRestarted, match=r"registration \w+ ended"):
+            c.commit(m.request_id, tokens, slots, registration_id=old)
+        with pytest.raises(HostRestarted):
+            c.allocate(m.request_id, 1, registration_id=old)
+
+
 def test_concurrent_callers_register_once(kvpilot_host) -> None:
     regs = []
     with EngineClient(kvpilot_host.engine_socket, LAYOUT, on_reregister=regs.append) as c:

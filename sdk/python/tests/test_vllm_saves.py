@@ -109,6 +109,7 @@ def test_a_full_queue_skips_the_save_and_counts_it(host: Any, engine: Engine) ->
         "committed_pages": 3,
         "skipped_pages": 2,
         "failed_pages": 0,
+        "skipped_pages.queue_full": 2,
     }
     assert engine.worker.stats() is None
     assert stats.aggregate(stats).reduce()["skipped_pages"] == 4
@@ -189,6 +190,7 @@ def test_a_full_staging_tier_skips_the_save_and_counts_it(kvpilot_host_factory: 
         e.prefill(req)
         c = e.worker.saver.counters.as_dict()
         assert (c["committed_pages"], c["skipped_pages"], c["failed_pages"]) == (4, 4, 0), c
+        assert c["skipped_pages.staging_full"] == 4, c
         assert e.finish(req) is not None
         e.finish(holder)
         assert e.sched._inflight == {} and not e.sched.waiting_on_worker()

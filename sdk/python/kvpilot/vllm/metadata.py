@@ -38,9 +38,10 @@ class PageSave:
 
     The worker allocates staging slots for them, copies them there from
     ``block_ids`` and commits the prompt up to ``end_page`` (kvpilot's
-    Commit takes every slot from the root). ``matched_slots`` are the slots
-    of the pages the request matched in kvpilot, sent with its first save;
-    later saves extend the slots the worker allocated.
+    Commit names the pages before ``first_page`` by their tokens alone).
+    ``matched_slots`` are the slots of the pages the request matched in
+    kvpilot: its first save starts after them, and a host without the
+    ``commit_first_page`` feature is sent them (and every slot since).
 
     ``background``: the save runs behind the forward, and vLLM keeps the
     request's blocks until the worker reports it done; otherwise the worker

@@ -1,8 +1,10 @@
 """The worker's saves: pages out of vLLM's blocks into kvpilot, behind the forward.
 
 A save of a kvpilot request's pages ``[first, end)`` allocates staging
-slots, copies the pages there from their vLLM blocks, and commits the
-prompt up to ``end`` (kvpilot's Commit takes every slot from the root).
+slots, copies the pages there from their vLLM blocks, and commits them
+(Commit's ``first_page``: the pages before ``first`` are named by their
+tokens alone; the host holds them on its device tier until the prompt's
+last page is committed, and their slots are never sent again).
 Done inline, all of it sits on the request's path: vLLM samples the step's
 tokens after ``wait_for_save``. So ``wait_for_save`` queues each save on
 one background thread (kvpilot.vllm.savequeue) and returns. What makes that
@@ -22,26 +24,33 @@ safe:
   still writes is freed and handed to another request or to a load-back.
 - **A gap is never committed.** Once one save of a kvpilot request is
   skipped or fails, its later saves are skipped too.
+- **No slot outlives its registration.** Allocate and Commit name the
+  registration the save was planned under; after a host restart they are
+  not sent (the same slot number names another page in the new pools).
 
 Backpressure is a skipped save, never a stall: a save that finds
 ``save_queue_pages`` pages queued waits at most ``save_wait_ms`` for room,
-then is skipped and counted, as is one that finds staging full. A request
-that pins its pages with cache_control is saved before its step ends
-instead (its Finish, which pins, must see the pages committed): it waits at
-most the host's call timeout.
+then is skipped, as is one that finds staging full. Every page not saved
+is counted by reason and logged (kvpilot.vllm.losses). A request that pins
+its pages with cache_control is saved before its step ends instead (its
+Finish, which pins, must see the pages committed): it waits at most the
+host's call timeout.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from kvpilot.errors import CapacityExhausted
+from kvpilot.engine_types import FEATURE_COMMIT_FIRST_PAGE
+from kvpilot.errors import CapacityExhausted, HostRestarted, KvpilotError
+from kvpilot.hosthealth import host_down
+from kvpilot.vllm import losses
 from kvpilot.vllm.health import HostHealth
+from kvpilot.vllm.losses import LossLog, SaveCounters
 from kvpilot.vllm.metadata import KvpilotConnectorMetadata, KvpilotWorkerMetadata, PageSave
 from kvpilot.vllm.savequeue import SaveCancelled, SaveJob, SaveQueue
 from kvpilot.vllm.settings import ConnectorSettings
@@ -77,39 +86,15 @@ _IDLE_WAIT_S = 0.005
 
 @dataclass
 class _KvSaves:
-    """One kvpilot request's saves so far: its slots from the root."""
-
-    slots: list[int]
-    broken: bool = False
-
-
-@dataclass
-class SaveCounters:
-    """Pages since start: copied to staging, committed (new to kvpilot),
-    skipped (queue or staging full, host away, an earlier gap) and failed.
+    """One kvpilot request's saves so far: pages [0, pages) are in kvpilot
+    (matched, or committed by its saves), in ``slots`` (kept for a host
+    without ``commit_first_page`` only: their slots are never sent again
+    to one that has it).
     """
 
-    copied: int = 0
-    committed: int = 0
-    skipped: int = 0
-    failed: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, **kw: int) -> None:
-        """Adds to the named counters (thread-safe)."""
-        with self._lock:
-            for k, n in kw.items():
-                setattr(self, k, getattr(self, k) + n)
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters by name."""
-        with self._lock:
-            return {
-                "copied_pages": self.copied,
-                "committed_pages": self.committed,
-                "skipped_pages": self.skipped,
-                "failed_pages": self.failed,
-            }
+    pages: int
+    slots: list[int]
+    broken: bool = False
 
 
 def one_torch_thread() -> None:
@@ -149,6 +134,7 @@ class Saver:
         self.queue = SaveQueue(s.save_queue_pages, log, on_start=one_torch_thread)
         self.wait_s = s.save_wait_ms / 1000.0
         self.counters = SaveCounters()
+        self.losses = LossLog(self.counters, log, s.loss_log_interval_s)
         # Per kvpilot request; a request's entry is touched by one thread
         # only: the save thread for background saves, the step's otherwise.
         self._kv: dict[str, _KvSaves] = {}
@@ -160,7 +146,6 @@ class Saver:
         # Saves the queue refused, reported done with the queue's own (a
         # later save of the same request then finds a gap and is skipped).
         self._not_queued: dict[str, int] = {}
-        self._warned: set[str] = set()
 
     # ------------------------------------------------------------ the step
 
@@ -191,7 +176,7 @@ class Saver:
                 continue
             self._background.add(sv.req_id)
             if not self.queue.submit(sv, self._run_job, self.wait_s):
-                self._skip(sv, "the save queue is full (save_queue_pages)")
+                self._skip(sv, losses.QUEUE_FULL, f"{sv.pages} pages over save_queue_pages")
                 self._not_queued[sv.kv_request_id] = self._not_queued.get(sv.kv_request_id, 0) + 1
 
     def finished_sending(self, finished: set[str]) -> set[str]:
@@ -209,6 +194,7 @@ class Saver:
 
     def worker_meta(self) -> KvpilotWorkerMetadata | None:
         """The background saves done since the last step, for the scheduler."""
+        self.losses.flush()
         done = self.queue.take_done()
         for kv, n in self._not_queued.items():
             done[kv] = done.get(kv, 0) + n
@@ -223,80 +209,89 @@ class Saver:
 
     def _run_job(self, job: SaveJob) -> None:
         if job.cancelled:
-            self._skip(job.save, "")
+            self._skip(job.save, losses.PREEMPTED)
             raise SaveCancelled(job.save.req_id)
         self._run(job.save, job)
 
     def _run(self, sv: PageSave, job: SaveJob | None) -> None:
-        w = self.worker
         st = self._kv.get(sv.kv_request_id)
         if st is None:
-            st = _KvSaves(list(sv.matched_slots))
+            st = _KvSaves(len(sv.matched_slots), list(sv.matched_slots))
             self._kv[sv.kv_request_id] = st
-        if st.broken:
-            self._skip(sv, "")
-            return
-        if (
-            w.client is None
-            or sv.pages <= 0
-            or len(sv.block_ids) != sv.pages
-            or len(st.slots) != sv.first_page
-            or not w.health.usable()
-            or not w.current(sv.registration_id)
-        ):
+        why = self._why_not(sv, st)
+        if why:
             st.broken = True
-            self._skip(sv, "")
+            self._skip(sv, why)
             return
+        w = self.worker
+        assert w.client is not None  # _why_not checked
+        reg = sv.registration_id
         try:
             try:
                 slots = list(
                     w.client.allocate(
-                        sv.kv_request_id, sv.pages, timeout=w.settings.timeout_s
+                        sv.kv_request_id,
+                        sv.pages,
+                        timeout=w.settings.timeout_s,
+                        registration_id=reg,
                     ).page_slots
                 )
             except CapacityExhausted:
                 slots = []
             if len(slots) != sv.pages:
                 st.broken = True
-                self._skip(sv, "kvpilot's staging tier is full")
+                self._skip(sv, losses.STAGING_FULL)
                 return
             with job.copy_region() if job is not None else contextlib.nullcontext():
-                w.copy_out(sv.registration_id, sv.block_ids, slots)
+                w.copy_out(reg, sv.block_ids, slots)
             self.counters.add(copied=sv.pages)
-            st.slots += slots
-            r = w.client.commit(sv.kv_request_id, sv.tokens, st.slots, timeout=w.settings.timeout_s)
+            if FEATURE_COMMIT_FIRST_PAGE in w.client.registration.features:
+                first, st.slots = sv.first_page, []
+            else:
+                first, st.slots = 0, st.slots + slots
+                slots = st.slots
+            r = w.client.commit(
+                sv.kv_request_id,
+                sv.tokens,
+                slots,
+                first_page=first,
+                timeout=w.settings.timeout_s,
+                registration_id=reg,
+            )
         except SaveCancelled:
             st.broken = True
-            self.counters.add(skipped=sv.pages)
+            self._skip(sv, losses.PREEMPTED)
             raise
+        except HostRestarted as e:
+            st.broken = True
+            self._skip(sv, losses.HOST_RESTARTED, str(e))
+            return
         except Exception as e:
             st.broken = True
-            w.health.failed("saving pages to kvpilot", e)
-            self.counters.add(failed=sv.pages)
+            # The host's back-off; the page accounting and its log are ours.
+            w.health.failed("saving pages to kvpilot", e, quiet=not host_down(e))
+            code = e.code if isinstance(e, KvpilotError) and e.code else "internal"
+            self.losses.lost("failed", code, sv.pages, sv.req_id, str(e))
             return
+        st.pages = sv.end_page
         w.health.ok()
         self.counters.add(committed=r.stored)
 
-    def _skip(self, sv: PageSave, why: str) -> None:
-        self.counters.add(skipped=sv.pages)
-        if not why:
-            return
-        if why not in self._warned:
-            self._warned.add(why)
-            self.log.warning(
-                "kvpilot connector (worker): skipped saving %d pages of request %s: %s; they "
-                "stay a kvpilot miss (further skips of this kind are logged at debug level)",
-                sv.pages,
-                sv.req_id,
-                why,
-            )
-        else:
-            self.log.debug(
-                "kvpilot connector (worker): skipped saving %d pages of request %s: %s",
-                sv.pages,
-                sv.req_id,
-                why,
-            )
+    def _why_not(self, sv: PageSave, st: _KvSaves) -> str:
+        """Why sv is not to be sent to the host ("": it is)."""
+        w = self.worker
+        if st.broken or st.pages != sv.first_page:
+            return losses.AFTER_GAP
+        if sv.pages <= 0 or len(sv.block_ids) != sv.pages:
+            return losses.BAD_PLAN
+        if w.client is None or not w.health.usable():
+            return losses.HOST_AWAY
+        if not w.current(sv.registration_id):
+            return losses.HOST_RESTARTED
+        return ""
+
+    def _skip(self, sv: PageSave, reason: str, detail: str = "") -> None:
+        self.losses.lost("skipped", reason, sv.pages, sv.req_id, detail)
 
     def _forget_after_queue(self, rid: str) -> None:
         """Drops rid's kvpilot requests once the saves queued so far ran

@@ -71,6 +71,9 @@ class ConnectorSettings:
             A save that does not fit is skipped (counted): a future miss.
         save_wait_ms: how long a step may wait for room in a full save queue
             before it skips the save (0: never waits).
+        loss_log_interval_s: after the first page lost to each reason (a
+            skipped or failed save, logged at once), lost pages are summed
+            up in one log line at most this often.
         control_socket: the host's Control socket, whose event stream puts
             kvpilot's pages into vLLM's KV events when vLLM publishes them
             (``--kv-events-config``); by default ``control.sock`` beside
@@ -87,6 +90,7 @@ class ConnectorSettings:
     rope_style: str = ""
     save_queue_pages: int = 4096
     save_wait_ms: int = 0
+    loss_log_interval_s: float = 60.0
     control_socket: str = ""
 
     @classmethod
@@ -137,6 +141,9 @@ class ConnectorSettings:
             ),
             save_wait_ms=int(
                 _number(extra, "save_wait_ms", cls.save_wait_ms, 0, 60_000, whole=True)
+            ),
+            loss_log_interval_s=_number(
+                extra, "loss_log_interval_s", cls.loss_log_interval_s, low=1.0, high=86_400.0
             ),
         )
 

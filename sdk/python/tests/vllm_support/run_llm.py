@@ -6,9 +6,15 @@ connector), the prompts (token ids, optional kv_transfer_params, optional
 kv_hints: an envelope's fields, sent through ``LLMEngine.add_request``, the
 way vLLM 0.32 takes KV hints offline) and the JSON file to write; optionally
 ``kv_events_endpoint`` (where vLLM's ZMQ KV event publisher binds),
-``kv_cache_memory_bytes``, ``max_model_len``, and ``start_after``: a file
-whose creation the prompts wait for once vLLM is up. The file gets, per prompt,
-its output token ids, num_cached_tokens, finish reason and output
+``kv_cache_memory_bytes``, ``max_model_len``, ``max_num_seqs``,
+``max_num_batched_tokens``, ``kv_cache_dtype``, ``start_after``: a file whose creation the
+prompts wait for once vLLM is up; ``batch``: all prompts in one generate
+call, so vLLM runs them at once (scheduling, chunking and preempting them
+as it must), ``batch_rounds`` times (default 1), or each list of prompts
+in ``prompt_rounds`` as a batch in turn (``prompts`` is then unused); and
+``connector_counters``: after the prompts, the worker-side connector's save
+counters (vLLM in one process), once its saves are over. The file gets, per
+prompt, its output token ids, num_cached_tokens, finish reason and output
 kv_transfer_params, plus timings; or ``{"error": ...}`` when vLLM did not
 start. vLLM's own logs go to stdout and stderr.
 """
@@ -37,6 +43,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         if spec.get("kv_load_failure_policy"):
             ktc["kv_load_failure_policy"] = spec["kv_load_failure_policy"]
         kwargs["kv_transfer_config"] = ktc
+    if spec.get("kv_cache_dtype"):
+        kwargs["kv_cache_dtype"] = spec["kv_cache_dtype"]
+    if spec.get("max_num_batched_tokens"):
+        kwargs["max_num_batched_tokens"] = spec["max_num_batched_tokens"]
     if spec.get("kv_events_endpoint"):
         from vllm.config import KVEventsConfig
 
@@ -51,7 +61,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         block_size=spec["block_size"],
         dtype=spec.get("dtype", "bfloat16"),
         max_model_len=spec.get("max_model_len", 512),
-        max_num_seqs=4,
+        max_num_seqs=spec.get("max_num_seqs", 4),
         seed=0,
         kv_cache_memory_bytes=spec.get("kv_cache_memory_bytes", 64 << 20),
         **kwargs,
@@ -59,6 +69,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     t1 = time.monotonic()
     if spec.get("start_after"):
         _wait_for_file(spec["start_after"])
+    if spec.get("batch"):
+        batches = spec.get("prompt_rounds") or [spec["prompts"]] * spec.get("batch_rounds", 1)
+        rounds = [_batch(llm, spec, prompts) for prompts in batches]
+        res: dict[str, Any] = {"init_s": t1 - t0, "generate_s": time.monotonic() - t1}
+        res["rounds"] = rounds
+        res["outputs"] = rounds[-1]
+        if spec.get("connector_counters"):
+            res["connector"] = _connector_counters()
+        return res
     outputs = []
     for p in spec["prompts"]:
         extra = {}
@@ -89,6 +108,33 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             }
         )
     return {"init_s": t1 - t0, "generate_s": time.monotonic() - t1, "outputs": outputs}
+
+
+def _batch(llm: Any, spec: dict[str, Any], batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """All of batch's prompts in one generate call; an output each."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    sp = SamplingParams(max_tokens=spec.get("max_tokens", 8), temperature=0.0, detokenize=False)
+    prompts = [TokensPrompt(prompt_token_ids=p["tokens"]) for p in batch]
+    outs = llm.generate(prompts, sp, use_tqdm=False)
+    return [
+        {
+            "token_ids": list(o.outputs[0].token_ids),
+            "num_cached_tokens": o.num_cached_tokens,
+            "kv_transfer_params": o.kv_transfer_params,
+        }
+        for o in outs
+    ]
+
+
+def _connector_counters() -> dict[str, Any]:
+    """The worker-side connector's counters once its queued saves ran."""
+    from vllm.distributed.kv_transfer import get_kv_transfer_group
+
+    work = get_kv_transfer_group()._work
+    drained = work.saver.queue.drain(60.0)
+    return {"drained": drained, **work.counters, **work.saver.counters.as_dict()}
 
 
 def _wait_for_file(path: str, timeout: float = 300.0) -> None:
