@@ -18,7 +18,9 @@ block into kvpilot's ``[page_size, heads, head_dim]`` staging pages (a
 save) is then a gather through it. When both maps are affine in a block
 laid out densely (every backend vLLM ships today), the read goes through
 strided views instead of an index. Loads need no map: they write pages
-with the same kernel (kvpilot.vllm.worker).
+with the same kernel (kvpilot.vllm.worker), except into a quantized (fp8)
+cache, whose kernel would quantize the saved bytes again: those are written
+back through the map (``pages_into``).
 """
 
 from __future__ import annotations
@@ -111,6 +113,23 @@ class BlockMap:
         v = flat.index_select(1, self.v_index.to(flat.device)).view(shape)
         return k, v
 
+    def pages_into(
+        self, kv_layer: torch.Tensor, block_ids: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
+        """Writes K and V pages (``[n, page, heads, dim]``, any dtype of the
+        cache's element size) into the blocks ``block_ids``, bit for bit:
+        the load of a cache whose write kernel quantizes (fp8), where a page
+        must land as the bytes that were saved.
+        """
+        n = int(block_ids.numel())
+        cache = as_bits(kv_layer)  # any strides: indexed as [blocks, heads, tokens, content]
+        _, _, tokens, content = cache.shape
+        blocks = block_ids.to(cache.device).view(-1, 1)
+        for index, pages in ((self.k_index, k), (self.v_index, v)):
+            pos = index.to(cache.device).view(1, -1)
+            where = (blocks, pos // (tokens * content), pos // content % tokens, pos % content)
+            cache.index_put_(where, as_bits(pages).reshape(n, -1).to(cache.device))
+
     def _affine_views(self, kv_layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Strided ``[blocks, page, heads, dim]`` views of K and V over the
         cache itself, when both maps are affine and each block is dense.
@@ -130,7 +149,14 @@ class BlockMap:
 
 
 def probe(
-    layer: Any, kv_layer: torch.Tensor, page_size: int, heads: int, head_dim: int
+    layer: Any,
+    kv_layer: torch.Tensor,
+    page_size: int,
+    heads: int,
+    head_dim: int,
+    *,
+    stored: torch.dtype | None = None,
+    computed: torch.dtype | None = None,
 ) -> BlockMap:
     """Learns a BlockMap from the layer's own cache-write kernel.
 
@@ -141,6 +167,11 @@ def probe(
     (2), and one pass per bit of an element's index spells the index, so
     the map is exact in any dtype. Raises BlockMapError when the kernel does
     not store each element of K and V exactly once in the block.
+
+    A quantized cache (fp8) is bytes to vLLM: ``stored`` is the element
+    type its bytes hold, ``computed`` the dtype the kernel is handed keys
+    and values in; they are scaled by the layer's own scales first, so 1
+    and 2 are what lands (exactly, in either fp8 format).
     """
     impl = getattr(layer, "impl", None)
     update = getattr(impl, "do_kv_cache_update", None)
@@ -157,7 +188,11 @@ def probe(
         )
     n = page_size * heads * head_dim
     bits = max(1, (n - 1).bit_length())
-    device, dtype = kv_layer.device, kv_layer.dtype
+    device = kv_layer.device
+    dtype = computed or kv_layer.dtype
+    readable = kv_layer.view(stored) if stored is not None else kv_layer
+    k_scale = float(getattr(layer, "_k_scale_float", 1.0)) if stored is not None else 1.0
+    v_scale = float(getattr(layer, "_v_scale_float", 1.0)) if stored is not None else 1.0
     idx = torch.arange(n, device=device)
     slots = torch.arange(page_size, device=device, dtype=torch.long)
     shape = (page_size, heads, head_dim)
@@ -165,8 +200,9 @@ def probe(
 
     def store(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         kv_layer[0].zero_()
-        update(layer, k.view(shape).to(dtype), v.view(shape).to(dtype), kv_layer, slots)
-        return kv_layer[0].reshape(-1).to(torch.float32, copy=True)
+        k, v = (k * k_scale).view(shape).to(dtype), (v * v_scale).view(shape).to(dtype)
+        update(layer, k, v, kv_layer, slots)
+        return readable[0].reshape(-1).to(torch.float32, copy=True)
 
     try:
         with torch.no_grad():

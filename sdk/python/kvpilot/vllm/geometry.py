@@ -130,8 +130,8 @@ def geometry(
     """The layout of this engine's KV cache, from vLLM's KV cache spec.
 
     Raises ConnectorConfigError for caches kvpilot cannot hold yet: several
-    KV cache groups (hybrid models), MLA, quantized or padded pages, K and V
-    of different widths.
+    KV cache groups (hybrid models), MLA, quantized caches other than fp8,
+    padded pages, K and V of different widths.
     """
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec
 
@@ -149,11 +149,7 @@ def geometry(
             f"kvpilot connector: KV cache spec {type(spec).__name__} is not supported yet "
             "(the connector handles full attention with K and V: MHA, GQA, MQA)"
         )
-    if vllm_config.cache_config.cache_dtype not in ("auto", None):
-        raise ConnectorConfigError(
-            f"kvpilot connector: kv_cache_dtype={vllm_config.cache_config.cache_dtype} is not "
-            "supported yet: run with --kv-cache-dtype auto"
-        )
+    dtype = kv_dtype(vllm_config.cache_config.cache_dtype, spec.dtype)
     head_v = getattr(spec, "head_size_v", spec.head_size)
     padded = getattr(spec, "page_size_padded", None)
     slots = getattr(spec, "num_head_slots", None)
@@ -171,7 +167,7 @@ def geometry(
     layout = Layout.mha(
         model_name(vllm_config, settings),
         page_size=spec.block_size,
-        dtype=dtype_name(spec.dtype),
+        dtype=dtype,
         layers=len(layer_names),
         kv_heads=spec.num_kv_heads,
         head_dim=spec.head_size,
@@ -180,6 +176,29 @@ def geometry(
     )
     layout.validate()
     return Geometry(layout=layout, rope=rope, layer_names=layer_names, head_dim=spec.head_size)
+
+
+#: vLLM's --kv-cache-dtype values whose pages kvpilot holds, and their
+#: layout dtype. An fp8 cache is bytes (torch.uint8) to vLLM; its elements
+#: are quantized with a per-layer scale the model's checkpoint sets (1.0
+#: when it sets none), so pages of one model name are alike in every
+#: process.
+_FP8_CACHE_DTYPES = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+
+
+def kv_dtype(cache_dtype: str | None, spec_dtype: Any) -> str:
+    """The layout dtype of a vLLM KV cache of cache_dtype (--kv-cache-dtype)
+    whose spec says spec_dtype.
+    """
+    if cache_dtype in (None, "auto", "bfloat16", "float16", "float32"):
+        return dtype_name(spec_dtype)
+    fp8 = _FP8_CACHE_DTYPES.get(str(cache_dtype))
+    if fp8 is None:
+        raise ConnectorConfigError(
+            f"kvpilot connector: kv_cache_dtype={cache_dtype} is not supported: run with "
+            f"--kv-cache-dtype auto, {', '.join(sorted(_FP8_CACHE_DTYPES))}"
+        )
+    return fp8
 
 
 def rope_of(

@@ -76,6 +76,8 @@ class WorkerSide:
         #: vLLM's attention layer of each cache (its kernel writes loads).
         self.layers: list[Any] = []
         self.block_map: BlockMap | None = None
+        #: An fp8 cache: loads write its bytes back through the block map.
+        self.quantized = False
         self._staging: dict[tuple[str, int, int], torch.Tensor] = {}
         self._failed_blocks: set[int] = set()
         self._refused: set[str] = set()
@@ -93,6 +95,9 @@ class WorkerSide:
         lay = self.geo.layout
         heads, hd, page = lay.buffers[0].heads, lay.buffers[0].head_dim, lay.page_size
         want = torch_dtype(lay.dtype)
+        # vLLM keeps a quantized cache as bytes; its elements are fp8.
+        self.quantized = lay.dtype.startswith("fp8")
+        given = torch.uint8 if self.quantized else want
         caches: list[torch.Tensor] = []
         for name in self.geo.layer_names:
             t = kv_caches.get(name)
@@ -100,11 +105,11 @@ class WorkerSide:
                 raise ConnectorConfigError(
                     f"kvpilot connector: vLLM registered no KV cache for attention layer {name}"
                 )
-            if t.dim() != 4 or tuple(t.shape[1:]) != (heads, page, 2 * hd) or t.dtype != want:
+            if t.dim() != 4 or tuple(t.shape[1:]) != (heads, page, 2 * hd) or t.dtype != given:
                 raise ConnectorConfigError(
                     f"kvpilot connector: KV cache of {name} is {t.dtype} "
                     f"{list(t.shape)}, not [blocks, {heads} heads, {page} tokens, {2 * hd}] "
-                    f"{want}; vLLM's kernel blocks must be its --block-size (set --block-size "
+                    f"{given}; vLLM's kernel blocks must be its --block-size (set --block-size "
                     "to a size the attention backend takes whole)"
                 )
             if caches and (t.shape != caches[0].shape or t.stride() != caches[0].stride()):
@@ -120,8 +125,19 @@ class WorkerSide:
                 raise ConnectorConfigError(
                     f"kvpilot connector: attention layer {name} is not in vLLM's forward context"
                 )
+        # An fp8 cache's kernel is handed keys and values in the model's
+        # dtype (resolved from "auto" by now).
+        computed = self.vllm_config.model_config.dtype if self.quantized else None
         try:
-            self.block_map = probe(layers[0], caches[0], page, heads, hd)
+            self.block_map = probe(
+                layers[0],
+                caches[0],
+                page,
+                heads,
+                hd,
+                stored=want if self.quantized else None,
+                computed=computed if isinstance(computed, torch.dtype) else None,
+            )
         except BlockMapError as e:
             raise ConnectorConfigError(f"kvpilot connector: {e}") from None
         self.caches = caches
@@ -175,9 +191,18 @@ class WorkerSide:
         # The blocks' token slots, as the forward's slot mapping names them.
         token_slots = (blocks.view(-1, 1) * page + torch.arange(page, device=device)).flatten()
         for i, (layer, cache) in enumerate(zip(self.layers, self.caches, strict=True)):
-            k = _take(self._stage(ld.registration_id, i, 0), ld.staging_slots).flatten(0, 1)
-            v = _take(self._stage(ld.registration_id, i, 1), ld.staging_slots).flatten(0, 1)
-            layer.impl.do_kv_cache_update(layer, k.to(device), v.to(device), cache, token_slots)
+            k_stage = self._stage(ld.registration_id, i, 0)
+            v_stage = self._stage(ld.registration_id, i, 1)
+            if self.quantized:
+                # The kernel would quantize them again: the saved bytes go back.
+                assert self.block_map is not None
+                k = _take(as_bits(k_stage), ld.staging_slots)
+                v = _take(as_bits(v_stage), ld.staging_slots)
+                self.block_map.pages_into(cache, blocks, k, v)
+                continue
+            k = _take(k_stage, ld.staging_slots).flatten(0, 1).to(device)
+            v = _take(v_stage, ld.staging_slots).flatten(0, 1).to(device)
+            layer.impl.do_kv_cache_update(layer, k, v, cache, token_slots)
         self.counters["loaded_pages"] += len(ld.block_ids)
         self.log.debug(
             "kvpilot connector (worker): loaded %d pages of request %s in %.1f ms",
