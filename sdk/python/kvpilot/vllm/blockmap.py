@@ -286,3 +286,41 @@ def _block_dense(kv_layer: torch.Tensor) -> bool:
     """Whether every block's ``[heads, tokens, content]`` is one dense run."""
     _, _, n, c = kv_layer.shape
     return kv_layer.stride()[1:] == (n * c, c, 1)
+
+
+def probe_mla(layer: Any, kv_layer: torch.Tensor, page_size: int, rank: int, rope_dim: int) -> None:
+    """Checks that the MLA layer's own cache-write kernel stores a token's
+    latent ``kv_c`` and rotated ``k_pe`` as one row, ``[kv_c | k_pe]``,
+    token after token in a block (``[blocks, page_size, rank + rope_dim]``),
+    which is the page kvpilot holds; restores block 0 after.
+
+    Raises BlockMapError when it does not.
+    """
+    impl = getattr(layer, "impl", None)
+    update = getattr(impl, "do_kv_cache_update", None)
+    backend = type(impl).__name__ if impl is not None else type(layer).__name__
+    width = rank + rope_dim
+    if update is None or kv_layer.dim() != 3 or tuple(kv_layer.shape[1:]) != (page_size, width):
+        raise BlockMapError(
+            f"{backend}: an MLA cache of shape {list(kv_layer.shape)} (want [blocks, "
+            f"{page_size}, {width}]) written without do_kv_cache_update is not one the "
+            "connector can copy exactly"
+        )
+    n = page_size * width
+    want = torch.arange(1, n + 1, dtype=torch.float32).remainder(251).view(page_size, width)
+    slots = torch.arange(page_size, dtype=torch.long, device=kv_layer.device)
+    saved = kv_layer[0].clone()
+    try:
+        with torch.no_grad():
+            vals = want.to(kv_layer.dtype).to(kv_layer.device)
+            kv_c, k_pe = vals[:, :rank].contiguous(), vals[:, rank:].unsqueeze(1).contiguous()
+            scale = getattr(layer, "_k_scale", torch.tensor(1.0))
+            update(kv_c, k_pe, kv_layer, slots, "auto", scale)
+            got = kv_layer[0].to(torch.float32, copy=True).cpu()
+    finally:
+        kv_layer[0].copy_(saved)
+    if not torch.equal(got, want):
+        raise BlockMapError(
+            f"{backend}: the MLA kernel did not store [kv_c | k_pe] row by row; the connector "
+            "cannot copy its pages exactly"
+        )

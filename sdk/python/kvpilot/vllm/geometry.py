@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kvpilot.layout import Layout, RopeConfig, RopeScaling, dtype_name
+from kvpilot.layout import Buffer, Layout, RopeConfig, RopeScaling, RopeSlice, dtype_name
 from kvpilot.vllm.settings import (
     KEY_PREFIX,
     LOGGER_NAME,
@@ -70,10 +70,19 @@ class Geometry:
             if lay.rope is not None
             else "no rope"
         )
+        if self.mla:
+            heads = f"mla rows={b.head_dim}"
+        else:
+            heads = f"kv_heads={b.heads} head_dim={b.head_dim}"
         return (
             f"model={lay.model!r} page_size={lay.page_size} dtype={lay.dtype} "
-            f"layers={lay.layers} kv_heads={b.heads} head_dim={b.head_dim} {rope}"
+            f"layers={lay.layers} {heads} {rope}"
         )
+
+    @property
+    def mla(self) -> bool:
+        """Whether a page holds MLA's fused ``[kv_c | k_pe]`` rows."""
+        return len(self.layout.buffers) == 1
 
 
 def check_parallelism(vllm_config: VllmConfig) -> None:
@@ -130,7 +139,8 @@ def geometry(
     """The layout of this engine's KV cache, from vLLM's KV cache spec.
 
     Raises ConnectorConfigError for caches kvpilot cannot hold yet: several
-    KV cache groups (hybrid models), MLA, quantized caches other than fp8,
+    KV cache groups (hybrid models), quantized caches other than fp8 (and
+    any on MLA),
     padded pages, K and V of different widths.
     """
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec
@@ -144,10 +154,14 @@ def geometry(
         )
     spec = groups[0].kv_cache_spec
     layer_names = tuple(groups[0].layer_names)
-    if isinstance(spec, MLAAttentionSpec) or not isinstance(spec, FullAttentionSpec):
+    if not layer_names:
+        raise ConnectorConfigError("kvpilot connector: the model has no attention layers")
+    if isinstance(spec, MLAAttentionSpec):
+        return _mla_geometry(vllm_config, spec, layer_names, settings)
+    if not isinstance(spec, FullAttentionSpec):
         raise ConnectorConfigError(
             f"kvpilot connector: KV cache spec {type(spec).__name__} is not supported yet "
-            "(the connector handles full attention with K and V: MHA, GQA, MQA)"
+            "(the connector handles full attention with K and V: MHA, GQA, MQA; and MLA)"
         )
     dtype = kv_dtype(vllm_config.cache_config.cache_dtype, spec.dtype)
     head_v = getattr(spec, "head_size_v", spec.head_size)
@@ -159,8 +173,6 @@ def geometry(
             f"{head_v}, page_size_padded {padded}, num_head_slots {slots} are not supported "
             "yet (want K and V of one width, unpadded)"
         )
-    if not layer_names:
-        raise ConnectorConfigError("kvpilot connector: the model has no attention layers")
 
     hf = vllm_config.model_config.hf_text_config
     rope_dim, style, rope = rope_of(hf, spec.head_size, settings)
@@ -173,6 +185,40 @@ def geometry(
         head_dim=spec.head_size,
         rope_dim=rope_dim,
         rope_style=style or "half_split",
+    )
+    layout.validate()
+    return Geometry(layout=layout, rope=rope, layer_names=layer_names, head_dim=spec.head_size)
+
+
+def _mla_geometry(
+    vllm_config: VllmConfig, spec: Any, layer_names: tuple[str, ...], settings: ConnectorSettings
+) -> Geometry:
+    """The layout of an MLA cache (DeepSeek-V2/V3): one row a token and a
+    layer, the latent ``kv_c`` then the rotated ``k_pe``, which vLLM's
+    DeepSeek models rotate pairing adjacent elements.
+    """
+    hf = vllm_config.model_config.hf_text_config
+    rank = int(getattr(hf, "kv_lora_rank", 0) or 0)
+    rope_dim = int(getattr(hf, "qk_rope_head_dim", 0) or 0)
+    cache_dtype = vllm_config.cache_config.cache_dtype
+    if cache_dtype not in (None, "auto", "bfloat16", "float16", "float32"):
+        raise ConnectorConfigError(
+            f"kvpilot connector: kv_cache_dtype={cache_dtype} on an MLA model is not supported "
+            "yet: run with --kv-cache-dtype auto"
+        )
+    if rank <= 0 or rope_dim <= 0 or rank + rope_dim != spec.head_size:
+        raise ConnectorConfigError(
+            f"kvpilot connector: MLA cache rows of {spec.head_size} elements are not the "
+            f"model's kv_lora_rank {rank} and qk_rope_head_dim {rope_dim}"
+        )
+    _, _, rope = rope_of(hf, rope_dim, settings)
+    layout = Layout(
+        model_name(vllm_config, settings),
+        spec.block_size,
+        dtype_name(spec.dtype),
+        len(layer_names),
+        (Buffer("kv", 1, spec.head_size),),
+        RopeSlice(0, rank, rope_dim, settings.rope_style or "interleaved"),
     )
     layout.validate()
     return Geometry(layout=layout, rope=rope, layer_names=layer_names, head_dim=spec.head_size)
@@ -214,6 +260,9 @@ def rope_of(
     if params is None:
         return 0, "", RopeConfig()
     kind = str(params.get("rope_type") or params.get("type") or "default")
+    # vLLM's DeepSeek models rename their yarn scaling in the config they
+    # were built from (a worker's copy): the same scaling.
+    kind = {"deepseek_yarn": "yarn"}.get(kind, kind)
     if kind not in _ROPE_TYPES:
         log.info(
             "kvpilot connector: rope_type %r cannot be rotated by kvpilot's splice; pages are "

@@ -32,7 +32,7 @@ import torch
 from kvpilot.engine_types import Registration
 from kvpilot.layout import as_bits, torch_dtype
 from kvpilot.vllm.amx import request_amx_permission
-from kvpilot.vllm.blockmap import BlockMap, BlockMapError, probe, rows
+from kvpilot.vllm.blockmap import BlockMap, BlockMapError, probe, probe_mla, rows
 from kvpilot.vllm.geometry import check_parallelism, engine_id, geometry
 from kvpilot.vllm.health import HostHealth
 from kvpilot.vllm.hostlink import check_socket, connect
@@ -98,6 +98,8 @@ class WorkerSide:
         # vLLM keeps a quantized cache as bytes; its elements are fp8.
         self.quantized = lay.dtype.startswith("fp8")
         given = torch.uint8 if self.quantized else want
+        # Per block: [heads, tokens, K and V of a head], or MLA's rows.
+        shape = (page, hd) if self.geo.mla else (heads, page, 2 * hd)
         caches: list[torch.Tensor] = []
         for name in self.geo.layer_names:
             t = kv_caches.get(name)
@@ -105,11 +107,14 @@ class WorkerSide:
                 raise ConnectorConfigError(
                     f"kvpilot connector: vLLM registered no KV cache for attention layer {name}"
                 )
-            if t.dim() != 4 or tuple(t.shape[1:]) != (heads, page, 2 * hd) or t.dtype != given:
+            if self.geo.mla and t.dim() == 4 and t.shape[1] == 1:
+                t = t.squeeze(1)  # vLLM hands MLA caches over as one "head"
+            if tuple(t.shape[1:]) != shape or t.dtype != given:
                 raise ConnectorConfigError(
                     f"kvpilot connector: KV cache of {name} is {t.dtype} "
-                    f"{list(t.shape)}, not [blocks, {heads} heads, {page} tokens, {2 * hd}] "
-                    f"{given}; vLLM's kernel blocks must be its --block-size (set --block-size "
+                    f"{list(t.shape)}, not [blocks, {', '.join(map(str, shape))}] {given} "
+                    "([blocks, heads, tokens, K and V of a head], or MLA's [blocks, tokens, "
+                    "row]); vLLM's kernel blocks must be its --block-size (set --block-size "
                     "to a size the attention backend takes whole)"
                 )
             if caches and (t.shape != caches[0].shape or t.stride() != caches[0].stride()):
@@ -129,15 +134,20 @@ class WorkerSide:
         # dtype (resolved from "auto" by now).
         computed = self.vllm_config.model_config.dtype if self.quantized else None
         try:
-            self.block_map = probe(
-                layers[0],
-                caches[0],
-                page,
-                heads,
-                hd,
-                stored=want if self.quantized else None,
-                computed=computed if isinstance(computed, torch.dtype) else None,
-            )
+            if self.geo.mla:
+                rope = self.geo.layout.rope
+                assert rope is not None
+                probe_mla(layers[0], caches[0], page, rope.offset, rope.dim)
+            else:
+                self.block_map = probe(
+                    layers[0],
+                    caches[0],
+                    page,
+                    heads,
+                    hd,
+                    stored=want if self.quantized else None,
+                    computed=computed if isinstance(computed, torch.dtype) else None,
+                )
         except BlockMapError as e:
             raise ConnectorConfigError(f"kvpilot connector: {e}") from None
         self.caches = caches
@@ -158,7 +168,7 @@ class WorkerSide:
             self.settings.socket,
             reg.id,
             self.geo.describe(),
-            self.block_map.describe(),
+            self.block_map.describe() if self.block_map else "rows [kv_c | k_pe] as vLLM's",
             self.client.device.slots,
         )
 
@@ -178,7 +188,7 @@ class WorkerSide:
 
     def _load(self, ld: PageLoad) -> bool:
         if (
-            self.block_map is None
+            (self.block_map is None and not self.geo.mla)
             or not ld.block_ids
             or len(ld.staging_slots) != len(ld.block_ids)
             or not self.current(ld.registration_id)
@@ -191,6 +201,11 @@ class WorkerSide:
         # The blocks' token slots, as the forward's slot mapping names them.
         token_slots = (blocks.view(-1, 1) * page + torch.arange(page, device=device)).flatten()
         for i, (layer, cache) in enumerate(zip(self.layers, self.caches, strict=True)):
+            if self.geo.mla:
+                # [kv_c | k_pe] rows, as the kernel stores them: copied whole.
+                pages = _take(as_bits(self._stage(ld.registration_id, i, 0)), ld.staging_slots)
+                as_bits(cache).index_copy_(0, blocks, pages.flatten(2).to(device))
+                continue
             k_stage = self._stage(ld.registration_id, i, 0)
             v_stage = self._stage(ld.registration_id, i, 1)
             if self.quantized:
@@ -256,9 +271,13 @@ class WorkerSide:
         """Copies the pages of vLLM blocks block_ids into staging slots
         (all layers). Called on the save thread.
         """
-        assert self.block_map is not None
         blocks = torch.tensor(list(block_ids), dtype=torch.long, device=self.caches[0].device)
         for i, cache in enumerate(self.caches):
+            if self.geo.mla:
+                pages = as_bits(cache).index_select(0, blocks).unsqueeze(2)  # one "head"
+                _put(as_bits(self._stage(registration_id, i, 0)), slots, pages)
+                continue
+            assert self.block_map is not None
             k, v = self.block_map.pages_from(cache, blocks)
             _put(as_bits(self._stage(registration_id, i, 0)), slots, k)
             _put(as_bits(self._stage(registration_id, i, 1)), slots, v)

@@ -86,3 +86,58 @@ def vocab_size(model_dir: Path) -> int:
     """The model's vocabulary size, from its config."""
     cfg = json.loads((model_dir / "config.json").read_text())
     return int(cfg.get("vocab_size") or cfg.get("text_config", {}).get("vocab_size"))
+
+
+#: A DeepSeek-V2 geometry as small as vLLM's CPU MLA kernels take: the
+#: latent and RoPE widths they require (kv_lora_rank 512, qk_rope_head_dim
+#: 64: 576-element cache rows), two heads, two dense layers (experts
+#: declared, none used: first_k_dense_replace covers every layer).
+TINY_DEEPSEEK_V2: dict[str, Any] = {
+    "vocab_size": 512,
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "kv_lora_rank": 512,
+    "q_lora_rank": None,
+    "qk_nope_head_dim": 32,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 32,
+    "n_routed_experts": 4,
+    "first_k_dense_replace": 2,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "moe_intermediate_size": 64,
+    "max_position_embeddings": 1024,
+    "rope_theta": 10000.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "tie_word_embeddings": False,
+}
+
+
+def write_random_deepseek_v2(
+    directory: Path, config: Mapping[str, Any] = TINY_DEEPSEEK_V2, seed: int = 0
+) -> Path:
+    """Writes a DeepSeek-V2 (MLA) model with seeded random weights into
+    directory, through transformers' own class so the tensor names are the
+    checkpoint's. Weights are scaled as write_random_llama's (transformers'
+    initialisation makes every greedy answer the same token).
+    """
+    import torch
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+    model = DeepseekV2ForCausalLM(DeepseekV2Config(**config))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if p.dim() != 2:
+                p.fill_(1.0)  # the norms
+            elif "embed" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+            else:
+                scale = 4.0 if name.startswith("lm_head") else 1.0
+                p.copy_(torch.randn(p.shape, generator=g) * (scale / math.sqrt(p.shape[1])))
+    model.to(torch.bfloat16).save_pretrained(str(directory))
+    return directory
