@@ -143,7 +143,11 @@ def geometry(
     any on MLA),
     padded pages, K and V of different widths.
     """
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        MLAAttentionSpec,
+        SlidingWindowSpec,
+    )
 
     groups = kv_cache_config.kv_cache_groups
     if len(groups) != 1:
@@ -158,6 +162,14 @@ def geometry(
         raise ConnectorConfigError("kvpilot connector: the model has no attention layers")
     if isinstance(spec, MLAAttentionSpec):
         return _mla_geometry(vllm_config, spec, layer_names, settings)
+    if isinstance(spec, SlidingWindowSpec):
+        raise ConnectorConfigError(
+            "kvpilot connector: every attention layer of this model uses a sliding window "
+            f"({spec.sliding_window} tokens), and vLLM frees a request's blocks behind the "
+            "window, so its prefix is not in vLLM's blocks to save or to load into; the "
+            "connector caches models with full-attention layers (a model mixing sliding-window "
+            "and full-attention layers is cached whole, as vLLM keeps every layer's KV for it)"
+        )
     if not isinstance(spec, FullAttentionSpec):
         raise ConnectorConfigError(
             f"kvpilot connector: KV cache spec {type(spec).__name__} is not supported yet "
@@ -176,6 +188,15 @@ def geometry(
 
     hf = vllm_config.model_config.hf_text_config
     rope_dim, style, rope = rope_of(hf, spec.head_size, settings)
+    if rope_dim and _has_sliding_layers(hf):
+        # vLLM keeps every layer's KV of a hybrid model (no hybrid KV cache
+        # manager with a connector or on CPU), so its pages are whole; what a
+        # splice does to a window that moves with it is not defined yet.
+        log.info(
+            "kvpilot connector: this model has sliding-window layers: its pages are cached "
+            "without a RoPE slice (prefix caching works; splices are refused)"
+        )
+        rope_dim, style, rope = 0, "", RopeConfig()
     layout = Layout.mha(
         model_name(vllm_config, settings),
         page_size=spec.block_size,
@@ -230,6 +251,14 @@ def _mla_geometry(
 #: when it sets none), so pages of one model name are alike in every
 #: process.
 _FP8_CACHE_DTYPES = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+
+
+def _has_sliding_layers(hf_config: Any) -> bool:
+    """Whether some of the model's attention layers use a sliding window, as
+    its config's ``layer_types`` say (a model whose every layer slides has
+    SlidingWindowSpec caches, refused before this).
+    """
+    return "sliding_attention" in (getattr(hf_config, "layer_types", None) or ())
 
 
 def kv_dtype(cache_dtype: str | None, spec_dtype: Any) -> str:
