@@ -40,7 +40,8 @@ func spliceQualityFlags(fs *flag.FlagSet) runFunc {
 
 // vllmFlags defines the flags of `kvpilot bench vllm`.
 func vllmFlags(fs *flag.FlagSet) runFunc {
-	fs.String("models", "", "comma-separated models (smollm2, save-heavy-llama); default all")
+	fs.String("models", "", "comma-separated models (smollm2, save-heavy-llama, smollm2-fp8, deepseek-v2-mla, hybrid-swa-llama)")
+	fs.String("config", "", "comma-separated configurations, each running its models: bf16 (smollm2, save-heavy-llama; the default), fp8 (an fp8_e4m3 KV cache), mla (a DeepSeek-V2 geometry), swa (sliding-window layers beside full ones)")
 	fs.Int("tokens", 4000, "prompt length in tokens")
 	fs.Int("rounds", 3, "measured rounds")
 	fs.String("workdir", "", "keep the hosts' data and vLLM's logs here")
@@ -51,7 +52,7 @@ func vllmFlags(fs *flag.FlagSet) runFunc {
 		o.Args = append(o.Args, "--kvpilot", bin)
 		return err
 	}
-	return pythonFlags(fs, scenario.VLLM, &scenario.PyOptions{}, hosts, "models", "tokens", "rounds", "workdir")
+	return pythonFlags(fs, scenario.VLLM, &scenario.PyOptions{}, hosts, "models", "config", "tokens", "rounds", "workdir")
 }
 
 // pythonFlags defines what every Python-driven scenario takes (--python,

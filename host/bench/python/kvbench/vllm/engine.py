@@ -94,6 +94,7 @@ def _serve(spec: dict[str, Any], proto: IO[str]) -> None:
         max_num_seqs=2,
         seed=0,
         kv_cache_memory_bytes=spec["kv_cache_memory_bytes"],
+        kv_cache_dtype=spec.get("kv_cache_dtype", "auto"),
         **kwargs,
     )
     sp = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)

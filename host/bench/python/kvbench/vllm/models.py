@@ -139,5 +139,6 @@ def write_random_deepseek_v2(
             else:
                 scale = 4.0 if name.startswith("lm_head") else 1.0
                 p.copy_(torch.randn(p.shape, generator=g) * (scale / math.sqrt(p.shape[1])))
-    model.to(torch.bfloat16).save_pretrained(str(directory))
+    torch.nn.Module.to(model, torch.bfloat16)  # transformers' typed .to confuses mypy
+    model.save_pretrained(str(directory))
     return directory

@@ -51,7 +51,13 @@ from typing import Any
 from kvbench.vllm.engine import EngineProcess
 from kvbench.vllm.host import ServeProcess
 from kvbench.vllm.idle import wait_idle
-from kvbench.vllm.models import SAVE_HEAVY_LLAMA, vocab_size, write_random_llama
+from kvbench.vllm.models import (
+    SAVE_HEAVY_LLAMA,
+    TINY_DEEPSEEK_V2,
+    vocab_size,
+    write_random_deepseek_v2,
+    write_random_llama,
+)
 
 log = logging.getLogger("kvbench.vllm")
 
@@ -67,12 +73,27 @@ ARMS = (
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model the bench runs and its targets (ratio name -> at most)."""
+    """A model the bench runs, in one of the configurations (CONFIGS), and
+    its targets (ratio name -> at most).
+    """
 
     name: str
     targets: dict[str, float]
     kv_cache_mib: int
+    config: str = "bf16"
+    #: vLLM's --kv-cache-dtype.
+    kv_cache_dtype: str = "auto"
+    #: vLLM's block, kvpilot's page (vLLM's CPU MLA kernels take 16).
+    page: int = PAGE
 
+
+#: Targets of a configuration on a random model, where a full prefill is
+#: cheap: a miss with the connector within 10% of one without, a fresh
+#: process's hit at most a quarter of a full prefill.
+_RANDOM_TARGETS = {
+    "connector_miss_vs_no_connector_miss": 1.10,
+    "connector_hit_vs_no_connector_miss": 0.25,
+}
 
 MODELS = {
     "smollm2": ModelSpec(
@@ -87,6 +108,39 @@ MODELS = {
     "save-heavy-llama": ModelSpec(
         "save-heavy-llama", {"connector_miss_vs_no_connector_miss": 1.10}, kv_cache_mib=96
     ),
+    # SmolLM2 with an fp8 KV cache: half the bytes a page.
+    "smollm2-fp8": ModelSpec(
+        "smollm2-fp8",
+        {
+            "connector_miss_vs_no_connector_miss": 1.02,
+            "connector_hit_vs_no_connector_miss": 0.25,
+            "connector_hit_vs_vllm_prefix_hit": 1.2,
+        },
+        kv_cache_mib=160,
+        config="fp8",
+        kv_cache_dtype="fp8_e4m3",
+    ),
+    # A DeepSeek-V2 geometry (MLA): vLLM turns its own prefix cache off for
+    # MLA on CPU, so its "prefix hit" computes the prompt again.
+    "deepseek-v2-mla": ModelSpec(
+        "deepseek-v2-mla",
+        {**_RANDOM_TARGETS, "connector_hit_vs_vllm_prefix_hit": 0.25},
+        kv_cache_mib=96,
+        config="mla",
+        page=16,
+    ),
+    # The save-heavy Llama with a sliding-window layer beside each full one.
+    "hybrid-swa-llama": ModelSpec(
+        "hybrid-swa-llama", dict(_RANDOM_TARGETS), kv_cache_mib=96, config="swa"
+    ),
+}
+
+#: The configurations --config takes, and the models each runs.
+CONFIGS = {
+    "bf16": ("smollm2", "save-heavy-llama"),
+    "fp8": ("smollm2-fp8",),
+    "mla": ("deepseek-v2-mla",),
+    "swa": ("hybrid-swa-llama",),
 }
 
 RATIOS = {
@@ -97,7 +151,7 @@ RATIOS = {
 }
 
 
-def host_config() -> dict[str, Any]:
+def host_config(page: int = PAGE) -> dict[str, Any]:
     """The host every model runs against: staging and host tiers for a few
     prompts, a disk tier that outlives a restart.
     """
@@ -105,7 +159,7 @@ def host_config() -> dict[str, Any]:
         "log": {"level": "info", "format": "text"},
         "http": {"listen": ""},
         "nats": {"listen": ""},
-        "index": {"page_size": PAGE},
+        "index": {"page_size": page},
         "tiers": {
             "device": {"capacity_pages": 1024},
             "host": {"capacity_pages": 2048},
@@ -175,17 +229,26 @@ def run_model(
     vocab = vocab_size(model_dir)
     kv_bytes = spec.kv_cache_mib << 20
     run = ModelRun(spec)
-    run.params = {"model": str(model_dir), "tokens": tokens, "rounds": rounds, "page_size": PAGE}
+    page = spec.page
+    run.params = {
+        "model": str(model_dir),
+        "config": spec.config,
+        "kv_cache_dtype": spec.kv_cache_dtype,
+        "tokens": tokens,
+        "rounds": rounds,
+        "page_size": page,
+    }
     (work / "host").mkdir(parents=True, exist_ok=True)
-    host = ServeProcess(binary, work / "host", host_config())
+    host = ServeProcess(binary, work / "host", host_config(page))
     host.start()
     engines: list[EngineProcess] = []
     try:
         base = {
             "model": str(model_dir),
-            "block_size": PAGE,
+            "block_size": page,
             "max_model_len": tokens + 64,
             "kv_cache_memory_bytes": kv_bytes,
+            "kv_cache_dtype": spec.kv_cache_dtype,
         }
         # A kvpilot host serves one engine: its processes share one
         # registration, and another engine's registration retires it. So
@@ -207,7 +270,7 @@ def run_model(
                 )
             return engine.ask(tokens)
 
-        full = tokens // PAGE
+        full = tokens // page
         for r in range(rounds):
             # New processes every round: a process keeps its speed for its
             # life (misses up to a fifth apart between two of them here),
@@ -282,13 +345,31 @@ def run(
             spec = MODELS[name]
             work = root / name
             work.mkdir(parents=True, exist_ok=True)
-            if name == "smollm2":
-                from kvpilot.smollm2 import model_dir
-
-                md = model_dir()
-            else:
-                md = write_random_llama(work / "model", SAVE_HEAVY_LLAMA)
+            md = _model_dir(name, work)
             log.info("bench vllm: %s (%s)", name, md)
             out["models"][name] = run_model(spec, binary, md, tokens, rounds, work)
     out["targets"] = {"met": all(m["targets"]["met"] for m in out["models"].values())}
     return out
+
+
+def _model_dir(name: str, work: Path) -> Path:
+    """The model directory of a bench model: SmolLM2's, or seeded random
+    weights written under work.
+    """
+    if name.startswith("smollm2"):
+        from kvpilot.smollm2 import model_dir
+
+        return model_dir()
+    if name == "deepseek-v2-mla":
+        return write_random_deepseek_v2(work / "model", {**TINY_DEEPSEEK_V2, **_LONG})
+    if name == "hybrid-swa-llama":
+        hybrid = ["sliding_attention", "full_attention"] * (
+            SAVE_HEAVY_LLAMA["num_hidden_layers"] // 2
+        )
+        cfg = {**SAVE_HEAVY_LLAMA, "layer_types": hybrid, "sliding_window": 1024}
+        return write_random_llama(work / "model", cfg)
+    return write_random_llama(work / "model", SAVE_HEAVY_LLAMA)
+
+
+#: Room for the bench's prompts.
+_LONG = {"max_position_embeddings": 8192}
