@@ -1,5 +1,6 @@
 """What the connector registers for a vLLM engine's KV cache, and what it
-refuses at start-up with the reason (kvpilot.vllm.geometry).
+refuses at start-up with the reason (kvpilot.vllm.geometry; sleep mode,
+kvpilot.vllm.connector).
 """
 
 from __future__ import annotations
@@ -60,3 +61,11 @@ def test_parallel_engines_are_refused_with_the_sizes(sizes: dict[str, int]) -> N
     ((name, n),) = sizes.items()
     with pytest.raises(ConnectorConfigError, match=f"{name}={n}"):
         check_parallelism(SimpleNamespace(parallel_config=pc))
+
+
+def test_sleep_mode_is_refused() -> None:
+    # vLLM 0.33 asks before it unmaps the KV cache for sleep mode; the save
+    # thread may still be copying out of it.
+    from kvpilot.vllm import KvpilotConnector
+
+    assert KvpilotConnector.supports_sleep_mode(None) is False

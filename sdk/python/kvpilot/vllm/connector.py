@@ -97,6 +97,17 @@ class KvpilotConnector(KVConnectorBase_V1):
         else:
             self._work = WorkerSide(vllm_config, kv_cache_config, settings, log)
 
+    @classmethod
+    def supports_sleep_mode(cls, kv_transfer_config: Any) -> bool:
+        """VLLM 0.33's sleep mode unmaps the KV cache while the save thread
+        may still copy out of it, and maps it again under the block map
+        learned at start-up: not supported, so vLLM refuses
+        ``--enable-sleep-mode`` with this connector at start-up rather than
+        risk a copy of unmapped or remapped memory. (vLLM 0.32 has no such
+        hook and never asks.)
+        """
+        return False
+
     @property
     def requires_kv_delivery(self) -> bool:
         """A best-effort cache: a dropped save is only a future miss."""
