@@ -56,10 +56,34 @@ async def _handler(request: Any, context: Any = None) -> Any:
     yield {"token_ids": []}
 
 
+def _fp8_cpu() -> bool:
+    """Whether vLLM's fp8 KV cache runs on this CPU (AVX-512 or AMX)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx512f" in flags or " amx_bf16" in flags
+
+
+@pytest.mark.parametrize(
+    "kv_dtype",
+    [
+        "auto",
+        pytest.param(
+            "fp8_e4m3",
+            marks=pytest.mark.skipif(
+                not _fp8_cpu(), reason="vLLM's fp8 KV cache on CPU needs AVX-512 or AMX"
+            ),
+        ),
+    ],
+)
 def test_vllm_events_carry_kvpilot_pages_to_dynamo(
-    kvpilot_host_factory: Any, tmp_path: Path
+    kvpilot_host_factory: Any, tmp_path: Path, kv_dtype: str
 ) -> None:
+    # Block hashes are the tokens' alone: an fp8 cache's events score the
+    # worker the same way.
     model = write_tiny_llama(tmp_path / "model")
+    element = 1 if kv_dtype.startswith("fp8") else 2
     port, zport = free_port(), free_port()
     disc = tmp_path / "dynamo-kv"
     disc.mkdir()
@@ -102,7 +126,9 @@ def test_vllm_events_carry_kvpilot_pages_to_dynamo(
                 {"socket": host.engine_socket},
                 [{"tokens": p} for p in (first, *others)],
                 kv_events_endpoint=f"tcp://*:{zport}",
-                kv_cache_memory_bytes=12 * 2 * PAGE * 2 * 32 * 2 * 2,
+                # 12 blocks: layers x tokens x K and V x head_dim x heads.
+                kv_cache_memory_bytes=12 * 2 * PAGE * 2 * 32 * 2 * element,
+                kv_cache_dtype=kv_dtype if kv_dtype != "auto" else None,
                 max_model_len=4 * PAGE,
                 start_after=str(go),
             )

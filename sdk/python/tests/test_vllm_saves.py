@@ -10,6 +10,7 @@ Event), so nothing here depends on timing.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -260,3 +261,35 @@ def test_drain_waits_for_a_running_step() -> None:
     assert q.drain(30)
     assert done.is_set()
     q.close()
+
+
+@pytest.mark.parametrize("first_page", [True, False], ids=["first_page", "older-host"])
+def test_a_chunked_prompt_is_saved_whole_across_its_commits(host: Any, first_page: bool) -> None:
+    # vLLM prefills a long prompt a chunk a step and the connector saves
+    # each chunk in a commit of its own: with a host that announces
+    # commit_first_page, the new pages' slots only; with an older host, every
+    # slot from the root. Either way every page is saved, bit for bit.
+    e = Engine(host.engine_socket)
+    try:
+        if not first_page:
+            client = e.worker.client
+            assert client is not None
+            client._reg = dataclasses.replace(client.registration, features=())
+        req = e.request("a", random_prompt(20, 7 * PAGE + 3))
+        _, blocks = e.prefill(req, chunk=2 * PAGE)  # commits of pages 0-1, 2-3, 4-5, 6
+        c = e.worker.saver.counters.as_dict()
+        assert (c["committed_pages"], c["skipped_pages"], c["failed_pages"]) == (7, 0, 0), c
+        e.finish(req)
+    finally:
+        e.close()
+    other = Engine(host.engine_socket, engine_id="engine-2")
+    try:
+        again = other.request("b", req.prompt_token_ids)
+        ext, got = other.prefill(again)
+        assert ext == 7 * PAGE
+        for name in NAMES:
+            for i in range(7):
+                assert torch.equal(other.caches[name][got[i]], e.caches[name][blocks[i]]), (name, i)
+        other.finish(again)
+    finally:
+        other.close()

@@ -121,6 +121,18 @@ class BlockMap:
         the load of a cache whose write kernel quantizes (fp8), where a page
         must land as the bytes that were saved.
         """
+        views = self._affine_views(kv_layer)
+        if views is not None:
+            # Strided views over the cache: whole pages a block at a time.
+            run = block_ids.tolist()
+            for view, pages in zip(views, (k, v), strict=True):
+                bits = as_bits(pages).to(view.device)
+                into = rows(view, run)
+                if into is not None:
+                    into.copy_(bits)
+                else:
+                    view.index_copy_(0, block_ids.to(view.device), bits)
+            return
         n = int(block_ids.numel())
         cache = as_bits(kv_layer)  # any strides: indexed as [blocks, heads, tokens, content]
         _, _, tokens, content = cache.shape

@@ -99,12 +99,16 @@ class Engine:
         )
         return Request(rid, tokens, sp, None, kv_hints=kv_hints)
 
-    def prefill(self, req: Request, *, wait: bool = True) -> tuple[int, list[int]]:
+    def prefill(self, req: Request, *, wait: bool = True, chunk: int = 0) -> tuple[int, list[int]]:
         """Schedules req's prefill as vLLM's scheduler would, runs the step
         (loads, the 'forward' writing random K/V for computed tokens, saves),
         and returns the external tokens and the request's blocks. With wait,
-        the background saves are done and reported before it returns.
+        the background saves are done and reported before it returns. With
+        chunk, the prompt after the external tokens is prefilled chunk
+        tokens a step (vLLM's chunked prefill): one save a step.
         """
+        if chunk:
+            return self._prefill_chunks(req, chunk, wait)
         ext, _ = self.sched.lookup(req, 0)
         n_blocks = -(-req.num_tokens // PAGE)
         blocks = list(range(self.next_block, self.next_block + n_blocks))
@@ -138,6 +142,58 @@ class Engine:
         if wait:
             self.settle()
         return ext, blocks
+
+    def _prefill_chunks(self, req: Request, chunk: int, wait: bool) -> tuple[int, list[int]]:
+        ext, _ = self.sched.lookup(req, 0)
+        n_blocks = -(-req.num_tokens // PAGE)
+        blocks = list(range(self.next_block, self.next_block + n_blocks))
+        self.next_block += n_blocks
+        self.sched.allocated(req, types.SimpleNamespace(get_block_ids=lambda: (blocks,)), ext)
+        state = types.SimpleNamespace(get_block_ids=lambda rid: (blocks,))
+        done = ext
+        while done < req.num_tokens:
+            n = min(chunk, req.num_tokens - done)
+            first = done == ext
+            new = [
+                types.SimpleNamespace(
+                    req_id=req.request_id, num_computed_tokens=done, block_ids=(blocks,)
+                )
+            ]
+            out = types.SimpleNamespace(
+                preempted_req_ids=set(),
+                scheduled_new_reqs=new if first else [],
+                scheduled_cached_reqs=types.SimpleNamespace(
+                    req_ids=[] if first else [req.request_id],
+                    num_computed_tokens=[] if first else [done],
+                ),
+                num_scheduled_tokens={req.request_id: n},
+                kv_connector_block_state=state,
+            )
+            meta = self.sched.build_meta(out)
+            self.worker.load(meta)
+            assert self.worker.take_failed_blocks() == set()
+            self._forward(req, blocks, done, done + n)
+            self.worker.handle_preemptions(meta)
+            self.worker.save(meta)
+            req.status = RequestStatus.RUNNING
+            done += n
+            req.num_computed_tokens = done
+            if wait:
+                self.settle()
+        return ext, blocks
+
+    def _forward(self, req: Request, blocks: list[int], start: int, end: int) -> None:
+        """Writes K/V of tokens [start, end) into their blocks, a function
+        of the prompt and the position (the same in every engine).
+        """
+        slots = torch.tensor([blocks[t // PAGE] * PAGE + t % PAGE for t in range(start, end)])
+        for name in NAMES:
+            g = torch.Generator().manual_seed(hash((tuple(req.prompt_token_ids), name)) % 1000)
+            k = torch.randn(req.num_tokens, HEADS, DIM, generator=g).to(torch.bfloat16)
+            v = torch.randn(req.num_tokens, HEADS, DIM, generator=g).to(torch.bfloat16)
+            self.layers[name].impl.do_kv_cache_update(
+                None, k[start:end], v[start:end], self.caches[name], slots
+            )
 
     def idle_step(self, preempted: set[str] = frozenset()) -> Any:
         """A scheduler output with nothing scheduled (but preemptions)."""
