@@ -33,11 +33,12 @@ func (s *Service) Commit(regID, reqID string, tokens, slots []uint32) (Committed
 // the slots of pages the index already had, and record the session's
 // progress.
 //
-// first > 0 is how a connector saves a prompt in several commits: its
-// earlier pages are unlocked once committed, so the host may have moved
-// them off the slots they were in and given those slots to other pages
-// (even back to this request), and the engine names them by their tokens
-// alone.
+// first > 0 is how a connector saves a prompt in several commits: it names
+// the earlier pages by their tokens alone and never sends their slots
+// again. (lockCommitted keeps them on the device until the prompt is all
+// committed; had they been unlocked, their slots could have gone to other
+// pages, even back to this request, and a commit naming every slot from
+// the root was refused.)
 func (s *Service) CommitFrom(regID, reqID string, tokens []uint32, first int, slots []uint32) (Committed, error) {
 	r, err := s.enter(regID, reqID)
 	if err != nil {

@@ -30,7 +30,9 @@ def test_each_reason_is_logged_once_then_summed_up(caplog: pytest.LogCaptureFixt
     counters = SaveCounters()
     lost = LossLog(counters, log, 60.0, clock)
     with caplog.at_level(logging.WARNING, logger="test.losses"):
-        lost.lost("skipped", losses.QUEUE_FULL, 3, "r1", "3 pages over save_queue_pages")
+        lost.lost(
+            "skipped", losses.QUEUE_FULL, 3, "r1", "save_queue_pages pages were already waiting"
+        )
         lost.lost("failed", "invalid_slot", 2, "r2", "invalid_slot: page_slots[0] = 86 ...")
         for i in range(100):
             lost.lost("skipped", losses.QUEUE_FULL, 1, f"r{i}")
@@ -38,7 +40,7 @@ def test_each_reason_is_logged_once_then_summed_up(caplog: pytest.LogCaptureFixt
     lines = [r.getMessage() for r in caplog.records]
     # One line per reason so far: the summary waits for its interval.
     assert len(lines) == 2, lines
-    assert "skipped saving 3 pages of request r1 (queue_full: 3 pages over" in lines[0]
+    assert "skipped saving 3 pages of request r1 (queue_full: save_queue_pages" in lines[0]
     assert "saving 2 pages of request r2 failed (invalid_slot: page_slots[0] = 86" in lines[1]
 
     caplog.clear()

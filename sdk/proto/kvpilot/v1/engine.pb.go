@@ -1370,10 +1370,10 @@ type CommitRequest struct {
 	// matched or allocated for this request.
 	PageSlots []uint32 `protobuf:"varint,4,rep,packed,name=page_slots,json=pageSlots,proto3" json:"page_slots,omitempty"`
 	// Pages before first_page are pages this request matched or committed
-	// earlier; they are named by the tokens alone. A connector that saves a
-	// prompt in several commits sends only the new pages' slots: the host
-	// may have moved the earlier pages off the slots it had them in (they are
-	// unlocked once committed) and given those slots to other pages since.
+	// earlier; they are named by the tokens alone, and must still be on the
+	// device (the host keeps a request's committed path there until its
+	// prompt's last full page is committed). A connector that saves a prompt
+	// in several commits sends only each commit's new pages' slots.
 	// 0: page_slots start at the root.
 	FirstPage     uint32 `protobuf:"varint,5,opt,name=first_page,json=firstPage,proto3" json:"first_page,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -176,7 +176,7 @@ class Saver:
                 continue
             self._background.add(sv.req_id)
             if not self.queue.submit(sv, self._run_job, self.wait_s):
-                self._skip(sv, losses.QUEUE_FULL, f"{sv.pages} pages over save_queue_pages")
+                self._skip(sv, losses.QUEUE_FULL, "save_queue_pages pages were already waiting")
                 self._not_queued[sv.kv_request_id] = self._not_queued.get(sv.kv_request_id, 0) + 1
 
     def finished_sending(self, finished: set[str]) -> set[str]:
