@@ -13,7 +13,9 @@ events are the only kvpilot pages the router hears of. The relay connects
 once vLLM's publisher is bound, as Dynamo's vLLM integration starts it
 (connecting first, ai-dynamo 1.6.1's relay was measured to catch only the
 stream's tail). Skipped without vLLM or ai-dynamo-runtime; about one vLLM
-start.
+start per configuration: a bf16 cache, an fp8 one, and an MLA model (a
+DeepSeek-V2 geometry), whose prefix vLLM does not cache on CPU, so the
+pages kvpilot holds are the only ones the router hears of.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import random
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,7 @@ dynamo_core = pytest.importorskip(
 
 from ports import free_port  # noqa: E402
 
+from kvbench.vllm.models import write_random_deepseek_v2  # noqa: E402
 from tests.vllm_support.runner import PAGE, run_vllm  # noqa: E402
 from tests.vllm_support.tiny_model import write_tiny_llama  # noqa: E402
 
@@ -42,9 +46,9 @@ NS, COMPONENT, ENDPOINT = "kvpvllm", "backend", "generate"
 PATH = f"{NS}.{COMPONENT}.{ENDPOINT}"
 
 
-def _prompt(seed: int) -> list[int]:
+def _prompt(seed: int, page: int = PAGE) -> list[int]:
     r = random.Random(seed)
-    return [r.randrange(3, 512) for _ in range(3 * PAGE + 4)]
+    return [r.randrange(3, 512) for _ in range(3 * page + 4)]
 
 
 def _listening(port: int) -> bool:
@@ -65,37 +69,63 @@ def _fp8_cpu() -> bool:
     return " avx512f" in flags or " amx_bf16" in flags
 
 
+@dataclass(frozen=True)
+class Case:
+    """One configuration: vLLM's block (kvpilot's page), its KV cache of 12
+    blocks, its --kv-cache-dtype, and the model.
+    """
+
+    page: int
+    kv_bytes: int
+    kv_dtype: str | None
+    mla: bool = False
+
+
+#: The tiny Llama: 2 layers, 2 KV heads of 32; DeepSeek-V2's rows of 576.
+CASES = {
+    "bf16": Case(PAGE, 12 * 2 * PAGE * 2 * 32 * 2 * 2, None),
+    # Block hashes are the tokens' alone: an fp8 cache scores the same way.
+    "fp8": Case(PAGE, 12 * 2 * PAGE * 2 * 32 * 2, "fp8_e4m3"),
+    # vLLM keeps no prefix cache for MLA on CPU: kvpilot's pages are the
+    # only ones its events announce.
+    "mla": Case(16, 12 * 2 * 16 * 576 * 2, None, mla=True),
+}
+
+
 @pytest.mark.parametrize(
-    "kv_dtype",
+    "case",
     [
-        "auto",
+        "bf16",
         pytest.param(
-            "fp8_e4m3",
+            "fp8",
             marks=pytest.mark.skipif(
                 not _fp8_cpu(), reason="vLLM's fp8 KV cache on CPU needs AVX-512 or AMX"
             ),
         ),
+        "mla",
     ],
 )
 def test_vllm_events_carry_kvpilot_pages_to_dynamo(
-    kvpilot_host_factory: Any, tmp_path: Path, kv_dtype: str
+    kvpilot_host_factory: Any, tmp_path: Path, case: str
 ) -> None:
-    # Block hashes are the tokens' alone: an fp8 cache's events score the
-    # worker the same way.
-    model = write_tiny_llama(tmp_path / "model")
-    element = 1 if kv_dtype.startswith("fp8") else 2
+    c = CASES[case]
+    page = c.page
+    if c.mla:
+        model = write_random_deepseek_v2(tmp_path / "model")
+    else:
+        model = write_tiny_llama(tmp_path / "model")
     port, zport = free_port(), free_port()
     disc = tmp_path / "dynamo-kv"
     disc.mkdir()
     host = kvpilot_host_factory(
-        index={"page_size": PAGE},
+        index={"page_size": page},
         nats={"listen": f"127.0.0.1:{port}"},
         events={"format": "json"},
         tiers={"device": {"capacity_pages": 64}, "disk": {"capacity_pages": 0}},
     )
     os.environ["NATS_SERVER"] = f"nats://127.0.0.1:{port}"
     os.environ["DYN_FILE_KV"] = str(disc)
-    first, others = _prompt(1), [_prompt(i) for i in range(2, 6)]
+    first, others = _prompt(1, page), [_prompt(i, page) for i in range(2, 6)]
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -108,13 +138,13 @@ def test_vllm_events_carry_kvpilot_pages_to_dynamo(
             "kvpilot-vllm",
             "kvpilot-vllm",
             worker_type=dynamo_core.WorkerType.Aggregated,
-            kv_cache_block_size=PAGE,
+            kv_cache_block_size=page,
             skip_model_assets=True,
         )
         serving = asyncio.ensure_future(ep.serve_endpoint(_handler))
         worker = ep.connection_id()
         rtr = dynamo_core.DistributedRuntime(loop, "file", "tcp", event_plane="nats")
-        router = dynamo_core.KvRouter(rtr.endpoint(PATH), PAGE, dynamo_core.KvRouterConfig())
+        router = dynamo_core.KvRouter(rtr.endpoint(PATH), page, dynamo_core.KvRouterConfig())
         go = tmp_path / "go"
         # vLLM's cache holds 12 blocks: the four later prompts (4 blocks
         # each) evict the first one's.
@@ -126,10 +156,10 @@ def test_vllm_events_carry_kvpilot_pages_to_dynamo(
                 {"socket": host.engine_socket},
                 [{"tokens": p} for p in (first, *others)],
                 kv_events_endpoint=f"tcp://*:{zport}",
-                # 12 blocks: layers x tokens x K and V x head_dim x heads.
-                kv_cache_memory_bytes=12 * 2 * PAGE * 2 * 32 * 2 * element,
-                kv_cache_dtype=kv_dtype if kv_dtype != "auto" else None,
-                max_model_len=4 * PAGE,
+                kv_cache_memory_bytes=c.kv_bytes,
+                kv_cache_dtype=c.kv_dtype,
+                block_size=page,
+                max_model_len=4 * page,
                 start_after=str(go),
             )
         )
@@ -141,7 +171,7 @@ def test_vllm_events_carry_kvpilot_pages_to_dynamo(
                 await asyncio.sleep(0.2)
             # Dynamo's relay of the worker's ZMQ stream onto its event plane.
             relay = dynamo_core.KvEventPublisher(
-                ep, worker_id=worker, kv_block_size=PAGE, zmq_endpoint=f"tcp://127.0.0.1:{zport}"
+                ep, worker_id=worker, kv_block_size=page, zmq_endpoint=f"tcp://127.0.0.1:{zport}"
             )
             await asyncio.sleep(1.0)
             go.touch()
@@ -160,14 +190,15 @@ def test_vllm_events_carry_kvpilot_pages_to_dynamo(
                     break
                 assert time.monotonic() < deadline, (got, host.log_tail())
                 await asyncio.sleep(0.2)
-            # The last prompt is in vLLM's own cache. (kvpilot's copies of
-            # it may be announced only at vLLM's next step: the host stores
-            # them behind the last one.)
-            assert (await tiers(others[-1]))["device_blocks"] == 3
             # Scored at the host tier's weight (0.75 of a device block), and
             # nothing for a prompt no one holds.
             assert await router.best_worker(first) == (worker, 0, 2)
-            assert await router.best_worker(others[-1]) == (worker, 0, 3)
+            if not c.mla:
+                # The last prompt is in vLLM's own cache. (kvpilot's copies
+                # of it may be announced only at vLLM's next step: the host
+                # stores them behind the last one.)
+                assert (await tiers(others[-1]))["device_blocks"] == 3
+                assert await router.best_worker(others[-1]) == (worker, 0, 3)
             assert (await tiers(_prompt(99))).get("host_pinned_blocks", 0) == 0
         finally:
             if relay is not None:
