@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("vllm")
 
 from kvpilot import ControlClient
-from tests.vllm_support.runner import PAGE, run_vllm
+from tests.vllm_support.runner import PAGE, kvpilot_report, run_vllm
 from tests.vllm_support.tiny_model import write_tiny_llama
 
 PROMPT_LEN = 100  # three full pages and four tokens
@@ -65,10 +65,6 @@ def baseline(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
     return {"A": res["outputs"][0]["token_ids"], "C2": res["outputs"][1]["token_ids"]}
 
 
-def _kvpilot(output: dict[str, Any]) -> dict[str, Any]:
-    return (output.get("kv_transfer_params") or {}).get("kvpilot") or {}
-
-
 def test_prefix_from_kvpilot_in_a_fresh_vllm(
     kvpilot_host_factory: Any, tiny_model: Path, baseline: dict[str, list[int]], tmp_path: Path
 ) -> None:
@@ -90,7 +86,7 @@ def test_prefix_from_kvpilot_in_a_fresh_vllm(
     )
     for out in first["outputs"]:
         assert out["num_cached_tokens"] == 0, out
-        assert _kvpilot(out) == {
+        assert kvpilot_report(out) == {
             "cached_tokens": 0,
             "loaded_pages": 0,
             "reloaded_pages": 0,
@@ -153,7 +149,7 @@ def test_prefix_from_kvpilot_in_a_fresh_vllm(
     )
     a, bad, c, d = second["outputs"]
     assert a["num_cached_tokens"] == expect_cached, a
-    assert _kvpilot(a) == {
+    assert kvpilot_report(a) == {
         "cached_tokens": expect_cached,
         "loaded_pages": 3,
         "reloaded_pages": 3,
@@ -167,10 +163,10 @@ def test_prefix_from_kvpilot_in_a_fresh_vllm(
 
     assert c["num_cached_tokens"] == expect_cached, c
     assert c["token_ids"] == baseline["C2"]
-    kc = _kvpilot(c)
+    kc = kvpilot_report(c)
     assert (kc["cached_tokens"], kc["saved_pages"], kc["pinned_blocks"]) == (96, 1, 4), c
 
-    kd = _kvpilot(d)
+    kd = kvpilot_report(d)
     assert (kd["cached_tokens"], kd["pinned_blocks"]) == (expect_cached, 3), d
 
     with ControlClient(host.control_socket) as ctl:
@@ -228,5 +224,5 @@ def test_a_corrupt_host_page_is_recomputed(
     (a,) = run_vllm(tmp_path / "p2", tiny_model, connector, [{"tokens": A}])["outputs"]
     assert a["token_ids"] == baseline["A"]
     assert a["num_cached_tokens"] == 0, a
-    assert _kvpilot(a)["cached_tokens"] == 0, a
+    assert kvpilot_report(a)["cached_tokens"] == 0, a
     assert "corrupt copy forgotten" in host.log_tail(400)

@@ -25,7 +25,7 @@ import pytest
 pytest.importorskip("vllm")
 
 from kvpilot import ControlClient
-from tests.vllm_support.runner import PAGE, run_vllm
+from tests.vllm_support.runner import PAGE, check_hits_then_restart, kvpilot_report, run_vllm
 from tests.vllm_support.tiny_model import write_tiny_llama
 
 
@@ -61,10 +61,6 @@ def _prompts() -> list[list[int]]:
     return [[r.randrange(3, 512) for _ in range(PROMPT_LEN)] for _ in range(3)]
 
 
-def _kvpilot(output: dict[str, Any]) -> dict[str, Any]:
-    return (output.get("kv_transfer_params") or {}).get("kvpilot") or {}
-
-
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "fp8_e5m2"])
 def test_fp8_pages_hit_with_vllms_own_answers(
     kvpilot_host_factory: Any, tmp_path: Path, kv_dtype: str
@@ -83,25 +79,17 @@ def test_fp8_pages_hit_with_vllms_own_answers(
 
     fill = run("fill", connector, [a, b])
     for out, want in zip(fill["outputs"], alone["outputs"], strict=False):
-        assert _kvpilot(out)["saved_pages"] == PROMPT_LEN // PAGE, out
+        assert kvpilot_report(out)["saved_pages"] == PROMPT_LEN // PAGE, out
         assert out["token_ids"] == want["token_ids"]
     assert f"dtype={kv_dtype}" in fill["log"]
     with ControlClient(host.control_socket) as ctl:
         assert ctl.stats().tiers["host"].pages >= 2 * (PROMPT_LEN // PAGE)
 
-    # A fresh process: A and B from kvpilot, C computed and saved.
-    fresh = run("fresh", connector, [a, b, c])
+    # A fresh process: A and B from kvpilot, C computed and saved; then C
+    # from the disk tier after a host restart.
+    answers = [o["token_ids"] for o in alone["outputs"][:3]]
     hit = (PROMPT_LEN - 1) // PAGE * PAGE
-    for i, (out, want) in enumerate(zip(fresh["outputs"], alone["outputs"], strict=True)):
-        assert _kvpilot(out)["cached_tokens"] == (hit if i < 2 else 0), (i, out)
-        assert out["token_ids"] == want["token_ids"], (i, out["token_ids"], want["token_ids"])
-
-    # After a restart the pages come back from the disk tier.
-    host.restart()
-    again = run("restarted", connector, [c])
-    (out,) = again["outputs"]
-    assert _kvpilot(out)["cached_tokens"] == hit, out
-    assert out["token_ids"] == alone["outputs"][2]["token_ids"]
+    check_hits_then_restart(run, host, connector, [a, b, c], answers, hit)
 
 
 def test_an_fp8_engine_does_not_read_bf16_pages(kvpilot_host_factory: Any, tmp_path: Path) -> None:

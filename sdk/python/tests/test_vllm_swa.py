@@ -24,7 +24,7 @@ import pytest
 pytest.importorskip("vllm")
 
 from kvbench.vllm.models import write_random_llama
-from tests.vllm_support.runner import PAGE, run_vllm
+from tests.vllm_support.runner import PAGE, kvpilot_report, run_vllm
 from tests.vllm_support.tiny_model import CONFIG
 
 WINDOW = 64
@@ -39,10 +39,6 @@ def _model(directory: Path, layer_types: list[str]) -> Path:
     return write_random_llama(
         directory, {**CONFIG, "layer_types": layer_types, "sliding_window": WINDOW}
     )
-
-
-def _kvpilot(output: dict[str, Any]) -> dict[str, Any]:
-    return (output.get("kv_transfer_params") or {}).get("kvpilot") or {}
 
 
 def test_a_hybrid_model_hits_whole_pages(kvpilot_host_factory: Any, tmp_path: Path) -> None:
@@ -72,7 +68,7 @@ def test_a_hybrid_model_hits_whole_pages(kvpilot_host_factory: Any, tmp_path: Pa
     fresh = run("fresh", connector, [a, b])
     hit = (PROMPT_LEN - 1) // PAGE * PAGE
     for out, want in zip(fresh["outputs"], alone["outputs"], strict=True):
-        assert _kvpilot(out)["cached_tokens"] == hit, out
+        assert kvpilot_report(out)["cached_tokens"] == hit, out
         assert out["token_ids"] == want["token_ids"], (out["token_ids"], want["token_ids"])
 
 

@@ -68,3 +68,31 @@ def run_vllm(
     if not expect_error:
         assert "error" not in res, f"{res['error']}\n{res.get('traceback', '')}\n{text[-6000:]}"
     return res
+
+
+def kvpilot_report(output: dict[str, Any]) -> dict[str, Any]:
+    """What the connector reported for a request (its output's
+    ``kv_transfer_params["kvpilot"]``).
+    """
+    return (output.get("kv_transfer_params") or {}).get("kvpilot") or {}
+
+
+def check_hits_then_restart(
+    run: Any, host: Any, connector: dict[str, Any], prompts: list[Any], answers: list[Any], hit: int
+) -> None:
+    """A fresh vLLM, served prompts[0] and prompts[1] from kvpilot and
+    computing prompts[2], answers what vLLM alone answered (``answers``,
+    token ids per prompt); after a host restart prompts[2] comes back from
+    kvpilot's disk tier, answering the same. ``run(name, connector,
+    prompts)`` runs vLLM in a directory of its own.
+    """
+    fresh = run("fresh", connector, prompts)
+    for i, (out, want) in enumerate(zip(fresh["outputs"], answers, strict=True)):
+        assert kvpilot_report(out)["cached_tokens"] == (hit if i < 2 else 0), (i, out)
+        assert out["num_cached_tokens"] == (hit if i < 2 else 0), (i, out)
+        assert out["token_ids"] == want, (i, out["token_ids"], want)
+    host.restart()
+    again = run("restarted", connector, prompts[2:])
+    (out,) = again["outputs"]
+    assert kvpilot_report(out)["cached_tokens"] == hit, out
+    assert out["token_ids"] == answers[2]
