@@ -22,15 +22,7 @@ import (
 // page is committed; then it is unlocked, free to leave staging.
 func TestChunkedSavesKeepTheirPathUntilThePromptIsCommitted(t *testing.T) {
 	h := startHost(t, enginetest.Options{DevicePages: 8, DeviceHeadroom: -1, HostPages: 64})
-	l := gqa(16)
-	sched, err := dialConnector(t, h.Socket, "vllm-1", l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	worker, err := dialConnector(t, h.Socket, "vllm-1", l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sched, worker := dialSchedulerAndWorker(t, h.Socket, "vllm-1", gqa(16))
 	if !worker.Registration().Has(enginewire.FeatureCommitFirstPage) {
 		t.Fatalf("registration %+v: the host does not announce %s", worker.Registration(), enginewire.FeatureCommitFirstPage)
 	}

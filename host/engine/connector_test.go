@@ -24,6 +24,20 @@ func dialConnector(t *testing.T, socket, engineID string, l enginewire.Layout) (
 	return c, err
 }
 
+// dialSchedulerAndWorker registers two processes of one connector-mode
+// engine, as vLLM's scheduler and worker do.
+func dialSchedulerAndWorker(t *testing.T, socket, engineID string, l enginewire.Layout) (sched, worker *engineclient.Client) {
+	t.Helper()
+	var err error
+	if sched, err = dialConnector(t, socket, engineID, l); err != nil {
+		t.Fatal(err)
+	}
+	if worker, err = dialConnector(t, socket, engineID, l); err != nil {
+		t.Fatal(err)
+	}
+	return sched, worker
+}
+
 // vLLM runs its connector twice, in the scheduler and in each worker: the
 // processes share one registration, so a request matched by the scheduler
 // is saved by the worker, and a fresh process of a later engine reads the
@@ -31,14 +45,7 @@ func dialConnector(t *testing.T, socket, engineID string, l enginewire.Layout) (
 func TestConnectorProcessesShareOneRegistration(t *testing.T) {
 	h := startHost(t, enginetest.Options{})
 	l := gqa(16)
-	sched, err := dialConnector(t, h.Socket, "vllm-1", l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	worker, err := dialConnector(t, h.Socket, "vllm-1", l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sched, worker := dialSchedulerAndWorker(t, h.Socket, "vllm-1", l)
 	rs, rw := sched.Registration(), worker.Registration()
 	if rs.ID != rw.ID || rs.Joined || !rw.Joined {
 		t.Fatalf("scheduler %+v, worker %+v: want one registration, joined by the worker", rs, rw)
