@@ -79,7 +79,8 @@ class HostHealth:
 
     def failed(self, what: str, err: BaseException, *, quiet: bool = False) -> None:
         """Records a failed call; backs off when the host is to blame.
-        ``quiet``: a refusal the caller logs itself is only counted here.
+        ``quiet``: a refusal the caller logs itself is only counted here (a
+        host that is down is logged here all the same).
         """
         if host_down(err):
             self.failures["down"] += 1

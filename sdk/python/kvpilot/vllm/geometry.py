@@ -139,9 +139,8 @@ def geometry(
     """The layout of this engine's KV cache, from vLLM's KV cache spec.
 
     Raises ConnectorConfigError for caches kvpilot cannot hold yet: several
-    KV cache groups (hybrid models), quantized caches other than fp8 (and
-    any on MLA),
-    padded pages, K and V of different widths.
+    KV cache groups, every layer a sliding window, quantized caches other
+    than fp8 (and any on MLA), padded pages, K and V of different widths.
     """
     from vllm.v1.kv_cache_interface import (
         FullAttentionSpec,
@@ -222,7 +221,7 @@ def _mla_geometry(
     rank = int(getattr(hf, "kv_lora_rank", 0) or 0)
     rope_dim = int(getattr(hf, "qk_rope_head_dim", 0) or 0)
     cache_dtype = vllm_config.cache_config.cache_dtype
-    if cache_dtype not in (None, "auto", "bfloat16", "float16", "float32"):
+    if cache_dtype not in _UNQUANTIZED:
         raise ConnectorConfigError(
             f"kvpilot connector: kv_cache_dtype={cache_dtype} on an MLA model is not supported "
             "yet: run with --kv-cache-dtype auto"
@@ -252,6 +251,9 @@ def _mla_geometry(
 #: process.
 _FP8_CACHE_DTYPES = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 
+#: --kv-cache-dtype values that keep the model's own dtype.
+_UNQUANTIZED = (None, "auto", "bfloat16", "float16", "float32")
+
 
 def _has_sliding_layers(hf_config: Any) -> bool:
     """Whether some of the model's attention layers use a sliding window, as
@@ -265,7 +267,7 @@ def kv_dtype(cache_dtype: str | None, spec_dtype: Any) -> str:
     """The layout dtype of a vLLM KV cache of cache_dtype (--kv-cache-dtype)
     whose spec says spec_dtype.
     """
-    if cache_dtype in (None, "auto", "bfloat16", "float16", "float32"):
+    if cache_dtype in _UNQUANTIZED:
         return dtype_name(spec_dtype)
     fp8 = _FP8_CACHE_DTYPES.get(str(cache_dtype))
     if fp8 is None:

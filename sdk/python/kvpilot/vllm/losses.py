@@ -128,13 +128,13 @@ class LossLog:
             )
         self.flush()
 
-    def flush(self, *, force: bool = False) -> None:
-        """Logs the summary when interval_s has passed since the last one
-        (or now, with force) and pages were lost since.
+    def flush(self) -> None:
+        """Logs the summary when interval_s has passed since the last one and
+        pages were lost since.
         """
         now = self._clock()
         with self._lock:
-            if not self._pending or (not force and now - self._last < self.interval_s):
+            if not self._pending or now - self._last < self.interval_s:
                 return
             pending, self._pending = self._pending, {}
             since, self._last = now - self._last, now

@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from kvpilot.engine_types import FEATURE_COMMIT_FIRST_PAGE
 from kvpilot.errors import CapacityExhausted, HostRestarted, KvpilotError
-from kvpilot.hosthealth import host_down
 from kvpilot.vllm import losses
 from kvpilot.vllm.health import HostHealth
 from kvpilot.vllm.losses import LossLog, SaveCounters
@@ -268,8 +267,9 @@ class Saver:
             return
         except Exception as e:
             st.broken = True
-            # The host's back-off; the page accounting and its log are ours.
-            w.health.failed("saving pages to kvpilot", e, quiet=not host_down(e))
+            # The host's back-off (and its log of a host gone); the page
+            # accounting and its log are ours.
+            w.health.failed("saving pages to kvpilot", e, quiet=True)
             code = e.code if isinstance(e, KvpilotError) and e.code else "internal"
             self.losses.lost("failed", code, sv.pages, sv.req_id, str(e))
             return

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import types
+import zlib
 from typing import Any
 
 import torch
@@ -107,48 +108,19 @@ class Engine:
         chunk, the prompt after the external tokens is prefilled chunk
         tokens a step (vLLM's chunked prefill): one save a step.
         """
-        if chunk:
-            return self._prefill_chunks(req, chunk, wait)
         ext, _ = self.sched.lookup(req, 0)
         n_blocks = -(-req.num_tokens // PAGE)
         blocks = list(range(self.next_block, self.next_block + n_blocks))
         self.next_block += n_blocks
         self.sched.allocated(req, types.SimpleNamespace(get_block_ids=lambda: (blocks,)), ext)
-        out = types.SimpleNamespace(
-            preempted_req_ids=set(),
-            scheduled_new_reqs=[
-                types.SimpleNamespace(
-                    req_id=req.request_id, num_computed_tokens=ext, block_ids=(blocks,)
-                )
-            ],
-            scheduled_cached_reqs=types.SimpleNamespace(req_ids=[], num_computed_tokens=[]),
-            num_scheduled_tokens={req.request_id: req.num_tokens - ext},
-        )
-        meta = self.sched.build_meta(out)
-        self.worker.load(meta)
-        assert self.worker.take_failed_blocks() == set()
-        g = torch.Generator().manual_seed(hash(tuple(req.prompt_token_ids)) % 1000)
-        slots = torch.tensor(
-            [blocks[t // PAGE] * PAGE + t % PAGE for t in range(ext, req.num_tokens)]
-        )
-        for name in NAMES:
-            k = torch.randn(len(slots), HEADS, DIM, generator=g).to(torch.bfloat16)
-            v = torch.randn(len(slots), HEADS, DIM, generator=g).to(torch.bfloat16)
-            self.layers[name].impl.do_kv_cache_update(None, k, v, self.caches[name], slots)
-        self.worker.handle_preemptions(meta)
-        self.worker.save(meta)
-        req.status = RequestStatus.RUNNING
-        req.num_computed_tokens = req.num_tokens
-        if wait:
-            self.settle()
+        self._steps(req, blocks, ext, chunk or req.num_tokens - ext, wait)
         return ext, blocks
 
-    def _prefill_chunks(self, req: Request, chunk: int, wait: bool) -> tuple[int, list[int]]:
-        ext, _ = self.sched.lookup(req, 0)
-        n_blocks = -(-req.num_tokens // PAGE)
-        blocks = list(range(self.next_block, self.next_block + n_blocks))
-        self.next_block += n_blocks
-        self.sched.allocated(req, types.SimpleNamespace(get_block_ids=lambda: (blocks,)), ext)
+    def _steps(self, req: Request, blocks: list[int], ext: int, chunk: int, wait: bool) -> None:
+        """Runs req's prefill after its ext external tokens, chunk tokens a
+        step, as vLLM's scheduler schedules a new request and then a cached
+        one.
+        """
         state = types.SimpleNamespace(get_block_ids=lambda rid: (blocks,))
         done = ext
         while done < req.num_tokens:
@@ -180,7 +152,6 @@ class Engine:
             req.num_computed_tokens = done
             if wait:
                 self.settle()
-        return ext, blocks
 
     def _forward(self, req: Request, blocks: list[int], start: int, end: int) -> None:
         """Writes K/V of tokens [start, end) into their blocks, a function
@@ -188,7 +159,8 @@ class Engine:
         """
         slots = torch.tensor([blocks[t // PAGE] * PAGE + t % PAGE for t in range(start, end)])
         for name in NAMES:
-            g = torch.Generator().manual_seed(hash((tuple(req.prompt_token_ids), name)) % 1000)
+            seed = zlib.crc32(repr((req.prompt_token_ids, name)).encode())
+            g = torch.Generator().manual_seed(seed)
             k = torch.randn(req.num_tokens, HEADS, DIM, generator=g).to(torch.bfloat16)
             v = torch.randn(req.num_tokens, HEADS, DIM, generator=g).to(torch.bfloat16)
             self.layers[name].impl.do_kv_cache_update(

@@ -205,11 +205,6 @@ def _refused_calls(metrics_port: int) -> dict[str, float]:
     return out
 
 
-def _share(usage: list[list[tuple[int, int]]]) -> float:
-    prompt = sum(p for s in usage for p, _ in s)
-    return sum(c for s in usage for _, c in s) / prompt if prompt else 0.0
-
-
 def measure(binary: str, sessions: int, turns: int, root: Path) -> dict[str, Any]:
     """One host, a vLLM that serves the sessions, a fresh one that replays them."""
     root.mkdir(parents=True, exist_ok=True)
@@ -232,14 +227,16 @@ def measure(binary: str, sessions: int, turns: int, root: Path) -> dict[str, Any
             finally:
                 v.stop()
             lost = [ln for ln in vlog.read_text(errors="replace").splitlines() if LOSS.search(ln)]
+            prompt = sum(p for s in usage for p, _ in s)
+            cached = sum(c for s in usage for _, c in s)
             out[run] = {
                 "wall_s": round(wall, 1),
                 "failed_requests": errors,
                 "loss_log_lines": lost[:20],
                 "loss_log_count": len(lost),
-                "prompt_tokens": sum(p for s in usage for p, _ in s),
-                "cached_tokens": sum(c for s in usage for _, c in s),
-                "cached_share": round(_share(usage), 4),
+                "prompt_tokens": prompt,
+                "cached_tokens": cached,
+                "cached_share": round(cached / prompt, 4) if prompt else 0.0,
             }
             log.info("sessions %d, %s run: %s", sessions, run, out[run])
             scripts = requests

@@ -137,10 +137,8 @@ MODELS = {
 
 #: The configurations --config takes, and the models each runs.
 CONFIGS = {
-    "bf16": ("smollm2", "save-heavy-llama"),
-    "fp8": ("smollm2-fp8",),
-    "mla": ("deepseek-v2-mla",),
-    "swa": ("hybrid-swa-llama",),
+    c: tuple(name for name, m in MODELS.items() if m.config == c)
+    for c in dict.fromkeys(m.config for m in MODELS.values())
 }
 
 RATIOS = {
@@ -177,12 +175,9 @@ class ModelRun:
     params: dict[str, Any] = field(default_factory=dict)
     rounds: list[dict[str, list[float]]] = field(default_factory=list)
     cached: dict[str, list[int]] = field(default_factory=lambda: {a: [] for a in ARMS})
-    answers_match: list[bool] = field(default_factory=list)
-    #: Whether vLLM's own prefix hit answered what its full prefill did:
-    #: where it does not (an fp8 cache, whose hits read quantized keys a
-    #: full prefill never does), a kvpilot hit is held to the prefix hit.
-    own_hit_matches: list[bool] = field(default_factory=list)
-    hit_tokens: list[tuple[Any, Any]] = field(default_factory=list)
+    #: Per prompt served from a cache: the token the kvpilot hit answered,
+    #: vLLM's own prefix hit's, and vLLM's full prefill's.
+    answers: list[tuple[Any, Any, Any]] = field(default_factory=list)
 
     def add(self, r: int, arm: str, out: dict[str, Any]) -> dict[str, Any]:
         """Records one request of arm in round r; returns out."""
@@ -219,17 +214,19 @@ class ModelRun:
             name: ratios[name]["median"] <= limit for name, limit in self.spec.targets.items()
         }
         # vLLM alone serving the same prefix from its own cache (for MLA on
-        # CPU, computing it again) answers what a kvpilot hit must.
-        checks["hits_answer_as_vllm_alone"] = bool(self.hit_tokens) and all(
-            k == own for k, own in self.hit_tokens
+        # CPU, computing it again) answers what a kvpilot hit must; with an
+        # fp8 cache that is not always the full prefill's token (a prefix
+        # hit reads quantized keys a full prefill never does).
+        checks["hits_answer_as_vllm_alone"] = bool(self.answers) and all(
+            hit == own for hit, own, _ in self.answers
         )
         return {
             "params": self.params,
             "answers": {
-                "kvpilot_hit_as_full_prefill": sum(self.answers_match),
-                "vllm_prefix_hit_as_full_prefill": sum(self.own_hit_matches),
-                "kvpilot_hit_as_vllm_prefix_hit": sum(k == o for k, o in self.hit_tokens),
-                "hits": len(self.answers_match),
+                "kvpilot_hit_as_full_prefill": sum(h == f for h, _, f in self.answers),
+                "vllm_prefix_hit_as_full_prefill": sum(o == f for _, o, f in self.answers),
+                "kvpilot_hit_as_vllm_prefix_hit": sum(h == o for h, o, _ in self.answers),
+                "hits": len(self.answers),
             },
             "arms": arms,
             "ratios": ratios,
@@ -328,10 +325,7 @@ def run_model(
                     kvpilot = out.get("kvpilot")
             for i in (0, 1):
                 hit = answered[("connector_hit_fresh_process", i)]
-                own = answered[("vllm_prefix_hit", i)]
-                run.answers_match.append(hit == alone[i])
-                run.own_hit_matches.append(own == alone[i])
-                run.hit_tokens.append((hit, own))
+                run.answers.append((hit, answered[("vllm_prefix_hit", i)], alone[i]))
             before = host.settle("host")
             filler.ask(q)
             host.wait_pages("host", before + full)
