@@ -16,6 +16,9 @@ type Committed struct {
 	Stored, Present int
 	// BlockHashes are the sequence hashes of the committed pages.
 	BlockHashes []uint64
+	// PartsWaiting: a part's commit left this many parts to commit the
+	// pages before they enter the cache (parts.go); 0 once they did.
+	PartsWaiting int
 }
 
 // Commit puts the first len(slots) full pages of tokens, which the engine

@@ -23,7 +23,9 @@ type registration struct {
 	// recompute: the engine serves sparse fill orders and ranks a
 	// splice's kept tokens (RegisterRequest.recompute).
 	recompute bool
-	created   time.Time
+	// parts: how many processes write each page (RegisterArgs.Parts, 1 at least).
+	parts   int
+	created time.Time
 }
 
 // Registration is what the service knows about the live registration.
@@ -40,11 +42,13 @@ type Registration struct {
 	// Recompute: the engine recomputes a splice's kept tokens (sparse fill
 	// orders with candidates it ranks).
 	Recompute bool
+	// Parts is how many processes write each page (parts.go).
+	Parts int
 }
 
 func (r *registration) public() Registration {
 	return Registration{ID: r.id, EngineID: r.engineID, Layout: r.layout.Clone(), Rotary: r.rope, RopeConfig: r.ropeCfg, Mode: r.mode,
-		Recompute: r.recompute}
+		Recompute: r.recompute, Parts: r.parts}
 }
 
 // Registration returns the live registration, if any.
@@ -83,6 +87,9 @@ type RegisterArgs struct {
 	// Recompute: the engine serves sparse fill orders and ranks a splice's
 	// kept tokens for recompute.
 	Recompute bool
+	// Parts: how many processes of a connector-mode engine write each
+	// page, each its slice (parts.go); 0 or 1: one writes whole pages.
+	Parts int
 }
 
 // Registered answers a registration.
@@ -120,6 +127,10 @@ func (s *Service) register(a RegisterArgs) (Registered, error) {
 	if ps := s.cfg.Index.PageSize(); l.PageSize != ps {
 		return Registered{}, errcode.New(errcode.InvalidLayout, "page_size %d: this host's index pages are %d tokens (index.page_size)", l.PageSize, ps)
 	}
+	parts, err := checkParts(a.Mode, a.Parts)
+	if err != nil {
+		return Registered{}, err
+	}
 	if f := s.cfg.CheckRecompute; f != nil {
 		if err := f(a.Mode, a.Recompute); err != nil {
 			return Registered{}, err
@@ -127,7 +138,7 @@ func (s *Service) register(a RegisterArgs) (Registered, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.joinable(a.Mode, a.EngineID, uint64(l.Fingerprint()), a.Reset) && s.reg.ropeCfg == a.Rope {
+	if s.joinable(a.Mode, a.EngineID, uint64(l.Fingerprint()), a.Reset) && s.reg.ropeCfg == a.Rope && s.reg.parts == parts {
 		s.stats.Registrations++
 		s.cfg.Log.Info("engine process joined its registration", "engine_id", s.reg.engineID, "registration", s.reg.id, "uid", a.UID)
 		return s.registeredLocked(true, true), nil
@@ -184,11 +195,11 @@ func (s *Service) register(a RegisterArgs) (Registered, error) {
 		}
 	}
 	reg := &registration{id: randomID(12), engineID: a.EngineID, uid: a.UID, layout: l, rope: a.Rotary, ropeCfg: a.Rope, mode: a.Mode,
-		recompute: a.Recompute, created: s.cfg.Now()}
+		recompute: a.Recompute, parts: parts, created: s.cfg.Now()}
 	s.reg = reg
 	s.stats.Registrations++
 	s.cfg.Log.Info("engine registered", "engine_id", reg.engineID, "registration", reg.id, "mode", a.Mode, "layout", l.String(),
-		"fingerprint", l.Fingerprint(), "reattached", reattached, "uid", a.UID, "recompute", a.Recompute)
+		"fingerprint", l.Fingerprint(), "reattached", reattached, "uid", a.UID, "recompute", a.Recompute, "parts", parts)
 	return s.registeredLocked(reattached, false), nil
 }
 

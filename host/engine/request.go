@@ -56,6 +56,11 @@ type request struct {
 	turn      int      // the session's request count before this one
 
 	held held // index lock
+
+	// partsMu orders the parts' calls of a several-part save (parts.go);
+	// parted holds those saves by first page until their last part commits.
+	partsMu sync.Mutex
+	parted  map[int]*partedSave
 }
 
 // phase is where a request is in its life.

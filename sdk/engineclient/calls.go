@@ -84,10 +84,32 @@ func (c *Client) Allocate(ctx context.Context, requestID string, pages int) ([]u
 	return resp.GetPageSlots(), nil
 }
 
+// AllocatePart returns the slots of the save of pages from firstPage for
+// part (1..Options.Parts): the first part to ask allocates them, every
+// other gets the same ones. It needs enginewire.FeatureCommitParts.
+func (c *Client) AllocatePart(ctx context.Context, requestID string, pages, firstPage, part int) ([]uint32, error) {
+	if !c.Registration().Has(enginewire.FeatureCommitParts) {
+		return nil, errcode.New(errcode.NotSupportedYet, "allocate for part %d: the host does not announce %s; register one process per engine", part, enginewire.FeatureCommitParts)
+	}
+	var resp *pb.AllocateResponse
+	err := c.call(ctx, false, func(reg string) (err error) {
+		resp, err = c.rpc.Allocate(ctx, &pb.AllocateRequest{RegistrationId: reg, RequestId: requestID, Pages: uint32(pages),
+			FirstPage: uint32(firstPage), Part: uint32(part)}, waitReady)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetPageSlots(), nil
+}
+
 // CommitResult reports a commit.
 type CommitResult struct {
 	Stored, Present int
 	BlockHashes     []uint64
+	// PartsWaiting: a part's commit (CommitPart) left this many parts to
+	// commit the pages before they are cached; 0 once they are.
+	PartsWaiting int
 }
 
 // Commit records the request's first len(pageSlots) full pages of tokens
@@ -119,6 +141,26 @@ func (c *Client) CommitFrom(ctx context.Context, requestID string, tokens []uint
 		return CommitResult{}, err
 	}
 	return CommitResult{Stored: int(resp.GetStored()), Present: int(resp.GetPresent()), BlockHashes: resp.GetBlockHashes()}, nil
+}
+
+// CommitPart records part's (1..Options.Parts) slice of the pages from
+// firstPage as written into the slots AllocatePart gave; the last part's
+// commit caches them. It needs enginewire.FeatureCommitParts.
+func (c *Client) CommitPart(ctx context.Context, requestID string, tokens []uint32, firstPage int, pageSlots []uint32, part int) (CommitResult, error) {
+	if !c.Registration().Has(enginewire.FeatureCommitParts) {
+		return CommitResult{}, errcode.New(errcode.NotSupportedYet, "commit for part %d: the host does not announce %s; register one process per engine", part, enginewire.FeatureCommitParts)
+	}
+	var resp *pb.CommitResponse
+	err := c.call(ctx, false, func(reg string) (err error) {
+		resp, err = c.rpc.Commit(ctx, &pb.CommitRequest{RegistrationId: reg, RequestId: requestID, Tokens: tokens, PageSlots: pageSlots,
+			FirstPage: uint32(firstPage), Part: uint32(part)}, waitReady)
+		return err
+	})
+	if err != nil {
+		return CommitResult{}, err
+	}
+	return CommitResult{Stored: int(resp.GetStored()), Present: int(resp.GetPresent()), BlockHashes: resp.GetBlockHashes(),
+		PartsWaiting: int(resp.GetPartsWaiting())}, nil
 }
 
 // Release ends a request; it returns the unused slots the host freed.

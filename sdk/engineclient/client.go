@@ -85,6 +85,10 @@ type Options struct {
 	// Processes of one engine registering with the same EngineID and layout
 	// share one registration.
 	Connector bool
+	// Parts is how many processes of a connector-mode engine write each
+	// page, each its slice (its tensor-parallel ranks: AllocatePart,
+	// CommitPart); 0 or 1: one writes whole pages.
+	Parts int
 	// OnReregister is called after the client registered again because the
 	// host restarted; the engine drops whatever it kept about slots.
 	OnReregister func(Registration)
@@ -199,7 +203,7 @@ func (c *Client) registerRequest() *pb.RegisterRequest {
 	l := c.o.Layout
 	req := &pb.RegisterRequest{
 		ApiVersion: APIVersion, EngineId: c.o.EngineID, Model: l.Model, PageSize: uint32(l.PageSize),
-		Dtype: l.DType, Layers: uint32(l.Layers), ResetCache: c.o.ResetCache,
+		Dtype: l.DType, Layers: uint32(l.Layers), ResetCache: c.o.ResetCache, Parts: uint32(max(c.o.Parts, 0)),
 	}
 	if c.o.Connector {
 		req.Mode = pb.EngineMode_ENGINE_MODE_CONNECTOR

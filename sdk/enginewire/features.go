@@ -9,7 +9,11 @@ const (
 	// pages from first_page on whose earlier pages the request matched or
 	// committed before. Without it page_slots start at the root.
 	FeatureCommitFirstPage = "commit_first_page"
+	// FeatureCommitParts: RegisterRequest.parts, AllocateRequest.part and
+	// CommitRequest.part, pages written in slices by several processes
+	// (tensor-parallel ranks) and committed once all of them wrote theirs.
+	FeatureCommitParts = "commit_parts"
 )
 
 // HostFeatures are the features this version of the host announces.
-var HostFeatures = []string{FeatureCommitFirstPage}
+var HostFeatures = []string{FeatureCommitFirstPage, FeatureCommitParts}

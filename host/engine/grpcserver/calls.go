@@ -34,7 +34,7 @@ func (s *Server) Match(ctx context.Context, req *pb.MatchRequest) (*pb.MatchResp
 
 // Allocate implements kvpilot.v1.Engine.
 func (s *Server) Allocate(ctx context.Context, req *pb.AllocateRequest) (*pb.AllocateResponse, error) {
-	a, err := s.eng.Allocate(ctx, req.GetRegistrationId(), req.GetRequestId(), int(req.GetPages()))
+	a, err := s.eng.AllocatePart(ctx, req.GetRegistrationId(), req.GetRequestId(), int(req.GetPages()), int(req.GetFirstPage()), int(req.GetPart()))
 	if err != nil {
 		return nil, status(err)
 	}
@@ -43,11 +43,12 @@ func (s *Server) Allocate(ctx context.Context, req *pb.AllocateRequest) (*pb.All
 
 // Commit implements kvpilot.v1.Engine.
 func (s *Server) Commit(_ context.Context, req *pb.CommitRequest) (*pb.CommitResponse, error) {
-	c, err := s.eng.CommitFrom(req.GetRegistrationId(), req.GetRequestId(), req.GetTokens(), int(req.GetFirstPage()), req.GetPageSlots())
+	c, err := s.eng.CommitPart(req.GetRegistrationId(), req.GetRequestId(), req.GetTokens(), int(req.GetFirstPage()), req.GetPageSlots(), int(req.GetPart()))
 	if err != nil {
 		return nil, status(err)
 	}
-	return &pb.CommitResponse{Stored: uint32(c.Stored), Present: uint32(c.Present), BlockHashes: c.BlockHashes}, nil
+	return &pb.CommitResponse{Stored: uint32(c.Stored), Present: uint32(c.Present), BlockHashes: c.BlockHashes,
+		PartsWaiting: uint32(c.PartsWaiting)}, nil
 }
 
 // Release implements kvpilot.v1.Engine.

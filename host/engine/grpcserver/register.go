@@ -49,7 +49,8 @@ func (s *Server) register(ctx context.Context, req *pb.RegisterRequest) (*pb.Reg
 		uid = p.UID
 	}
 	r, err := s.eng.Register(ctx, engine.RegisterArgs{EngineID: req.GetEngineId(), UID: uid, Layout: l, Rope: rcfg, Rotary: rot,
-		Mode: mode, Reset: req.GetResetCache(), Recompute: req.GetRecompute()})
+		Mode: mode, Reset: req.GetResetCache(), Recompute: req.GetRecompute(),
+		Parts: int(min(req.GetParts(), 1<<16))})
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,7 @@ import numpy as np
 from kvpilot.arena import Arena, ArenaError
 from kvpilot.engine_types import (
     FEATURE_COMMIT_FIRST_PAGE,
+    FEATURE_COMMIT_PARTS,
     MODE_ARENA,
     MODE_CONNECTOR,
     AllocateResult,
@@ -144,6 +145,11 @@ class EngineClient:
             kept tokens for recompute (``FillOrder.positions`` and
             ``candidates``); a host configured to recompute refuses an
             engine without it.
+        parts: how many processes write each page, each its slice (a
+            tensor-parallel connector engine's ranks; every process of the
+            engine passes the same count): their saves go through
+            ``allocate(part=)`` and ``commit(part=)``, and a page is cached
+            once every part committed it. 0 or 1: whole pages.
         logger: where to log (default ``logging.getLogger("kvpilot.engine")``).
 
     Raises KvpilotError subclasses: ``InvalidLayout`` for a bad layout,
@@ -163,6 +169,7 @@ class EngineClient:
         timeout: float = 10.0,
         on_reregister: Callable[[Registration], None] | None = None,
         recompute: bool = False,
+        parts: int = 0,
         logger: logging.Logger | None = None,
     ) -> None:
         layout.validate()
@@ -176,6 +183,7 @@ class EngineClient:
         self.timeout = timeout
         self.on_reregister = on_reregister
         self.recompute = recompute
+        self.parts = parts
         self.log = logger or logging.getLogger("kvpilot.engine")
         self._reset_cache = reset_cache
 
@@ -272,6 +280,7 @@ class EngineClient:
             reset_cache=reset,
             mode=_MODES[self.mode],
             recompute=self.recompute,
+            parts=self.parts,
             buffers=[
                 engine_pb2.KVBuffer(name=b.name, heads=b.heads, head_dim=b.head_dim)
                 for b in lay.buffers
@@ -540,16 +549,28 @@ class EngineClient:
         *,
         timeout: float | None = None,
         registration_id: str = "",
+        part: int = 0,
+        first_page: int = 0,
     ) -> AllocateResult:
         """Device page slots for the request's prefill; the host evicts per
         its plan when the device is full. ``registration_id``: the
         registration the request was matched under (HostRestarted, without
         a call, when it is no longer the live one).
+
+        ``part`` (1..parts, with ``first_page``): the slots of the save of
+        pages from ``first_page``, the same for every part that asks (the
+        first to ask allocates them).
         """
+        if part:
+            self._need(FEATURE_COMMIT_PARTS, f"allocate for part {part}")
         r = self._call(
             self._stub.Allocate,
             lambda reg: engine_pb2.AllocateRequest(
-                registration_id=reg, request_id=request_id, pages=pages
+                registration_id=reg,
+                request_id=request_id,
+                pages=pages,
+                part=part,
+                first_page=first_page,
             ),
             retry=False,
             timeout=timeout,
@@ -566,6 +587,7 @@ class EngineClient:
         first_page: int = 0,
         timeout: float | None = None,
         registration_id: str = "",
+        part: int = 0,
     ) -> CommitResult:
         """Records full pages ``[first_page, first_page + len(page_slots))``
         of ``tokens`` (the whole sequence from position 0) as written into
@@ -574,7 +596,10 @@ class EngineClient:
         ``first_page`` > 0: the pages before it are ones this request
         matched or committed earlier, named by their tokens alone (a prompt
         saved in several commits sends each commit's new pages only).
-        ``registration_id``: as for ``allocate``.
+        ``registration_id``: as for ``allocate``. ``part`` (1..parts): this
+        process's slice of pages allocated with ``allocate(part=)``; they
+        are cached when the last part commits them (``parts_waiting``
+        counts the parts still to commit).
         """
         if first_page > 0 and FEATURE_COMMIT_FIRST_PAGE not in self.registration.features:
             # An older host would read the slots as from the root.
@@ -582,6 +607,8 @@ class EngineClient:
                 f"commit from page {first_page}: the host does not announce "
                 f"{FEATURE_COMMIT_FIRST_PAGE}; commit every page's slot from the root"
             )
+        if part:
+            self._need(FEATURE_COMMIT_PARTS, f"commit for part {part}")
         toks, slots = _u32s(tokens), _u32s(page_slots)
         r = self._call(
             self._stub.Commit,
@@ -591,12 +618,27 @@ class EngineClient:
                 tokens=toks,
                 page_slots=slots,
                 first_page=first_page,
+                part=part,
             ),
             retry=False,
             timeout=timeout,
             registration_id=registration_id,
         )
-        return CommitResult(stored=r.stored, present=r.present, block_hashes=list(r.block_hashes))
+        return CommitResult(
+            stored=r.stored,
+            present=r.present,
+            block_hashes=list(r.block_hashes),
+            parts_waiting=r.parts_waiting,
+        )
+
+    def _need(self, feature: str, what: str) -> None:
+        """Raises NotSupportedYet when the host did not announce feature (an
+        older host ignores fields it does not know).
+        """
+        if feature not in self.registration.features:
+            raise NotSupportedYet(
+                f"{what}: the host does not announce {feature}; upgrade the kvpilot host"
+            )
 
     def ensure_registered(self, *, timeout: float | None = None) -> Registration:
         """Makes sure this client's registration is live on the host, and

@@ -16,6 +16,10 @@ MODE_CONNECTOR = "connector"
 #: Features a host announces at registration (RegisterResponse.features).
 #: CommitRequest.first_page: a commit of the pages from first_page on.
 FEATURE_COMMIT_FIRST_PAGE = "commit_first_page"
+#: RegisterRequest.parts with AllocateRequest.part and CommitRequest.part:
+#: pages written in slices by several processes (tensor-parallel ranks),
+#: cached once every part committed its slice.
+FEATURE_COMMIT_PARTS = "commit_parts"
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,8 @@ class CommitResult:
     stored: int
     present: int
     block_hashes: list[int]
+    #: A part's commit: parts yet to commit these pages (0: they are cached).
+    parts_waiting: int = 0
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ kvpilot.vllm.connector).
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,8 @@ pytest.importorskip("vllm")
 
 import torch
 
-from kvpilot.vllm.geometry import check_parallelism, kv_dtype
+from kvpilot.layout import Layout, RopeConfig
+from kvpilot.vllm.geometry import Geometry, check_parallelism, kv_dtype
 from kvpilot.vllm.settings import ConnectorConfigError
 
 
@@ -41,15 +43,7 @@ def test_other_quantized_caches_are_refused_by_name(cache_dtype: str) -> None:
         kv_dtype(cache_dtype, torch.uint8)
 
 
-@pytest.mark.parametrize(
-    "sizes",
-    [
-        {"tensor_parallel_size": 2},
-        {"pipeline_parallel_size": 2},
-        {"decode_context_parallel_size": 2},
-    ],
-)
-def test_parallel_engines_are_refused_with_the_sizes(sizes: dict[str, int]) -> None:
+def _parallel(**sizes: int) -> Any:
     pc = SimpleNamespace(
         **{
             "tensor_parallel_size": 1,
@@ -58,9 +52,51 @@ def test_parallel_engines_are_refused_with_the_sizes(sizes: dict[str, int]) -> N
             **sizes,
         }
     )
+    return SimpleNamespace(parallel_config=pc)
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        {"pipeline_parallel_size": 2},
+        {"decode_context_parallel_size": 2},
+        {"tensor_parallel_size": 128},
+    ],
+)
+def test_parallel_engines_are_refused_with_the_sizes(sizes: dict[str, int]) -> None:
     ((name, n),) = sizes.items()
     with pytest.raises(ConnectorConfigError, match=f"{name}={n}"):
-        check_parallelism(SimpleNamespace(parallel_config=pc))
+        check_parallelism(_parallel(**sizes))
+
+
+def test_tensor_parallel_ranks_are_parts_of_a_page() -> None:
+    assert check_parallelism(_parallel(tensor_parallel_size=4)) == 4
+
+
+@pytest.mark.parametrize(
+    ("heads", "ranks", "want"),
+    [
+        # vLLM's even split: 8 heads over 4 ranks, 2 a rank.
+        (8, 4, [(0, 2), (2, 4), (4, 6), (6, 8)]),
+        # Fewer heads than ranks: each head on ranks in a row.
+        (2, 4, [(0, 1), (0, 1), (1, 2), (1, 2)]),
+        (1, 2, [(0, 1), (0, 1)]),
+    ],
+)
+def test_each_rank_holds_its_heads_of_a_page(
+    heads: int, ranks: int, want: list[tuple[int, int]]
+) -> None:
+    lay = Layout.mha("m", page_size=32, dtype="bf16", layers=2, kv_heads=heads, head_dim=64)
+    geo = Geometry(
+        layout=lay,
+        rope=RopeConfig(),
+        layer_names=("a", "b"),
+        head_dim=64,
+        parts=ranks,
+        local_heads=max(1, heads // ranks),
+    )
+    got = [geo.heads_of(r) for r in range(ranks)]
+    assert [(s.start, s.stop) for s in got] == want
 
 
 def test_sleep_mode_is_refused() -> None:

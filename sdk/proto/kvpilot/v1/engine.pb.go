@@ -486,7 +486,13 @@ type RegisterRequest struct {
 	// orders (FillOrder.positions) and ranks candidates by its own staleness
 	// signal (FillOrder.candidates). A host configured to recompute
 	// (splice.recompute, splice.max_kl) refuses an engine without it.
-	Recompute     bool `protobuf:"varint,12,opt,name=recompute,proto3" json:"recompute,omitempty"`
+	Recompute bool `protobuf:"varint,12,opt,name=recompute,proto3" json:"recompute,omitempty"`
+	// How many processes write each page, each its own part of it: the
+	// tensor-parallel ranks of a connector-mode engine, each holding a slice
+	// of the KV heads. A page is committed only once every part committed it
+	// (CommitRequest.part). 0 or 1: one process writes whole pages. Every
+	// process of the engine registers the same count. At most 64.
+	Parts         uint32 `protobuf:"varint,13,opt,name=parts,proto3" json:"parts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -603,6 +609,13 @@ func (x *RegisterRequest) GetRecompute() bool {
 		return x.Recompute
 	}
 	return false
+}
+
+func (x *RegisterRequest) GetParts() uint32 {
+	if x != nil {
+		return x.Parts
+	}
+	return 0
 }
 
 // PoolHandle describes one tier's arena for the engine to map.
@@ -750,6 +763,8 @@ type RegisterResponse struct {
 	// not know, and would read them as absent):
 	//
 	//	"commit_first_page": CommitRequest.first_page.
+	//	"commit_parts": RegisterRequest.parts, AllocateRequest.part and
+	//	CommitRequest.part.
 	Features      []string `protobuf:"bytes,15,rep,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1251,8 +1266,15 @@ type AllocateRequest struct {
 	RegistrationId string                 `protobuf:"bytes,1,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
 	RequestId      string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	Pages          uint32                 `protobuf:"varint,3,opt,name=pages,proto3" json:"pages,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// 1..parts: the part (tensor-parallel rank + 1) asking, on a registration
+	// of several parts. Every part asking for the same first_page gets the
+	// same slots (the first to ask allocates them), so each writes its slice
+	// of the same pages. 0: a whole-page allocation of fresh slots.
+	Part uint32 `protobuf:"varint,4,opt,name=part,proto3" json:"part,omitempty"`
+	// The first page of the save the slots are for (with part only).
+	FirstPage     uint32 `protobuf:"varint,5,opt,name=first_page,json=firstPage,proto3" json:"first_page,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AllocateRequest) Reset() {
@@ -1302,6 +1324,20 @@ func (x *AllocateRequest) GetRequestId() string {
 func (x *AllocateRequest) GetPages() uint32 {
 	if x != nil {
 		return x.Pages
+	}
+	return 0
+}
+
+func (x *AllocateRequest) GetPart() uint32 {
+	if x != nil {
+		return x.Part
+	}
+	return 0
+}
+
+func (x *AllocateRequest) GetFirstPage() uint32 {
+	if x != nil {
+		return x.FirstPage
 	}
 	return 0
 }
@@ -1375,7 +1411,13 @@ type CommitRequest struct {
 	// prompt's last full page is committed). A connector that saves a prompt
 	// in several commits sends only each commit's new pages' slots.
 	// 0: page_slots start at the root.
-	FirstPage     uint32 `protobuf:"varint,5,opt,name=first_page,json=firstPage,proto3" json:"first_page,omitempty"`
+	FirstPage uint32 `protobuf:"varint,5,opt,name=first_page,json=firstPage,proto3" json:"first_page,omitempty"`
+	// 1..parts: this commit is one part's (AllocateRequest.part), its slice
+	// of pages allocated to the parts together. The pages enter the cache
+	// when the last part commits them, with the same tokens and slots; until
+	// then nothing is committed. 0: the pages are whole (one process wrote
+	// them, or they are matched pages passed back).
+	Part          uint32 `protobuf:"varint,6,opt,name=part,proto3" json:"part,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1445,6 +1487,13 @@ func (x *CommitRequest) GetFirstPage() uint32 {
 	return 0
 }
 
+func (x *CommitRequest) GetPart() uint32 {
+	if x != nil {
+		return x.Part
+	}
+	return 0
+}
+
 type CommitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Pages newly stored on the device, and pages that were already there
@@ -1452,7 +1501,10 @@ type CommitResponse struct {
 	Stored  uint32 `protobuf:"varint,1,opt,name=stored,proto3" json:"stored,omitempty"`
 	Present uint32 `protobuf:"varint,2,opt,name=present,proto3" json:"present,omitempty"`
 	// Sequence hashes of the committed pages, root first.
-	BlockHashes   []uint64 `protobuf:"fixed64,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	BlockHashes []uint64 `protobuf:"fixed64,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// A part's commit (CommitRequest.part): how many parts have yet to
+	// commit these pages (0: this one was the last, and they are committed).
+	PartsWaiting  uint32 `protobuf:"varint,4,opt,name=parts_waiting,json=partsWaiting,proto3" json:"parts_waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1506,6 +1558,13 @@ func (x *CommitResponse) GetBlockHashes() []uint64 {
 		return x.BlockHashes
 	}
 	return nil
+}
+
+func (x *CommitResponse) GetPartsWaiting() uint32 {
+	if x != nil {
+		return x.PartsWaiting
+	}
+	return 0
 }
 
 type ReleaseRequest struct {
@@ -2314,7 +2373,7 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\n" +
 	"RopeConfig\x12\x12\n" +
 	"\x04base\x18\x01 \x01(\x01R\x04base\x121\n" +
-	"\ascaling\x18\x02 \x01(\v2\x17.kvpilot.v1.RopeScalingR\ascaling\"\xad\x03\n" +
+	"\ascaling\x18\x02 \x01(\v2\x17.kvpilot.v1.RopeScalingR\ascaling\"\xc3\x03\n" +
 	"\x0fRegisterRequest\x12\x1f\n" +
 	"\vapi_version\x18\x01 \x01(\rR\n" +
 	"apiVersion\x12\x1b\n" +
@@ -2331,7 +2390,8 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	" \x01(\bR\n" +
 	"resetCache\x12*\n" +
 	"\x04mode\x18\v \x01(\x0e2\x16.kvpilot.v1.EngineModeR\x04mode\x12\x1c\n" +
-	"\trecompute\x18\f \x01(\bR\trecompute\"\x91\x02\n" +
+	"\trecompute\x18\f \x01(\bR\trecompute\x12\x14\n" +
+	"\x05parts\x18\r \x01(\rR\x05parts\"\x91\x02\n" +
 	"\n" +
 	"PoolHandle\x12$\n" +
 	"\x04tier\x18\x01 \x01(\x0e2\x10.kvpilot.v1.TierR\x04tier\x12\x12\n" +
@@ -2398,16 +2458,19 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\x14load_back_incomplete\x18\b \x01(\bR\x12loadBackIncomplete\x12#\n" +
 	"\rdropped_pages\x18\t \x01(\rR\fdroppedPages\x12\x1b\n" +
 	"\tpage_size\x18\n" +
-	" \x01(\rR\bpageSize\"o\n" +
+	" \x01(\rR\bpageSize\"\xa2\x01\n" +
 	"\x0fAllocateRequest\x12'\n" +
 	"\x0fregistration_id\x18\x01 \x01(\tR\x0eregistrationId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x14\n" +
-	"\x05pages\x18\x03 \x01(\rR\x05pages\"V\n" +
+	"\x05pages\x18\x03 \x01(\rR\x05pages\x12\x12\n" +
+	"\x04part\x18\x04 \x01(\rR\x04part\x12\x1d\n" +
+	"\n" +
+	"first_page\x18\x05 \x01(\rR\tfirstPage\"V\n" +
 	"\x10AllocateResponse\x12\x1d\n" +
 	"\n" +
 	"page_slots\x18\x01 \x03(\rR\tpageSlots\x12#\n" +
-	"\revicted_pages\x18\x02 \x01(\rR\fevictedPages\"\xad\x01\n" +
+	"\revicted_pages\x18\x02 \x01(\rR\fevictedPages\"\xc1\x01\n" +
 	"\rCommitRequest\x12'\n" +
 	"\x0fregistration_id\x18\x01 \x01(\tR\x0eregistrationId\x12\x1d\n" +
 	"\n" +
@@ -2416,11 +2479,13 @@ const file_kvpilot_v1_engine_proto_rawDesc = "" +
 	"\n" +
 	"page_slots\x18\x04 \x03(\rR\tpageSlots\x12\x1d\n" +
 	"\n" +
-	"first_page\x18\x05 \x01(\rR\tfirstPage\"e\n" +
+	"first_page\x18\x05 \x01(\rR\tfirstPage\x12\x12\n" +
+	"\x04part\x18\x06 \x01(\rR\x04part\"\x8a\x01\n" +
 	"\x0eCommitResponse\x12\x16\n" +
 	"\x06stored\x18\x01 \x01(\rR\x06stored\x12\x18\n" +
 	"\apresent\x18\x02 \x01(\rR\apresent\x12!\n" +
-	"\fblock_hashes\x18\x03 \x03(\x06R\vblockHashes\"X\n" +
+	"\fblock_hashes\x18\x03 \x03(\x06R\vblockHashes\x12#\n" +
+	"\rparts_waiting\x18\x04 \x01(\rR\fpartsWaiting\"X\n" +
 	"\x0eReleaseRequest\x12'\n" +
 	"\x0fregistration_id\x18\x01 \x01(\tR\x0eregistrationId\x12\x1d\n" +
 	"\n" +

@@ -81,7 +81,7 @@ class RopeConfig(_message.Message):
     def __init__(self, base: _Optional[float] = ..., scaling: _Optional[_Union[RopeScaling, _Mapping]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("api_version", "engine_id", "model", "page_size", "dtype", "layers", "buffers", "rope_slice", "rope", "reset_cache", "mode", "recompute")
+    __slots__ = ("api_version", "engine_id", "model", "page_size", "dtype", "layers", "buffers", "rope_slice", "rope", "reset_cache", "mode", "recompute", "parts")
     API_VERSION_FIELD_NUMBER: _ClassVar[int]
     ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +94,7 @@ class RegisterRequest(_message.Message):
     RESET_CACHE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
     api_version: int
     engine_id: str
     model: str
@@ -106,7 +107,8 @@ class RegisterRequest(_message.Message):
     reset_cache: bool
     mode: EngineMode
     recompute: bool
-    def __init__(self, api_version: _Optional[int] = ..., engine_id: _Optional[str] = ..., model: _Optional[str] = ..., page_size: _Optional[int] = ..., dtype: _Optional[str] = ..., layers: _Optional[int] = ..., buffers: _Optional[_Iterable[_Union[KVBuffer, _Mapping]]] = ..., rope_slice: _Optional[_Union[RopeSlice, _Mapping]] = ..., rope: _Optional[_Union[RopeConfig, _Mapping]] = ..., reset_cache: _Optional[bool] = ..., mode: _Optional[_Union[EngineMode, str]] = ..., recompute: _Optional[bool] = ...) -> None: ...
+    parts: int
+    def __init__(self, api_version: _Optional[int] = ..., engine_id: _Optional[str] = ..., model: _Optional[str] = ..., page_size: _Optional[int] = ..., dtype: _Optional[str] = ..., layers: _Optional[int] = ..., buffers: _Optional[_Iterable[_Union[KVBuffer, _Mapping]]] = ..., rope_slice: _Optional[_Union[RopeSlice, _Mapping]] = ..., rope: _Optional[_Union[RopeConfig, _Mapping]] = ..., reset_cache: _Optional[bool] = ..., mode: _Optional[_Union[EngineMode, str]] = ..., recompute: _Optional[bool] = ..., parts: _Optional[int] = ...) -> None: ...
 
 class PoolHandle(_message.Message):
     __slots__ = ("tier", "kind", "size_bytes", "slots", "arrangement", "cuda_ipc", "pinned", "device_ordinal", "staging")
@@ -231,14 +233,18 @@ class MatchResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., cached_tokens: _Optional[int] = ..., page_slots: _Optional[_Iterable[int]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., loaded_pages: _Optional[int] = ..., loaded_bytes: _Optional[int] = ..., load_back_us: _Optional[int] = ..., load_back_incomplete: _Optional[bool] = ..., dropped_pages: _Optional[int] = ..., page_size: _Optional[int] = ...) -> None: ...
 
 class AllocateRequest(_message.Message):
-    __slots__ = ("registration_id", "request_id", "pages")
+    __slots__ = ("registration_id", "request_id", "pages", "part", "first_page")
     REGISTRATION_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PAGES_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
+    FIRST_PAGE_FIELD_NUMBER: _ClassVar[int]
     registration_id: str
     request_id: str
     pages: int
-    def __init__(self, registration_id: _Optional[str] = ..., request_id: _Optional[str] = ..., pages: _Optional[int] = ...) -> None: ...
+    part: int
+    first_page: int
+    def __init__(self, registration_id: _Optional[str] = ..., request_id: _Optional[str] = ..., pages: _Optional[int] = ..., part: _Optional[int] = ..., first_page: _Optional[int] = ...) -> None: ...
 
 class AllocateResponse(_message.Message):
     __slots__ = ("page_slots", "evicted_pages")
@@ -249,28 +255,32 @@ class AllocateResponse(_message.Message):
     def __init__(self, page_slots: _Optional[_Iterable[int]] = ..., evicted_pages: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("registration_id", "request_id", "tokens", "page_slots", "first_page")
+    __slots__ = ("registration_id", "request_id", "tokens", "page_slots", "first_page", "part")
     REGISTRATION_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     PAGE_SLOTS_FIELD_NUMBER: _ClassVar[int]
     FIRST_PAGE_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
     registration_id: str
     request_id: str
     tokens: _containers.RepeatedScalarFieldContainer[int]
     page_slots: _containers.RepeatedScalarFieldContainer[int]
     first_page: int
-    def __init__(self, registration_id: _Optional[str] = ..., request_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., page_slots: _Optional[_Iterable[int]] = ..., first_page: _Optional[int] = ...) -> None: ...
+    part: int
+    def __init__(self, registration_id: _Optional[str] = ..., request_id: _Optional[str] = ..., tokens: _Optional[_Iterable[int]] = ..., page_slots: _Optional[_Iterable[int]] = ..., first_page: _Optional[int] = ..., part: _Optional[int] = ...) -> None: ...
 
 class CommitResponse(_message.Message):
-    __slots__ = ("stored", "present", "block_hashes")
+    __slots__ = ("stored", "present", "block_hashes", "parts_waiting")
     STORED_FIELD_NUMBER: _ClassVar[int]
     PRESENT_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    PARTS_WAITING_FIELD_NUMBER: _ClassVar[int]
     stored: int
     present: int
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, stored: _Optional[int] = ..., present: _Optional[int] = ..., block_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+    parts_waiting: int
+    def __init__(self, stored: _Optional[int] = ..., present: _Optional[int] = ..., block_hashes: _Optional[_Iterable[int]] = ..., parts_waiting: _Optional[int] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("registration_id", "request_id")

@@ -28,9 +28,14 @@ that reads kvpilot's cache and adds nothing), "kv_producer" only saves.
 The connector logs under vLLM's logger (``vllm.kvpilot``), so vLLM's logging
 settings apply to it.
 
-Limits: full-attention models with K and V (MHA, GQA, MQA), one worker per
-engine (no tensor or pipeline parallelism), kv_cache_dtype auto; vLLM's
-block size is kvpilot's page size. Pages that live only in vLLM's memory are
+Under tensor parallelism the engine's ranks share the registration as parts
+of it: each saves and loads its slice of a page's KV heads, and the host
+caches a page once every rank committed its slice (kvpilot.vllm.saver).
+
+Limits: full-attention models with K and V (MHA, GQA, MQA), MLA, and models
+mixing sliding-window with full-attention layers; no pipeline or
+decode-context parallelism; kv_cache_dtype auto or fp8; vLLM's block size
+is kvpilot's page size. Pages that live only in vLLM's memory are
 beyond kvpilot's directives (README: "Two engine modes"): a splice or pin acts on
 kvpilot's copies, which the next match finds.
 """

@@ -54,12 +54,19 @@ class Geometry:
     """One engine's KV geometry: the layout, its RoPE and vLLM's layer order.
 
     ``layer_names[i]`` is the vLLM attention layer stored as layout layer i.
+
+    A page holds every KV head of the model; under tensor parallelism each
+    of the ``parts`` ranks holds ``local_heads`` of them (``heads_of``).
     """
 
     layout: Layout
     rope: RopeConfig
     layer_names: tuple[str, ...]
     head_dim: int
+    #: Processes writing each page: vLLM's tensor-parallel ranks.
+    parts: int = 1
+    #: KV heads in each rank's cache (a page's whole row for MLA).
+    local_heads: int = 0
 
     def describe(self) -> str:
         """The layout in one line, for logs and errors."""
@@ -84,24 +91,50 @@ class Geometry:
         """Whether a page holds MLA's fused ``[kv_c | k_pe]`` rows."""
         return len(self.layout.buffers) == 1
 
+    def heads_of(self, rank: int) -> slice:
+        """The page heads tensor-parallel rank ``rank`` holds.
 
-def check_parallelism(vllm_config: VllmConfig) -> None:
-    """Refuses the parallel layouts the connector does not handle yet.
+        vLLM splits the KV heads evenly over the ranks; with fewer heads
+        than ranks each head is replicated on ``parts // heads`` ranks in
+        a row. MLA's latent rows are whole on every rank.
+        """
+        heads = self.layout.buffers[0].heads
+        if self.mla or self.parts == 1:
+            return slice(0, heads)
+        first = rank * self.local_heads if heads >= self.parts else rank * heads // self.parts
+        return slice(first, first + self.local_heads)
 
-    Each tensor- or pipeline-parallel worker holds a different share of the
-    KV heads or layers, so its pages are not the engine's pages.
+
+def check_parallelism(vllm_config: VllmConfig) -> int:
+    """Returns the tensor-parallel size, refusing the parallel layouts the
+    connector does not handle yet.
+
+    Tensor-parallel ranks each hold a slice of a page's KV heads and write
+    it as one part of the page (kvpilot.vllm.saver). A pipeline or
+    decode-context parallel worker holds a share of the layers or of the
+    tokens: not handled yet.
     """
     pc = vllm_config.parallel_config
-    tp = getattr(pc, "tensor_parallel_size", 1)
+    tp = int(getattr(pc, "tensor_parallel_size", 1) or 1)
     pp = getattr(pc, "pipeline_parallel_size", 1)
     dcp = getattr(pc, "decode_context_parallel_size", 1)
-    if tp != 1 or pp != 1 or dcp != 1:
+    if pp != 1 or dcp != 1:
         raise ConnectorConfigError(
-            "kvpilot connector: tensor, pipeline and decode-context parallelism are not "
-            f"supported yet (tensor_parallel_size={tp}, pipeline_parallel_size={pp}, "
-            f"decode_context_parallel_size={dcp}): run this vLLM with one worker per engine "
-            "(data parallelism is fine: each rank registers as its own engine)"
+            "kvpilot connector: pipeline and decode-context parallelism are not supported yet "
+            f"(pipeline_parallel_size={pp}, decode_context_parallel_size={dcp}): run this vLLM "
+            "with tensor parallelism only (data parallelism is fine: each rank registers as "
+            "its own engine)"
         )
+    if tp > _MAX_PARTS:
+        raise ConnectorConfigError(
+            f"kvpilot connector: tensor_parallel_size={tp}: kvpilot takes at most {_MAX_PARTS} "
+            "ranks per engine"
+        )
+    return tp
+
+
+#: The host's bound on the processes writing one page (RegisterRequest.parts).
+_MAX_PARTS = 64
 
 
 def engine_id(vllm_config: VllmConfig, settings: ConnectorSettings) -> str:
@@ -196,18 +229,44 @@ def geometry(
             "without a RoPE slice (prefix caching works; splices are refused)"
         )
         rope_dim, style, rope = 0, "", RopeConfig()
+    parts = check_parallelism(vllm_config)
+    heads = _total_kv_heads(vllm_config, spec.num_kv_heads, parts)
     layout = Layout.mha(
         model_name(vllm_config, settings),
         page_size=spec.block_size,
         dtype=dtype,
         layers=len(layer_names),
-        kv_heads=spec.num_kv_heads,
+        kv_heads=heads,
         head_dim=spec.head_size,
         rope_dim=rope_dim,
         rope_style=style or "half_split",
     )
     layout.validate()
-    return Geometry(layout=layout, rope=rope, layer_names=layer_names, head_dim=spec.head_size)
+    return Geometry(
+        layout=layout,
+        rope=rope,
+        layer_names=layer_names,
+        head_dim=spec.head_size,
+        parts=parts,
+        local_heads=spec.num_kv_heads,
+    )
+
+
+def _total_kv_heads(vllm_config: VllmConfig, local: int, parts: int) -> int:
+    """The model's KV heads, a page's, given a rank's ``local`` of them
+    (vLLM's KV cache spec is a rank's). Raises ConnectorConfigError when
+    the split is not vLLM's even one.
+    """
+    if parts == 1:
+        return local
+    total = int(vllm_config.model_config.get_total_num_kv_heads())
+    if local != max(1, total // parts) or (total >= parts and total % parts):
+        raise ConnectorConfigError(
+            f"kvpilot connector: a rank's KV cache holds {local} of the model's {total} KV heads "
+            f"over {parts} tensor-parallel ranks; kvpilot expects vLLM's even split "
+            f"({max(1, total // parts)} heads a rank)"
+        )
+    return total
 
 
 def _mla_geometry(
@@ -241,7 +300,14 @@ def _mla_geometry(
         RopeSlice(0, rank, rope_dim, settings.rope_style or "interleaved"),
     )
     layout.validate()
-    return Geometry(layout=layout, rope=rope, layer_names=layer_names, head_dim=spec.head_size)
+    return Geometry(
+        layout=layout,
+        rope=rope,
+        layer_names=layer_names,
+        head_dim=spec.head_size,
+        parts=check_parallelism(vllm_config),
+        local_heads=1,
+    )
 
 
 #: vLLM's --kv-cache-dtype values whose pages kvpilot holds, and their

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 
 from kvpilot.engine import EngineClient
-from kvpilot.engine_types import Registration
+from kvpilot.engine_types import FEATURE_COMMIT_PARTS, Registration
 from kvpilot.errors import InvalidLayout, KvpilotError, LayoutConflict, Unavailable
 from kvpilot.unixsock import socket_problem
 from kvpilot.vllm.geometry import Geometry
@@ -51,7 +51,7 @@ def connect(
     check_socket(settings)
     where = f"the kvpilot host at {KEY_PREFIX}.socket={settings.socket}"
     try:
-        return EngineClient(
+        client = EngineClient(
             settings.socket,
             geo.layout,
             geo.rope,
@@ -60,6 +60,7 @@ def connect(
             reset_cache=reset_cache,
             timeout=_REGISTER_TIMEOUT_S,
             on_reregister=on_reregister,
+            parts=geo.parts,
             logger=log,
         )
     except LayoutConflict as e:
@@ -83,3 +84,11 @@ def connect(
         raise ConnectorConfigError(
             f"kvpilot connector: registering with {where} failed: {e}"
         ) from None
+    if geo.parts > 1 and FEATURE_COMMIT_PARTS not in client.registration.features:
+        client.close()
+        raise ConnectorConfigError(
+            f"kvpilot connector: {where} does not take pages written by "
+            f"{geo.parts} tensor-parallel ranks (it lacks the {FEATURE_COMMIT_PARTS} feature): "
+            "upgrade the kvpilot host, or run vLLM with --tensor-parallel-size 1"
+        )
+    return client

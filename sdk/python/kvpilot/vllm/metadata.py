@@ -100,7 +100,9 @@ class KvpilotWorkerMetadata(KVConnectorWorkerMetadata):
     done: dict[str, int] = field(default_factory=dict)
 
     def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
-        """Sums two workers' reports (one worker per engine today)."""
+        """Sums two workers' reports (vLLM's tensor-parallel ranks each
+        report the saves they ran).
+        """
         if isinstance(other, KvpilotWorkerMetadata):
             for kv_id, n in other.done.items():
                 self.done[kv_id] = self.done.get(kv_id, 0) + n

@@ -24,6 +24,13 @@ safe:
   still writes is freed and handed to another request or to a load-back.
 - **A gap is never committed.** Once one save of a kvpilot request is
   skipped or fails, its later saves are skipped too.
+- **No page is cached with a rank's slice missing.** Under tensor
+  parallelism every rank's saver runs the same saves on its own slice of
+  the heads: each asks for the save's slots by its first page (the host
+  hands every rank the same ones) and commits as its part; the host
+  caches the pages when the last rank commits (host/engine, parts.go). A
+  rank whose save is skipped or fails never commits it, nor any later save
+  of the request, so those pages stay uncached for every rank.
 - **No slot outlives its registration.** Allocate and Commit name the
   registration the save was planned under; after a host restart they are
   not sent (the same slot number names another page in the new pools).
@@ -67,6 +74,9 @@ class PageSource(Protocol):
     settings: ConnectorSettings
     health: HostHealth
     client: EngineClient | None
+    #: This process's part of a page (its tensor-parallel rank + 1), 0
+    #: when it writes whole pages.
+    part: int
 
     def current(self, registration_id: str) -> bool:
         """Whether the staging mapping is the registration's."""
@@ -233,6 +243,8 @@ class Saver:
                         sv.pages,
                         timeout=w.settings.timeout_s,
                         registration_id=reg,
+                        part=w.part,
+                        first_page=sv.first_page if w.part else 0,
                     ).page_slots
                 )
             except CapacityExhausted:
@@ -244,7 +256,7 @@ class Saver:
             with job.copy_region() if job is not None else contextlib.nullcontext():
                 w.copy_out(reg, sv.block_ids, slots)
             self.counters.add(copied=sv.pages)
-            if FEATURE_COMMIT_FIRST_PAGE in w.client.registration.features:
+            if w.part or FEATURE_COMMIT_FIRST_PAGE in w.client.registration.features:
                 first, st.slots = sv.first_page, []
             else:
                 first, st.slots = 0, st.slots + slots
@@ -256,6 +268,7 @@ class Saver:
                 first_page=first,
                 timeout=w.settings.timeout_s,
                 registration_id=reg,
+                part=w.part,
             )
         except SaveCancelled:
             st.broken = True

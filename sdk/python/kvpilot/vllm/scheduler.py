@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvpilot.engine_types import FinishResult, Registration, Usage
 from kvpilot.vllm.events import EngineEvents, watch_host
-from kvpilot.vllm.geometry import check_parallelism, engine_id, geometry
+from kvpilot.vllm.geometry import engine_id, geometry
 from kvpilot.vllm.health import HostHealth
 from kvpilot.vllm.hints import apply_hints
 from kvpilot.vllm.hostlink import connect
@@ -118,7 +118,6 @@ class SchedulerSide:
         settings: ConnectorSettings,
         log: logging.Logger,
     ) -> None:
-        check_parallelism(vllm_config)
         self.settings = settings
         self.log = log
         self.geo = geometry(vllm_config, kv_cache_config, settings)
@@ -384,7 +383,9 @@ class SchedulerSide:
         )
         if background:
             st.background_saves = True
-            self._inflight[st.kv_id] = self._inflight.get(st.kv_id, 0) + 1
+            # Every tensor-parallel rank reports the save done (vLLM sums
+            # the ranks' reports).
+            self._inflight[st.kv_id] = self._inflight.get(st.kv_id, 0) + self.geo.parts
         self.counters["saved_pages"] += end - st.saved_pages
         st.saved_pages = end
 

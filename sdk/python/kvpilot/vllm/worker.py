@@ -33,7 +33,7 @@ from kvpilot.engine_types import Registration
 from kvpilot.layout import as_bits, torch_dtype
 from kvpilot.vllm.amx import request_amx_permission
 from kvpilot.vllm.blockmap import BlockMap, BlockMapError, probe, probe_mla, rows
-from kvpilot.vllm.geometry import check_parallelism, engine_id, geometry
+from kvpilot.vllm.geometry import engine_id, geometry
 from kvpilot.vllm.health import HostHealth
 from kvpilot.vllm.hostlink import check_socket, connect
 from kvpilot.vllm.metadata import KvpilotConnectorMetadata, KvpilotWorkerMetadata, PageLoad
@@ -59,7 +59,6 @@ class WorkerSide:
         settings: ConnectorSettings,
         log: logging.Logger,
     ) -> None:
-        check_parallelism(vllm_config)
         # Before any kernel runs: a kvpilot hit can make the first forward
         # too short for vLLM to have asked for AMX itself (kvpilot.vllm.amx).
         request_amx_permission(log)
@@ -78,6 +77,10 @@ class WorkerSide:
         self.block_map: BlockMap | None = None
         #: An fp8 cache: loads write its bytes back through the block map.
         self.quantized = False
+        #: This rank's part of a page (1..parts) and the page heads it holds
+        #: (all of them with one rank).
+        self.part = 0
+        self.heads = slice(None)
         self._staging: dict[tuple[str, int, int], torch.Tensor] = {}
         self._failed_blocks: set[int] = set()
         self._refused: set[str] = set()
@@ -93,7 +96,12 @@ class WorkerSide:
         register with the host. Raises ConnectorConfigError or BlockMapError.
         """
         lay = self.geo.layout
-        heads, hd, page = lay.buffers[0].heads, lay.buffers[0].head_dim, lay.page_size
+        heads, hd, page = self.geo.local_heads, lay.buffers[0].head_dim, lay.page_size
+        if self.geo.parts > 1:
+            from vllm.distributed import get_tensor_model_parallel_rank
+
+            rank = get_tensor_model_parallel_rank()
+            self.part, self.heads = rank + 1, self.geo.heads_of(rank)
         want = torch_dtype(lay.dtype)
         # vLLM keeps a quantized cache as bytes; its elements are fp8.
         self.quantized = lay.dtype.startswith("fp8")
@@ -163,13 +171,17 @@ class WorkerSide:
         reg = self.client.registration
         self.log.info(
             "kvpilot connector (worker): engine %s registered with %s as %s (%s; %s; %d "
-            "staging slots)",
+            "staging slots%s)",
             self.engine_id,
             self.settings.socket,
             reg.id,
             self.geo.describe(),
             self.block_map.describe() if self.block_map else "rows [kv_c | k_pe] as vLLM's",
             self.client.device.slots,
+            f"; part {self.part} of {self.geo.parts}, heads "
+            f"{self.heads.start}-{self.heads.stop - 1}"
+            if self.part
+            else "",
         )
 
     # ----------------------------------------------------------------- loads
@@ -206,8 +218,9 @@ class WorkerSide:
                 pages = _take(as_bits(self._stage(ld.registration_id, i, 0)), ld.staging_slots)
                 as_bits(cache).index_copy_(0, blocks, pages.flatten(2).to(device))
                 continue
-            k_stage = self._stage(ld.registration_id, i, 0)
-            v_stage = self._stage(ld.registration_id, i, 1)
+            # This rank's heads of the pages: [n, page, heads, dim].
+            k_stage = self._stage(ld.registration_id, i, 0)[:, :, self.heads]
+            v_stage = self._stage(ld.registration_id, i, 1)[:, :, self.heads]
             if self.quantized:
                 # The kernel would quantize them again: the saved bytes go back.
                 assert self.block_map is not None
@@ -279,8 +292,8 @@ class WorkerSide:
                 continue
             assert self.block_map is not None
             k, v = self.block_map.pages_from(cache, blocks)
-            _put(as_bits(self._stage(registration_id, i, 0)), slots, k)
-            _put(as_bits(self._stage(registration_id, i, 1)), slots, v)
+            _put(as_bits(self._stage(registration_id, i, 0))[:, :, self.heads], slots, k)
+            _put(as_bits(self._stage(registration_id, i, 1))[:, :, self.heads], slots, v)
 
     # --------------------------------------------------------------- helpers
 

@@ -51,6 +51,11 @@ def run_vllm(
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SDK_PYTHON), env.get("PYTHONPATH")]))
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocess else "0"
     env.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+    tp = int(spec_extra.get("tensor_parallel_size") or 1)
+    if tp > 1:
+        # vLLM's CPU workers each bind their OpenMP threads to cores of
+        # their own; on one NUMA node it must be told which.
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(str(r) for r in range(tp)))
     log_path = workdir / "vllm.log"
     with open(log_path, "wb") as log:
         proc = subprocess.run(

@@ -3,7 +3,7 @@
 Prints exactly one JSON object on stdout (kvbench.vllm.scenario says
 what it holds); progress goes to stderr.
 
-    python -m kvbench.vllm --kvpilot bin/kvpilot [--config bf16,fp8,mla,swa]
+    python -m kvbench.vllm --kvpilot bin/kvpilot [--config bf16,tp2,fp8,mla,swa]
         [--models smollm2,save-heavy-llama] [--tokens 4000] [--rounds 3] [--workdir DIR]
 
 --config picks the configurations' models (kvbench.vllm.scenario.CONFIGS);

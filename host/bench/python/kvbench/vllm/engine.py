@@ -26,6 +26,11 @@ class EngineProcess:
         self.log_path = log_path
         env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
         env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        tp = int(spec.get("tensor_parallel_size") or 1)
+        if tp > 1:
+            # vLLM's CPU workers bind their threads to cores of their own;
+            # on one NUMA node it must be told which.
+            env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(map(str, range(tp))))
         self._log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kvbench.vllm.engine", json.dumps(spec)],
@@ -76,6 +81,9 @@ def _serve(spec: dict[str, Any], proto: IO[str]) -> None:
     from vllm.inputs import TokensPrompt
 
     kwargs: dict[str, Any] = {}
+    if int(spec.get("tensor_parallel_size") or 1) > 1:
+        kwargs["tensor_parallel_size"] = spec["tensor_parallel_size"]
+        kwargs["distributed_executor_backend"] = "mp"
     if spec.get("connector") is not None:
         kwargs["kv_transfer_config"] = {
             "kv_connector": "KvpilotConnector",

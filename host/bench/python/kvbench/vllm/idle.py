@@ -21,14 +21,23 @@ log = logging.getLogger("kvbench.vllm")
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    """User and system CPU time of the processes (all their threads)."""
+    """User and system CPU time of the processes and their descendants
+    (all their threads): a tensor-parallel engine's ranks are worker
+    processes of its own.
+    """
     total = 0.0
     for pid in pids:
         try:
-            t = psutil.Process(pid).cpu_times()
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             continue
-        total += t.user + t.system
+        for p in procs:
+            try:
+                t = p.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += t.user + t.system
     return total
 
 

@@ -85,6 +85,8 @@ class ModelSpec:
     kv_cache_dtype: str = "auto"
     #: vLLM's block, kvpilot's page (vLLM's CPU MLA kernels take 16).
     page: int = PAGE
+    #: vLLM's --tensor-parallel-size (a worker process per rank).
+    tensor_parallel_size: int = 1
 
 
 #: Targets of a configuration on a random model, where a full prefill is
@@ -128,6 +130,10 @@ MODELS = {
         kv_cache_mib=96,
         config="mla",
         page=16,
+    ),
+    # The save-heavy Llama over two tensor-parallel ranks, a KV head each.
+    "tp2-llama": ModelSpec(
+        "tp2-llama", dict(_RANDOM_TARGETS), kv_cache_mib=96, config="tp2", tensor_parallel_size=2
     ),
     # The save-heavy Llama with a sliding-window layer beside each full one.
     "hybrid-swa-llama": ModelSpec(
@@ -246,6 +252,7 @@ def run_model(
         "model": str(model_dir),
         "config": spec.config,
         "kv_cache_dtype": spec.kv_cache_dtype,
+        "tensor_parallel_size": spec.tensor_parallel_size,
         "tokens": tokens,
         "rounds": rounds,
         "page_size": page,
@@ -261,6 +268,7 @@ def run_model(
             "max_model_len": tokens + 64,
             "kv_cache_memory_bytes": kv_bytes,
             "kv_cache_dtype": spec.kv_cache_dtype,
+            "tensor_parallel_size": spec.tensor_parallel_size,
         }
         # A kvpilot host serves one engine: its processes share one
         # registration, and another engine's registration retires it. So
