@@ -48,6 +48,14 @@ func rotateGeneric(k rowKernel, p unsafe.Pointer, heads int, stride uintptr, cos
 			rotF16Half(unsafe.Slice((*uint16)(q), 2*pairs), cos, sin, from)
 		case kF16Inter:
 			rotF16Inter(unsafe.Slice((*uint16)(q), 2*pairs), cos, sin, from)
+		case kE4M3Half:
+			rotFP8Half(unsafe.Slice((*uint8)(q), 2*pairs), cos, sin, from, e4m3Wide, fmtE4M3)
+		case kE4M3Inter:
+			rotFP8Inter(unsafe.Slice((*uint8)(q), 2*pairs), cos, sin, from, e4m3Wide, fmtE4M3)
+		case kE5M2Half:
+			rotFP8Half(unsafe.Slice((*uint8)(q), 2*pairs), cos, sin, from, e5m2Wide, fmtE5M2)
+		case kE5M2Inter:
+			rotFP8Inter(unsafe.Slice((*uint8)(q), 2*pairs), cos, sin, from, e5m2Wide, fmtE5M2)
 		}
 	}
 }

@@ -16,6 +16,10 @@ const (
 	kBF16Inter
 	kF16Half
 	kF16Inter
+	kE4M3Half
+	kE4M3Inter
+	kE5M2Half
+	kE5M2Inter
 )
 
 func kernelFor(dt DType, p rope.Pairing) rowKernel {
@@ -25,6 +29,10 @@ func kernelFor(dt DType, p rope.Pairing) rowKernel {
 		k = kBF16Half
 	case F16:
 		k = kF16Half
+	case E4M3:
+		k = kE4M3Half
+	case E5M2:
+		k = kE5M2Half
 	}
 	if p == rope.Interleaved {
 		k++
@@ -33,6 +41,21 @@ func kernelFor(dt DType, p rope.Pairing) rowKernel {
 }
 
 func (k rowKernel) interleaved() bool { return k&1 == 1 }
+
+// vectorized reports whether the vector kernels have k (fp8 rows are
+// rotated in plain Go).
+func (k rowKernel) vectorized() bool { return k < kE4M3Half }
+
+// elemSize is the size of k's elements in bytes.
+func (k rowKernel) elemSize() int {
+	switch {
+	case k >= kE4M3Half:
+		return 1
+	case k >= kBF16Half:
+		return 2
+	}
+	return 4
+}
 
 // rotTables holds a call's cos/sin of every distinct Δ, built once per call
 // into reused storage: cos and sin in pair order for the plain-Go kernels,
@@ -54,7 +77,7 @@ type rotTables struct {
 func (t *rotTables) build(l *Layout, deltas []int) {
 	cfg := l.spec.Rope
 	t.kernel = kernelFor(l.spec.DType, cfg.Pairing)
-	t.simd = simdEnabled()
+	t.simd = simdEnabled() && t.kernel.vectorized()
 	if t.pos == nil {
 		t.pos = make(map[int]int32)
 	}
@@ -153,11 +176,7 @@ func (t *rotTables) rotateRows(base unsafe.Pointer, rowLen int, r *RopeSlice, sl
 
 // sliceBytes is the size of one head's RoPE slice.
 func (t *rotTables) sliceBytes() int {
-	esz := 4
-	if t.kernel >= kBF16Half {
-		esz = 2
-	}
-	return 2 * t.half * esz
+	return 2 * t.half * t.kernel.elemSize()
 }
 
 // grow returns s resized to n, reusing its array when it is large enough.

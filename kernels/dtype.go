@@ -12,6 +12,9 @@ const (
 	F32 DType = iota + 1
 	BF16
 	F16
+	// E4M3 and E5M2 are fp8 (fp8.go): stored scaled, rotated as stored.
+	E4M3
+	E5M2
 )
 
 func (d DType) String() string {
@@ -22,6 +25,10 @@ func (d DType) String() string {
 		return "bf16"
 	case F16:
 		return "fp16"
+	case E4M3:
+		return "fp8_e4m3"
+	case E5M2:
+		return "fp8_e5m2"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
@@ -33,11 +40,14 @@ func (d DType) Size() int {
 		return 4
 	case BF16, F16:
 		return 2
+	case E4M3, E5M2:
+		return 1
 	}
 	return 0
 }
 
-// ParseDType accepts fp32|float32, bf16|bfloat16, fp16|float16|half.
+// ParseDType accepts fp32|float32, bf16|bfloat16, fp16|float16|half,
+// fp8_e4m3 and fp8_e5m2.
 func ParseDType(s string) (DType, error) {
 	switch s {
 	case "fp32", "float32", "f32":
@@ -46,8 +56,12 @@ func ParseDType(s string) (DType, error) {
 		return BF16, nil
 	case "fp16", "float16", "f16", "half":
 		return F16, nil
+	case "fp8_e4m3", "fp8", "e4m3":
+		return E4M3, nil
+	case "fp8_e5m2", "e5m2":
+		return E5M2, nil
 	}
-	return 0, fmt.Errorf("dtype %q: want fp32, bf16 or fp16: %w", s, ErrLayout)
+	return 0, fmt.Errorf("dtype %q: want fp32, bf16, fp16, fp8_e4m3 or fp8_e5m2: %w", s, ErrLayout)
 }
 
 // BF16ToF32 widens a bfloat16 exactly.

@@ -40,7 +40,7 @@ var layoutCases = []layoutCase{
 	{"mla-yarn-mscale", func(dt DType) LayoutSpec { return MLASpec(dt, 48, 2, 512, cfgYaRNScaled) }},
 }
 
-var dtypes = []DType{F32, BF16, F16}
+var dtypes = []DType{F32, BF16, F16, E4M3, E5M2}
 
 // kvFixture is an arena whose RoPE slices hold RoPE(k, pos[slot]) for known
 // float64 keys k, and whose other bytes are random.
@@ -118,6 +118,10 @@ func storeElem(mem []byte, off int64, dt DType, x float32) {
 		*(*uint16)(unsafe.Pointer(&mem[off])) = F32ToBF16(x)
 	case F16:
 		*(*uint16)(unsafe.Pointer(&mem[off])) = F32ToF16(x)
+	case E4M3:
+		mem[off] = F32ToE4M3(x)
+	case E5M2:
+		mem[off] = F32ToE5M2(x)
 	}
 }
 
@@ -127,6 +131,10 @@ func loadElem(mem []byte, off int64, dt DType) float32 {
 		return *(*float32)(unsafe.Pointer(&mem[off]))
 	case BF16:
 		return BF16ToF32(*(*uint16)(unsafe.Pointer(&mem[off])))
+	case E4M3:
+		return E4M3ToF32(mem[off])
+	case E5M2:
+		return E5M2ToF32(mem[off])
 	default:
 		return F16ToF32(*(*uint16)(unsafe.Pointer(&mem[off])))
 	}
@@ -159,6 +167,10 @@ func storageULP(dt DType, x float64) float64 {
 		mant = 8
 	case F16:
 		mant, minExp = 11, -14
+	case E4M3:
+		mant, minExp = 4, -6
+	case E5M2:
+		mant, minExp = 3, -14
 	}
 	e := minExp
 	if x > 0 {

@@ -80,8 +80,25 @@ func oracleRotate(dt DType, pairing rope.Pairing, v unsafe.Pointer, cos, sin []f
 			x, y := oracleF16ToF32(e[a]), oracleF16ToF32(e[b])
 			e[a] = F32ToF16(float32(x*c) - float32(y*s))
 			e[b] = F32ToF16(float32(x*s) - float32(y*-c))
+		case E4M3, E5M2:
+			// Widened by the format's own decoding, narrowed by the
+			// search over every encoding (fp8_test.go).
+			f := map[DType]fp8Format{E4M3: fmtE4M3, E5M2: fmtE5M2}[dt]
+			e := unsafe.Slice((*uint8)(v), 2*len(cos))
+			x, y := f.widen(e[a]), f.widen(e[b])
+			maxFin := float64(f.widen(f.maxFin))
+			e[a] = oracleNarrow(f, float32(x*c)-float32(y*s), maxFin)
+			e[b] = oracleNarrow(f, float32(x*s)-float32(y*-c), maxFin)
 		}
 	}
+}
+
+// oracleNarrow is the reference fp8 narrowing, NaN kept a NaN.
+func oracleNarrow(f fp8Format, x float32, maxFin float64) uint8 {
+	if math.IsNaN(float64(x)) {
+		return uint8(math.Float32bits(x)>>24)&0x80 | f.nan
+	}
+	return nearestFP8(f.widen, x, maxFin)
 }
 
 // oracleF16ToF32 is the original table-free decode of a half.
@@ -114,6 +131,9 @@ func specialBits(dt DType) []uint32 {
 		return []uint32{0, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00000, 0x7f800001, 0xff812345,
 			0x7fa00000, 0x7fffffff, 0x00000001, 0x807fffff, 0x00400000, 0x00800000, 0x7f7fffff, 0xff7fffff,
 			0x3f800000, 0x3f808000, 0x3f818000, 0x3f800001, 0xbf7fffff, 0x33800000, 0x387fc000, 0x477fe000}
+	case E4M3, E5M2: // zeros, NaNs, infinities (e5m2), extremes, subnormals, ones
+		return []uint32{0, 0x80, 0x7f, 0xff, 0x7e, 0xfe, 0x7b, 0xfb, 0x7c, 0xfc, 0x7d, 0x01, 0x81, 0x07, 0x08,
+			0x03, 0x04, 0x38, 0xb8, 0x3c, 0x40}
 	default: // 16-bit encodings of bf16 and fp16
 		return []uint32{0, 0x8000, 0x7f80, 0xff80, 0x7c00, 0xfc00, 0x7fc0, 0xffc1, 0x7f81, 0x7e00, 0xfe01, 0x7c01,
 			0x7d55, 0x7fff, 0xffff, 0x0001, 0x8001, 0x03ff, 0x83ff, 0x0400, 0x0080, 0x007f, 0x7bff, 0xfbff, 0x7f7f,
@@ -132,6 +152,8 @@ func fillSpecial(rng *rand.Rand, dt DType, mem []byte) {
 		switch dt {
 		case F32:
 			*(*uint32)(unsafe.Pointer(&mem[i])) = bits
+		case E4M3, E5M2:
+			mem[i] = uint8(bits)
 		default:
 			*(*uint16)(unsafe.Pointer(&mem[i])) = uint16(bits)
 		}

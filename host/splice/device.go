@@ -86,6 +86,10 @@ func kernelSpec(lay *layout.Layout, arr layout.Arrangement, pages int, rc rope.C
 		dt = kernels.BF16
 	case layout.FP16:
 		dt = kernels.F16
+	case layout.FP8E4M3:
+		dt = kernels.E4M3
+	case layout.FP8E5M2:
+		dt = kernels.E5M2
 	default:
 		return kernels.LayoutSpec{}, fmt.Errorf("splice device: dtype %v cannot be rotated by the kernels: %w", lay.DType, ErrUnsupported)
 	}

@@ -65,7 +65,8 @@ func New(ctx *cudadrv.Context) (*Engine, error) {
 	}
 	e := &Engine{ctx: ctx, mod: mod, cpu: kernels.NewCPU(), layouts: map[*kernels.Layout]*devLayout{},
 		rotate: map[kernels.DType]cudadrv.Function{}, move: map[kernels.DType]cudadrv.Function{}}
-	for dt, name := range map[kernels.DType]string{kernels.F32: "f32", kernels.BF16: "bf16", kernels.F16: "f16"} {
+	for dt, name := range map[kernels.DType]string{kernels.F32: "f32", kernels.BF16: "bf16", kernels.F16: "f16",
+		kernels.E4M3: "e4m3", kernels.E5M2: "e5m2"} {
 		if e.rotate[dt], err = mod.Function("kv_rotate_" + name); err != nil {
 			_ = mod.Unload()
 			return nil, fmt.Errorf("cuda kernels: %w", err)

@@ -86,6 +86,15 @@ func hostArena(t *testing.T, l *kernels.Layout, seed uint64) []byte {
 		case kernels.F16:
 			*(*uint16)(unsafe.Pointer(&mem[i])) = kernels.F32ToF16(x)
 			*(*uint16)(unsafe.Pointer(&mem[i+2])) = kernels.F32ToF16(-x / 3)
+		case kernels.E4M3, kernels.E5M2:
+			// Spread over the format's range, saturating values included.
+			narrow := kernels.F32ToE4M3
+			if l.DType() == kernels.E5M2 {
+				narrow = kernels.F32ToE5M2
+			}
+			for j, v := range []float32{x, -x / 3, x * 200, x / 64} {
+				mem[i+j] = narrow(v)
+			}
 		}
 	}
 	return mem
@@ -97,7 +106,7 @@ func TestMatchesCPU(t *testing.T) {
 	e := openOrSkip(t)
 	cpu := kernels.NewCPU()
 	for name, spec := range specs {
-		for _, dt := range []kernels.DType{kernels.F32, kernels.BF16, kernels.F16} {
+		for _, dt := range []kernels.DType{kernels.F32, kernels.BF16, kernels.F16, kernels.E4M3, kernels.E5M2} {
 			t.Run(name+"/"+dt.String(), func(t *testing.T) {
 				l, err := kernels.NewLayout(spec(dt))
 				if err != nil {

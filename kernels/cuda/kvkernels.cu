@@ -69,6 +69,58 @@ __device__ __forceinline__ unsigned short f32_to_f16(float f) {
     return (unsigned short)(sign | q);
 }
 
+// fp8 (kernels/fp8.go): stored x/scale, rotated as stored (a rotation is
+// linear), widened exactly and narrowed to nearest even, saturating to the
+// largest finite value; a NaN stays a NaN. MAN mantissa bits, exponent bias
+// BIAS, largest finite encoding MAXFIN, IEEE: an all-ones exponent is
+// infinity or NaN (e5m2), else only S.1111.111 is NaN (e4m3fn).
+template <int MAN, int BIAS, unsigned int MAXFIN, bool IEEE>
+struct FP8 {
+    typedef unsigned char T;
+    static __device__ __forceinline__ float load(T b) {
+        unsigned int sign = ((unsigned int)(b & 0x80u)) << 24;
+        const unsigned int top = (1u << (7 - MAN)) - 1u;
+        unsigned int e = ((unsigned int)b >> MAN) & top;
+        unsigned int m = (unsigned int)b & ((1u << MAN) - 1u);
+        if (IEEE && e == top) return __uint_as_float(sign | (m ? 0x7fc00000u : 0x7f800000u));
+        if (!IEEE && e == top && m == (1u << MAN) - 1u) return __uint_as_float(sign | 0x7fc00000u);
+        if (e == 0u) {
+            // m * 2^(1-BIAS-MAN): exact, a power of two times a small integer.
+            float v = __fmul_rn((float)m, __uint_as_float((unsigned int)(127 + 1 - BIAS - MAN) << 23));
+            return sign ? -v : v;
+        }
+        return __uint_as_float(sign | ((e - BIAS + 127u) << 23) | (m << (23 - MAN)));
+    }
+    static __device__ __forceinline__ T store(float f) {
+        unsigned int b = __float_as_uint(f);
+        unsigned int sign = (b >> 24) & 0x80u;
+        int exp = (int)((b >> 23) & 0xffu);
+        unsigned int man = b & 0x7fffffu;
+        if (exp == 0xff) return (T)(sign | (man ? 0x7fu : MAXFIN));
+        int e = exp - 127 + BIAS;
+        if (e <= 0) {
+            if (e < -MAN) return (T)sign;
+            unsigned int m = man | 0x800000u;
+            unsigned int shift = (unsigned int)(24 - MAN - e);
+            unsigned int q = m >> shift;
+            unsigned int rem = m & ((1u << shift) - 1u);
+            unsigned int half = 1u << (shift - 1u);
+            if (rem > half || (rem == half && (q & 1u))) q++;
+            return (T)(sign | q);
+        }
+        if (e > (int)(MAXFIN >> MAN)) return (T)(sign | MAXFIN);
+        const unsigned int shift = 23 - MAN;
+        unsigned int q = ((unsigned int)e << MAN) | (man >> shift);
+        unsigned int rem = man & ((1u << shift) - 1u);
+        unsigned int half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (q & 1u))) q++;
+        if (q > MAXFIN) q = MAXFIN;
+        return (T)(sign | q);
+    }
+};
+typedef FP8<3, 7, 0x7eu, false> E4M3;
+typedef FP8<2, 15, 0x7bu, true> E5M2;
+
 struct F32 {
     typedef float T;
     static __device__ __forceinline__ float load(T v) { return v; }
@@ -174,7 +226,8 @@ __device__ void kv_rotate(unsigned char* arena, const BufDesc* bufs, const int* 
 // kv_move: grid (ceil(n/blockDim.y), nBufs); block (word threads, pairs).
 // Copies row srcSlots[i] of buffer b in the source arena to row dstSlots[i]
 // of buffer b in the destination arena in words of wordBytes (16, 4 or 2,
-// chosen by the host so every row and base is aligned to it), then, when
+// chosen by the host so every row and base is aligned to it; 1 for an odd
+// fp8 row), then, when
 // tabIdx is non-null and the destination buffer carries RoPE, rotates the
 // copy. Source and destination rows never alias within one launch (the host
 // stages overlapping moves through a temporary arena).
@@ -196,9 +249,11 @@ __device__ void kv_move(unsigned char* dstBase, const BufDesc* dstBufs, const un
         } else if (wordBytes == 4) {
             for (unsigned int w = threadIdx.x; w < db.rowBytes / 4; w += blockDim.x)
                 ((unsigned int*)out)[w] = ((const unsigned int*)in)[w];
-        } else {
+        } else if (wordBytes == 2) {
             for (unsigned int w = threadIdx.x; w < db.rowBytes / 2; w += blockDim.x)
                 ((unsigned short*)out)[w] = ((const unsigned short*)in)[w];
+        } else {
+            for (unsigned int w = threadIdx.x; w < db.rowBytes; w += blockDim.x) out[w] = in[w];
         }
     }
     if (tabIdx == 0 || db.ropeOffset < 0) return;  // uniform across the block
@@ -230,3 +285,5 @@ __device__ void kv_move(unsigned char* dstBase, const BufDesc* dstBufs, const un
 KV_ENTRY(f32, F32)
 KV_ENTRY(bf16, BF16)
 KV_ENTRY(f16, F16)
+KV_ENTRY(e4m3, E4M3)
+KV_ENTRY(e5m2, E5M2)

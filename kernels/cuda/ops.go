@@ -220,8 +220,8 @@ func (e *Engine) launchMove(dp cudadrv.DevicePtr, dl *kernels.Layout, dOff []int
 	return e.ctx.StreamSynchronize(0)
 }
 
-// wordBytes is the widest copy unit (16, 4 or 2 bytes) that divides both
-// bases, every buffer offset and every row size.
+// wordBytes is the widest copy unit (16, 4, 2 or 1 bytes: an fp8 row may
+// be odd) that divides both bases, every buffer offset and every row size.
 func wordBytes(dp cudadrv.DevicePtr, dl *kernels.Layout, dOff []int64, sp cudadrv.DevicePtr, sl *kernels.Layout, sOff []int64) int {
 	g := uint64(dp) | uint64(sp)
 	for _, side := range []struct {
@@ -242,6 +242,8 @@ func wordBytes(dp cudadrv.DevicePtr, dl *kernels.Layout, dOff []int64, sp cudadr
 		return 16
 	case g%4 == 0:
 		return 4
+	case g%2 == 0:
+		return 2
 	}
-	return 2
+	return 1
 }

@@ -35,13 +35,14 @@ func spliceQualityFlags(fs *flag.FlagSet) runFunc {
 	fs.Float64("max-kl", 0, "the guard's budget, mean KL per token (the default budget when 0)")
 	fs.String("fresh", "", "what the request brings that the cache lacks: last (its new messages, as through the front door to an engine that caches its answers; the default), answer (the previous answer too, as the vLLM connector saves prompts only) or page (the last partial page)")
 	fs.String("set", "", "which cases: default (the benchmark's own, which its figures and the guard's constants come from) or held-out (other turns of the same sessions, none of it tuned on)")
-	return pythonFlags(fs, scenario.SpliceQuality, &scenario.PyOptions{}, nil, "cases", "case", "context-tokens", "max-kl", "fresh", "set")
+	fs.String("kv-dtype", "", "the KV pages' dtype: fp32 (the model's, the default), bf16, fp16, fp8_e4m3 or fp8_e5m2; the reference re-prefills into a cache of the same dtype")
+	return pythonFlags(fs, scenario.SpliceQuality, &scenario.PyOptions{}, nil, "cases", "case", "context-tokens", "max-kl", "fresh", "set", "kv-dtype")
 }
 
 // vllmFlags defines the flags of `kvpilot bench vllm`.
 func vllmFlags(fs *flag.FlagSet) runFunc {
-	fs.String("models", "", "comma-separated models (smollm2, save-heavy-llama, smollm2-fp8, deepseek-v2-mla, hybrid-swa-llama)")
-	fs.String("config", "", "comma-separated configurations, each running its models: bf16 (smollm2, save-heavy-llama; the default), fp8 (an fp8_e4m3 KV cache), mla (a DeepSeek-V2 geometry), swa (sliding-window layers beside full ones)")
+	fs.String("models", "", "comma-separated models (smollm2, save-heavy-llama, smollm2-fp8, deepseek-v2-mla, tp2-llama, hybrid-swa-llama)")
+	fs.String("config", "", "comma-separated configurations, each running its models: bf16 (smollm2, save-heavy-llama; the default), tp2 (two tensor-parallel ranks), fp8 (an fp8_e4m3 KV cache), mla (a DeepSeek-V2 geometry), swa (sliding-window layers beside full ones)")
 	fs.Int("tokens", 4000, "prompt length in tokens")
 	fs.Int("rounds", 3, "measured rounds")
 	fs.String("workdir", "", "keep the hosts' data and vLLM's logs here")

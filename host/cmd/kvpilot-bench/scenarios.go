@@ -99,7 +99,7 @@ var scenarios = []benchScenario{
 	{
 		Name:     "splice-quality",
 		Summary:  "what a splice costs a trained model's answers on real edits: splice, recompute and the quality guard vs a re-prefill",
-		Synopsis: "[--cases N] [--case NAME]... [--context-tokens N] [--max-kl B] [--fresh last|answer|page] [--set default|held-out] [--python PATH]",
+		Synopsis: "[--cases N] [--case NAME]... [--context-tokens N] [--max-kl B] [--fresh last|answer|page] [--set default|held-out] [--kv-dtype D] [--python PATH]",
 		Help: "Starts a host and runs kvbench.splicequality (host/bench/python) against it:\n" +
 			"SmolLM2-135M-Instruct (fp32, from PyPI) on real edits of the agent traces\n" +
 			"($KVPILOT_TRACES, else examples/traces): a truncated tool output, stripped\n" +

@@ -72,13 +72,15 @@ def _fp8_cpu() -> bool:
 @dataclass(frozen=True)
 class Case:
     """One configuration: vLLM's block (kvpilot's page), its KV cache of 12
-    blocks, its --kv-cache-dtype, and the model.
+    blocks (a rank's), its --kv-cache-dtype, the model, and its
+    --tensor-parallel-size.
     """
 
     page: int
     kv_bytes: int
     kv_dtype: str | None
     mla: bool = False
+    tp: int = 1
 
 
 #: The tiny Llama: 2 layers, 2 KV heads of 32; DeepSeek-V2's rows of 576.
@@ -89,6 +91,9 @@ CASES = {
     # vLLM keeps no prefix cache for MLA on CPU: kvpilot's pages are the
     # only ones its events announce.
     "mla": Case(16, 12 * 2 * 16 * 576 * 2, None, mla=True),
+    # Two ranks, a KV head each: one engine, one event stream (its
+    # scheduler's), whole pages in kvpilot.
+    "tp2": Case(PAGE, 12 * 2 * PAGE * 1 * 32 * 2 * 2, None, tp=2),
 }
 
 
@@ -103,6 +108,7 @@ CASES = {
             ),
         ),
         "mla",
+        "tp2",
     ],
 )
 def test_vllm_events_carry_kvpilot_pages_to_dynamo(
@@ -158,6 +164,7 @@ def test_vllm_events_carry_kvpilot_pages_to_dynamo(
                 kv_events_endpoint=f"tcp://*:{zport}",
                 kv_cache_memory_bytes=c.kv_bytes,
                 kv_cache_dtype=c.kv_dtype,
+                tensor_parallel_size=c.tp,
                 block_size=page,
                 max_model_len=4 * page,
                 start_after=str(go),

@@ -277,6 +277,9 @@ def report(
             "architecture": type(tm.model).__name__,
             "layers": int(c.num_hidden_layers),
             "dtype": "fp32",
+            # The pages' dtype: the engine stores K and V in it, and the
+            # reference re-prefills into a cache of it.
+            "kv_dtype": getattr(args, "kv_dtype", "") or "fp32",
             "page_size": args.page_size,
             "context_tokens_max": args.context_tokens,
             "fresh": args.fresh,

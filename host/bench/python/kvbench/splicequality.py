@@ -73,6 +73,7 @@ It prints exactly one JSON object on stdout; logs go to stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -143,6 +144,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--max-kl", type=float, default=DEFAULT_MAX_KL, help="the guard's budget")
     ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument(
+        "--kv-dtype",
+        default="",
+        choices=("", "fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"),
+        help="the KV pages' dtype (default: the model's, fp32): the engine stores its keys and "
+        "values in it, the host's kernels rotate them in it, and the reference re-prefills "
+        "into a cache of it",
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--tenant", default="", help="tenant of every request and directive")
     ap.add_argument("--log-level", default="INFO")
@@ -191,8 +200,15 @@ class Runner:
     def __init__(self, args: argparse.Namespace, tm: models.TinyModel) -> None:
         self.args = args
         self.tm = tm
+        layout = tm.layout(args.page_size)
+        if args.kv_dtype:
+            layout = dataclasses.replace(layout, dtype=args.kv_dtype)
         self.e = TorchEngine(
-            tm, args.engine_socket, page_size=args.page_size, engine_id="bench-splice-quality"
+            tm,
+            args.engine_socket,
+            page_size=args.page_size,
+            engine_id="bench-splice-quality",
+            layout=layout,
         )
         self.fills = FillServer(self.e).start()
         self.cc = ControlClient(args.control_socket, source="bench-splice-quality")

@@ -51,7 +51,13 @@ from kvpilot.torchengine.rope import inv_freq64, pair_index, to_storage
 #: float32 ones (relative): a few float32 roundings.
 FREQ_TOL = 1e-6
 
-_MANTISSA = {torch.float32: 23, torch.bfloat16: 7, torch.float16: 10}
+_MANTISSA = {
+    torch.float32: 23,
+    torch.bfloat16: 7,
+    torch.float16: 10,
+    torch.float8_e4m3fn: 3,
+    torch.float8_e5m2: 2,
+}
 
 
 @contextmanager
