@@ -23,7 +23,12 @@ type passConfig struct {
 // demo's truncation and think-evict as the front door's edit policies;
 // and, when idleAfter is set, the demo's own with idle-pause's idle_after
 // replaced.
-func passConfigs(path, idleAfter string) ([]passConfig, func(), error) {
+//
+// compare adds two passes that put the defaults' figures in context: kvpilot
+// with the recompute turned off (what the splice costs uncorrected), and the
+// re-prefill pass again (how often a re-prefill agrees with itself: the
+// noise floor of batched CPU kernels).
+func passConfigs(path, idleAfter string, compare bool) ([]passConfig, func(), error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("demo config: %w", err)
@@ -84,9 +89,16 @@ func passConfigs(path, idleAfter string) ([]passConfig, func(), error) {
 			return nil, nil, err
 		}
 	}
-	return []passConfig{
+	passes := []passConfig{
 		{name: "prefix cache", path: plain, env: []string{"KVPILOT_GATEWAY__POLICY_EDITS=false"}},
 		{name: "prefix cache + edits", path: edited, edits: true},
 		{name: "kvpilot + 4 policies", path: path, edits: true, splices: true},
-	}, cleanup, nil
+	}
+	if compare {
+		passes = append(passes,
+			passConfig{name: "kvpilot, no recompute", path: path, edits: true, splices: true,
+				env: []string{"KVPILOT_SPLICE__RECOMPUTE__FIRST=0", "KVPILOT_SPLICE__MAX_KL=0"}},
+			passConfig{name: "prefix cache + edits, again", path: edited, edits: true})
+	}
+	return passes, cleanup, nil
 }

@@ -62,6 +62,9 @@ type options struct {
 	// verbose prints a line per request: what the engine took from the
 	// cache and what it prefilled.
 	verbose bool
+	// compare runs kvpilot without recompute and the re-prefill again
+	// (passConfigs), to put the defaults' agreement in context.
+	compare bool
 	profile engineProfile
 }
 
@@ -74,6 +77,7 @@ func run() error {
 	flag.IntVar(&o.sessions, "sessions", 3, "working sessions to replay (1 to 3), beside the idle one")
 	flag.IntVar(&o.requests, "requests", 0, "requests per session (0: 8 with vllm, 20 with refengine)")
 	flag.BoolVar(&o.verbose, "v", false, "print each request's prompt, cached and prefilled tokens")
+	flag.BoolVar(&o.compare, "compare", true, "also run kvpilot without recompute and the re-prefill again (vllm): the greedy agreement of the defaults, of no recompute, and of the re-prefill with itself")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -107,7 +111,7 @@ func demo(ctx context.Context, o options) (*report, error) {
 		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "demo: %d sessions from the agent traces behind one %d-token system block, to %s\n", len(sessions), o.systemTokens, engineName(o.engine))
-	cfgs, cleanup, err := passConfigs(o.config, p.idleAfter)
+	cfgs, cleanup, err := passConfigs(o.config, p.idleAfter, o.compare && o.engine == engineVLLM)
 	if err != nil {
 		return nil, err
 	}

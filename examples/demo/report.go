@@ -27,9 +27,14 @@ const savedMin = 0.8
 // what the edits cost a prefix cache (re-prefill after each) and kvpilot
 // (its splices' replacements), and the share kvpilot saves.
 func (r *report) savings() (reprefill, splice int64, saved float64) {
+	return r.savingsOf(r.passes[2])
+}
+
+// savingsOf is savings for kvpilot's pass p.
+func (r *report) savingsOf(p *result) (reprefill, splice int64, saved float64) {
 	base := r.passes[0].prefill()
 	reprefill = r.passes[1].prefill() - base
-	splice = r.passes[2].prefill() - base
+	splice = p.prefill() - base
 	if reprefill > 0 {
 		saved = 1 - float64(splice)/float64(reprefill)
 	}
@@ -41,7 +46,13 @@ func (r *report) savings() (reprefill, splice int64, saved float64) {
 // request: how many of those after an edit are the same text, of how
 // many; and the same over every request.
 func (r *report) agreement() (sameEdited, edited, same, all int) {
-	re, sp := r.passes[1].answers, r.passes[2].answers
+	return agreementOf(r.passes[1], r.passes[2])
+}
+
+// agreementOf is agreement between the re-prefill pass ref and pass p
+// (the requests after an edit are p's).
+func agreementOf(ref, p *result) (sameEdited, edited, same, all int) {
+	re, sp := ref.answers, p.answers
 	for i := range min(len(re), len(sp)) {
 		eq := re[i].text == sp[i].text
 		all++
@@ -125,7 +136,29 @@ func (r *report) write(w io.Writer) error {
 		re-sp, 100*saved, 100*savedMin, saved >= savedMin && re > 0)
 	fmt.Fprintf(tw, "the splice's greedy answer (16 tokens) is the re-prefill's: %d of %d requests after an edit (%d of %d in all)\n",
 		sameEdited, edited, same, all)
+	if len(r.passes) == 5 {
+		r.writeComparison(tw)
+	}
 	return tw.Flush()
+}
+
+// writeComparison puts the defaults' agreement beside kvpilot's without
+// recompute and the re-prefill's with itself (passConfigs' compare).
+func (r *report) writeComparison(w io.Writer) {
+	def, off, again := r.passes[2], r.passes[3], r.passes[4]
+	line := func(what string, p *result) {
+		se, e, _, _ := agreementOf(r.passes[1], p)
+		fmt.Fprintf(w, "  %s: %d of %d after an edit", what, se, e)
+		if p.splices {
+			_, sp, saved := r.savingsOf(p)
+			fmt.Fprintf(w, ", %d tokens prefilled for the edits (%.1f%% saved), TTFT %.1f s", sp, 100*saved, p.ttftMs/1e3)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w, "greedy answers equal to the re-prefill's:")
+	line("kvpilot with the defaults (splice.recompute.first: 64 through the front door)", def)
+	line("kvpilot without recompute (splice.recompute.first: 0)", off)
+	line("the re-prefill run again (the noise floor)", again)
 }
 
 type auditRecord struct {

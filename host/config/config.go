@@ -376,7 +376,7 @@ func Default() Config {
 		},
 		Control: Control{RateBurst: 1000},
 		Gateway: DefaultGateway(),
-		Splice:  Splice{Tenants: map[string]SpliceTenant{}},
+		Splice:  Splice{Recompute: Recompute{Share: new(float64)}, Tenants: map[string]SpliceTenant{}},
 		Engine:  Engine{LoadBackDeadline: 2 * time.Second, RequestTTL: 10 * time.Minute, MaxSessions: 65536},
 		Model:   Model{Attention: "mha", DType: "bf16", RopeStyle: ""},
 		Pools: Pools{DeviceBackend: "auto", DiskFsync: "batch", PersistOnStop: 10 * time.Second,

@@ -362,7 +362,7 @@ func TestSpliceRulesPerTenant(t *testing.T) {
 		"acme":  {First: 64, Share: 0.2, MaxKL: 0.005},
 		"bulk":  {},
 	} {
-		if got := c.Splice.For(tenant); got != want {
+		if got := c.Splice.Explicit(tenant); got != want {
 			t.Errorf("tenant %q: %+v, want %+v", tenant, got, want)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -68,6 +69,9 @@ type Daemon struct {
 
 	mu     sync.Mutex
 	checks map[string]func() error
+	// defaultsToldNothing: the host logged that an engine gets no
+	// recompute from the defaults (recompute.go), once.
+	defaultsToldNothing atomic.Bool
 
 	core    core
 	meta    metaState

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/host/cache"
+	"github.com/kvpilot/kvpilot/host/config"
 	"github.com/kvpilot/kvpilot/host/engine"
 	"github.com/kvpilot/kvpilot/host/gateway"
 	"github.com/kvpilot/kvpilot/host/tier"
@@ -57,7 +58,7 @@ func (d *Daemon) buildGateway() error {
 	cfg := gateway.Config{Upstream: g.Upstream, UpstreamAPIKey: g.UpstreamAPIKey, Timeout: g.Timeout, TenantHeader: g.TenantHeader,
 		Tenants: g.Tenants, MaxSessions: g.MaxSessions, Policy: rules, StickyClears: g.StickyClears, PageSize: d.cfg.Index.PageSize,
 		Log: d.log.Named("gateway"), Metrics: &d.metrics.Gateway,
-		Engine: gatewayEngine{d}, RecomputeFirst: func(tenant string) int { return d.cfg.Splice.For(tenant).First }}
+		Engine: gatewayEngine{d}, RecomputeFirst: func(tenant string) int { return d.cfg.Splice.For(tenant, config.RecomputesFirst).First }}
 	if tok := d.tokenize; tok != nil {
 		cfg.Tokenize = func(s string) []uint32 { t, _ := tok(s); return t }
 	}

@@ -10,7 +10,11 @@ import (
 // What splices recompute (splice.recompute, splice.max_kl) is configured
 // per host and per tenant and done by the engine: an engine that cannot do
 // what the configuration asks is refused at registration, never served
-// without it.
+// without it. What nobody configured takes the measured default the engine
+// can honour (config.SpliceRule.For): the guard where the engine ranks kept
+// tokens, the first tokens where the front door prefills them for a
+// connector engine; an engine that can do neither is told so once, at
+// info, and its splices stay uncorrected.
 
 // checkRecompute is the engine service's CheckRecompute: an arena engine
 // must register recompute when any rule asks for it; a connector engine
@@ -31,10 +35,42 @@ func (d *Daemon) checkRecompute(mode engine.Mode, recomputes bool) error {
 	return nil
 }
 
-// spliceRule is the splicer's Rule: a tenant's configured recompute.
-func spliceRule(c config.Splice) func(string) splice.Recompute {
+// recomputesOf is what a registration's engine can recompute of a
+// splice's kept tokens on this host.
+func (d *Daemon) recomputesOf(mode engine.Mode, registered bool) config.Recomputes {
+	switch {
+	case mode == engine.ModeArena && registered:
+		return config.RecomputesRanked
+	case mode == engine.ModeConnector && d.cfg.Gateway.Listen != "":
+		return config.RecomputesFirst
+	}
+	return config.RecomputesNothing
+}
+
+// logDefaults says once, at info, what an engine's splices get when the
+// configuration leaves the recompute to its defaults.
+func (d *Daemon) logDefaults(reg engine.Registration, can config.Recomputes) {
+	guard, first := d.cfg.Splice.Defaulted()
+	if !guard && !first {
+		return
+	}
+	r := d.cfg.Splice.For("", can)
+	switch can {
+	case config.RecomputesNothing:
+		if d.defaultsToldNothing.CompareAndSwap(false, true) {
+			d.log.Info("splices of this engine recompute none of the tokens they keep: it registered no recompute, and the defaults (the quality guard, splice.max_kl, for an engine that ranks kept tokens; splice.recompute.first through the front door for a connector engine) need one or the other; set splice.max_kl: 0 and splice.recompute.first: 0 to say so",
+				"engine_id", reg.EngineID, "mode", reg.Mode)
+		}
+	default:
+		d.log.Info("splices recompute by default", "engine_id", reg.EngineID, "recomputes", can.String(), "max_kl", r.MaxKL, "first", r.First)
+	}
+}
+
+// spliceRule is the splicer's Rule: a tenant's recompute on an engine that
+// can recompute can.
+func spliceRule(c config.Splice, can config.Recomputes) func(string) splice.Recompute {
 	return func(tenant string) splice.Recompute {
-		r := c.For(tenant)
+		r := c.For(tenant, can)
 		return splice.Recompute{First: r.First, Share: r.Share, MaxKL: r.MaxKL}
 	}
 }

@@ -11,7 +11,7 @@ import (
 // An engine that cannot do what splice.recompute and splice.max_kl ask is
 // refused at registration, for the host's settings and every tenant's.
 func TestCheckRecompute(t *testing.T) {
-	first := 64
+	first, kl := 64, 0.005
 	share := 0.2
 	for _, tc := range []struct {
 		name       string
@@ -22,14 +22,14 @@ func TestCheckRecompute(t *testing.T) {
 		ok         bool
 	}{
 		{"nothing asked", config.Splice{}, false, engine.ModeArena, false, true},
-		{"arena engine that recomputes", config.Splice{MaxKL: 0.005}, false, engine.ModeArena, true, true},
-		{"arena engine that cannot", config.Splice{Recompute: config.Recompute{First: 64}}, false, engine.ModeArena, false, false},
-		{"a tenant asks", config.Splice{Tenants: map[string]config.SpliceTenant{"acme": {Recompute: config.RecomputeOverride{Share: &share}}}},
+		{"arena engine that recomputes", config.Splice{MaxKL: &kl}, false, engine.ModeArena, true, true},
+		{"arena engine that cannot", config.Splice{Recompute: config.Recompute{First: &first}}, false, engine.ModeArena, false, false},
+		{"a tenant asks", config.Splice{Tenants: map[string]config.SpliceTenant{"acme": {Recompute: config.Recompute{Share: &share}}}},
 			false, engine.ModeArena, false, false},
-		{"connector, first, front door on", config.Splice{Recompute: config.Recompute{First: 64}}, true, engine.ModeConnector, false, true},
-		{"connector, first, no front door", config.Splice{Tenants: map[string]config.SpliceTenant{"acme": {Recompute: config.RecomputeOverride{First: &first}}}},
+		{"connector, first, front door on", config.Splice{Recompute: config.Recompute{First: &first}}, true, engine.ModeConnector, false, true},
+		{"connector, first, no front door", config.Splice{Tenants: map[string]config.SpliceTenant{"acme": {Recompute: config.Recompute{First: &first}}}},
 			false, engine.ModeConnector, false, false},
-		{"connector, guard", config.Splice{MaxKL: 0.005}, true, engine.ModeConnector, false, false},
+		{"connector, guard", config.Splice{MaxKL: &kl}, true, engine.ModeConnector, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &Daemon{cfg: config.Default()}

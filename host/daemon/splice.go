@@ -62,6 +62,8 @@ func (d *Daemon) onRegister(reg engine.Registration, p *engine.Pools) {
 	if reg.Mode == engine.ModeConnector {
 		fill = nil
 	}
+	can := d.recomputesOf(reg.Mode, reg.Recompute)
+	d.logDefaults(reg, can)
 	sp, err := splice.New(splice.Config{
 		Index:      d.core.index,
 		Device:     dev,
@@ -74,7 +76,7 @@ func (d *Daemon) onRegister(reg engine.Registration, p *engine.Pools) {
 			d.log.Warn("splice fill failed; the session re-prefills from its first replacement", "session", session, "error", err)
 		},
 		Recompute:   reg.Recompute,
-		Rule:        spliceRule(d.cfg.Splice),
+		Rule:        spliceRule(d.cfg.Splice, can),
 		OnRecompute: d.onRecompute,
 	})
 	if err != nil {

@@ -118,7 +118,10 @@ func (r *PyReport) Charts() []Chart { return r.s.Charts(r.doc) }
 // trained model, unless its --model names a random-weight one; full
 // prefill, the prefix from kvpilot, re-prefill after an edit, the splice.
 var RealModel = &PyScenario{Name: "real-model", Module: "kvbench.realmodel", Grace: 5 * time.Second,
-	Rig: &RigOptions{DevicePages: 2048, HostPages: 4096, Adjust: func(c *config.Config) { c.Index.SinkTokens = 0 }},
+	Rig: &RigOptions{DevicePages: 2048, HostPages: 4096, Adjust: func(c *config.Config) {
+		c.Index.SinkTokens = 0
+		c.Splice = c.Splice.WithoutDefaults() // its splice arm is the plain splice
+	}},
 	Charts: func(r object) []Chart {
 		return []Chart{
 			{Title: "time to first token", Unit: "ms, wall clock", Bars: jsonBars(r.get("arms"), "ttft_ms")},
@@ -137,6 +140,7 @@ var SpliceQuality = &PyScenario{Name: "splice-quality", Module: "kvbench.spliceq
 	Rig: &RigOptions{DevicePages: 1280, Adjust: func(c *config.Config) {
 		c.Index.SinkTokens = 0
 		c.Index.WritePolicy = "none"
+		c.Splice = c.Splice.WithoutDefaults() // each arm asks for its recompute
 	}},
 	// Its cases (every arm of every case) are in the JSON only.
 	Sections: []string{"scenario", "params", "arms", "curves", "checks", "targets"},

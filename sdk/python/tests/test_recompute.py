@@ -185,8 +185,27 @@ def test_guard_measures_its_frontier_against_a_reprefill(kvpilot_host_factory, t
     )
 
 
+def test_the_defaults_run_the_guard_and_spare_an_engine_that_cannot(  # type: ignore[no-untyped-def]
+    kvpilot_host_factory, tm
+) -> None:
+    """Nothing configured: the torch engine ranks kept tokens, so its
+    splices run the quality guard at the default budget; an engine that
+    registers no recompute is not refused for the defaults, and the host
+    says once what it gets instead.
+    """
+    h = kvpilot_host_factory(index={"page_size": PS, "sink_tokens": 4})
+    _, _, _, (n, _), fills, res, _ = _splice_and_read(h, tm, {})
+    kept = n - 37 - 13
+    assert 0 < fills.recomputed <= kept
+    assert res.results[0].effect.recompute_region == kept
+    assert "splices recompute by default" in h.log_path.read_text()
+    with EngineClient(h.engine_socket, tm.layout(PS), rope_config(tm.config), engine_id="plain"):
+        pass
+    assert "recompute none of the tokens they keep" in h.log_path.read_text()
+
+
 def test_host_refuses_an_engine_that_cannot_recompute(kvpilot_host_factory, tm) -> None:  # type: ignore[no-untyped-def]
-    h = kvpilot_host_factory(**host_config(PS), splice={"recompute": {"first": 32}})
+    h = kvpilot_host_factory(**{**host_config(PS), "splice": {"recompute": {"first": 32}}})
     layout = tm.layout(PS)
     with pytest.raises(RecomputeUnsupported, match=r"splice\.recompute"):
         EngineClient(h.engine_socket, layout, rope_config(tm.config), engine_id="plain")

@@ -33,10 +33,14 @@ def host_config(
     page_size: int = 16, device_pages: int = 512, sink_tokens: int = 4
 ) -> dict[str, Any]:
     """Config overrides for a host that serves a TorchEngine: the engine's
-    page size, a device tier of ``device_pages`` and the protected sink.
+    page size, a device tier of ``device_pages`` and the protected sink,
+    and no recompute unless a directive asks (the host's defaults would run
+    the quality guard on every splice: a measurement says what it
+    recomputes).
     """
     return {
         "index": {"page_size": page_size, "sink_tokens": sink_tokens},
+        "splice": {"max_kl": 0, "recompute": {"first": 0}},
         "tiers": {
             "device": {"capacity_pages": device_pages},
             "host": {"capacity_pages": 2 * device_pages},
