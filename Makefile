@@ -58,7 +58,7 @@ test-py: py-env build
 ## own, in .venv-sglang; then, from the main venv, Dynamo's RadixTree fed
 ## the events of the pages an SGLang worker wrote
 test-sglang: sglang-env py-env build
-	KVPILOT_BIN=$(CURDIR)/$(BIN) $(SGLANG_PY) -m pytest -q -rs sdk/python/tests/test_sglang_units.py sdk/python/tests/test_sglang_cache.py sdk/python/tests/test_sglang_pin.py sdk/python/tests/test_sglang_splice.py sdk/python/tests/test_sglang_nats.py
+	KVPILOT_BIN=$(CURDIR)/$(BIN) $(SGLANG_PY) -m pytest -q -rs sdk/python/tests/test_sglang_units.py sdk/python/tests/test_sglang_cache.py sdk/python/tests/test_sglang_pin.py sdk/python/tests/test_sglang_splice.py sdk/python/tests/test_sglang_nats.py sdk/python/tests/test_sglang_tp.py
 	KVPILOT_BIN=$(CURDIR)/$(BIN) KVPILOT_SGLANG_PYTHON=$(CURDIR)/$(SGLANG_PY) $(PY) -m pytest -q -rs sdk/python/tests/test_sglang_dynamo.py
 
 ## test-dynamo: only the Dynamo interop tests (sdk/python/tests/test_dynamo_*.py,

@@ -17,6 +17,12 @@ attaches the kvpilot backend the way SGLang's server does
   loads what came back onto the device, and compares it with the K/V the
   producer wrote, byte for byte.
 
+``"mla"`` builds an MLA model's cache (one fused latent row a token) instead
+of K/V heads. With ``"tp_size"`` > 1 the process is one tensor-parallel rank
+of a group of such processes (tests/sglang_support.py ``run_ranks``): they
+run the same stages in step, as the ranks of SGLang's scheduler do, and
+SGLang's cache controller reduces their storage hits across the group.
+
 It prints one JSON object on stdout: per sequence, pages written or hit and
 whether every byte served was right, and the backend's counters.
 """
@@ -24,6 +30,8 @@ whether every byte served was right, and the backend's counters.
 from __future__ import annotations
 
 import contextlib
+import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -31,10 +39,13 @@ import sys
 import time
 import unittest
 from array import array
+from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import sglang_cpu
 import torch
+import torch.distributed as dist
 
 # On a machine with a GPU, SGLang's own device code runs (pinned memory, its
 # copy kernels): examples/sglang/gpu-check.sh.
@@ -47,10 +58,13 @@ from sglang.srt.mem_cache.base_prefix_cache import (
     EvictParams,
     MatchPrefixParams,
 )
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
 from sglang.srt.runtime_context import get_parallel
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+from sglang.test.kits.unified_radix_cache import fixtures
 from sglang.test.kits.unified_radix_cache.config import CacheConfig
 from sglang.test.kits.unified_radix_cache.fixtures import (
     build_fixture,
@@ -60,21 +74,37 @@ from sglang.test.kits.unified_radix_cache.storage import (
     UnifiedRadixCacheStorageFixtures,
 )
 
+# How long a rank waits for the others in one collective (a rank that
+# crashed leaves the rest waiting this long, then failing).
+_GROUP_TIMEOUT_S = 300
+
 
 def expected_kv(
-    tokens: list[int], ns: list[Any], layers: int, heads: int, dim: int, page_size: int
+    tokens: list[int],
+    ns: list[Any],
+    layers: int,
+    heads: int,
+    dim: int,
+    page_size: int,
+    *,
+    buffers: int = 2,
+    shard: int | None = None,
 ) -> torch.Tensor:
-    """The K/V a producer writes for a sequence: ``[layers, 2, tokens, heads,
-    dim]`` bf16. Like a model's, each page's K/V depends on the tokens up to
-    its end (and the namespace) only, so sequences sharing a prefix share
-    its pages.
+    """The K/V a producer writes for a sequence: ``[layers, buffers, tokens,
+    heads, dim]`` bf16 (K and V, or MLA's one fused row). Like a model's,
+    each page's K/V depends on the tokens up to its end (and the namespace)
+    only, so sequences sharing a prefix share its pages; ``shard`` (a
+    tensor-parallel rank of K/V heads) gives each rank heads of its own, as
+    a model's slice of the heads differs per rank, while MLA's rows are the
+    same on every rank (no shard).
     """
     parts = []
     for start in range(0, len(tokens), page_size):
         end = min(start + page_size, len(tokens))
-        seed = hashlib.sha256(json.dumps([tokens[:end], ns]).encode()).digest()
+        what: list[Any] = [tokens[:end], ns] if shard is None else [tokens[:end], ns, shard]
+        seed = hashlib.sha256(json.dumps(what).encode()).digest()
         g = torch.Generator().manual_seed(int.from_bytes(seed[:8], "little"))
-        parts.append(torch.randn((layers, 2, end - start, heads, dim), generator=g))
+        parts.append(torch.randn((layers, buffers, end - start, heads, dim), generator=g))
     return torch.cat(parts, dim=2).to(torch.bfloat16)
 
 
@@ -86,29 +116,85 @@ class Kit(UnifiedRadixCacheStorageFixtures, unittest.TestCase):
 
 
 class Worker:
+    """One SGLang worker's cache: one rank of it when ``tp_size`` > 1 (each
+    rank a process of a group; main sets the group up).
+
+    ``mla`` (``{"kv_lora_rank": R, "rope_dim": D}``) builds an MLA model's
+    cache instead of K/V heads: SGLang's ``MLATokenToKVPool`` on the device,
+    so its host pool is the ``MLATokenToKVPoolHost`` SGLang builds for it.
+    """
+
     def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = spec
+        self.tp_rank = int(spec.get("tp_rank", 0))
+        self.tp_size = int(spec.get("tp_size", 1))
+        self.mla = spec.get("mla")
+        self.buffers = 1 if self.mla else 2
+        self.heads = 1 if self.mla else spec["heads"]
+        self.head_dim = (
+            self.mla["kv_lora_rank"] + self.mla["rope_dim"] if self.mla else spec["head_dim"]
+        )
+        # K/V ranks hold heads of their own; MLA rows are every rank's.
+        self.shard = self.tp_rank if self.tp_size > 1 and not self.mla else None
         self.cfg = CacheConfig(
             page_size=spec["page_size"],
             components=(ComponentType.FULL,),
             num_layers=spec["layers"],
             full_attention_layer_ids=tuple(range(spec["layers"])),
-            head_num=spec["heads"],
-            head_dim=spec["head_dim"],
+            head_num=self.heads,
+            head_dim=self.head_dim,
             kv_size=spec.get("kv_size", 512),
             max_context_len=spec.get("kv_size", 512),
         )
         self.kit = Kit()
         self.kit.cfg = self.cfg
-        self.cache, self.alloc, self.rtp = build_fixture(self.cfg)
+        with contextlib.ExitStack() as patches:
+            if self.mla:
+                # The kit builds an MHA device pool; an MLA model's is this.
+                patches.enter_context(
+                    mock.patch.object(fixtures, "MHATokenToKVPool", self._mla_device_pool)
+                )
+            if self.tp_size > 1:
+                # The scheduler hands the cache its TP ranks' CPU group.
+                group = dist.new_group(list(range(self.tp_size)), backend="gloo")
+                patches.enter_context(
+                    mock.patch.object(
+                        fixtures,
+                        "CacheInitParams",
+                        functools.partial(CacheInitParams, tp_cache_group=group),
+                    )
+                )
+            self.cache, self.alloc, self.rtp = build_fixture(self.cfg)
         self._attach()
+
+    def _mla_device_pool(self, **kw: Any) -> MLATokenToKVPool:
+        assert self.mla is not None
+        return MLATokenToKVPool(
+            size=kw["size"],
+            page_size=kw["page_size"],
+            dtype=kw["dtype"],
+            kv_lora_rank=self.mla["kv_lora_rank"],
+            qk_rope_head_dim=self.mla["rope_dim"],
+            layer_num=kw["layer_num"],
+            device=kw["device"],
+            enable_memory_saver=kw["enable_memory_saver"],
+        )
 
     def _attach(self) -> None:
         spec = self.spec
         kit, cache = self.kit, self.cache
-        # No torch.distributed here: one rank, as SGLang's own storage tests
-        # force for their file backend.
-        ov = get_parallel().override(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1)
+        # One rank without torch.distributed, as SGLang's own storage tests
+        # force for their file backend; a rank of a group otherwise.
+        # Plain tensor parallelism: attention and MoE span the TP ranks.
+        ov = get_parallel().override(
+            tp_rank=self.tp_rank,
+            tp_size=self.tp_size,
+            attn_tp_rank=self.tp_rank,
+            attn_tp_size=self.tp_size,
+            moe_tp_size=self.tp_size,
+            pp_rank=0,
+            pp_size=1,
+        )
         ov.__enter__()
         kit.addCleanup(ov.__exit__, None, None, None)
         extra = {
@@ -169,22 +255,63 @@ class Worker:
 
     # ------------------------------------------------------------ producer
 
+    def _expected(self, seq: dict[str, Any]) -> torch.Tensor:
+        cfg = self.cfg
+        return expected_kv(
+            seq["tokens"],
+            self._ns(seq),
+            cfg.num_layers,
+            self.heads,
+            self.head_dim,
+            cfg.page_size,
+            buffers=self.buffers,
+            shard=self.shard,
+        )
+
+    def _device_buffers(self, layer: int) -> list[torch.Tensor]:
+        """The device pool's K and V of a layer, or MLA's fused rows."""
+        pool = self.kit._get_full_kv_pool(self.alloc)
+        if self.mla:
+            return [pool.get_key_buffer(layer)]
+        return [pool.get_key_buffer(layer), pool.get_value_buffer(layer)]
+
+    def _until(self, step: Callable[[], Any], done: Callable[[], bool], timeout: float) -> bool:
+        """Runs ``step`` until ``done``; False past ``timeout``. The ranks of
+        a group run it the same number of times, as every rank of SGLang's
+        scheduler runs the same steps (``step`` enters SGLang's collectives):
+        they agree each time on whether all are done.
+        """
+        deadline = time.time() + timeout
+        while True:
+            step()
+            # [done, in time], then: every rank done, no rank late.
+            flags = torch.tensor([int(done()), int(time.time() <= deadline)])
+            if self.tp_size > 1:
+                dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+            if flags[0]:
+                return True
+            if not flags[1]:
+                return False
+            time.sleep(0.01)
+
     def produce(self, seq: dict[str, Any]) -> dict[str, Any]:
+        """Stores ``seq``: SGLang's lookup of it (skipped for ``"decoded":
+        true``, tokens a worker generated itself and never looked up), its
+        prefill into the tree with K/V written, and the backups the write
+        policy makes.
+        """
         kit, cache, cfg = self.kit, self.cache, self.cfg
         policy = self.spec.get("write_policy", "write_through")
         tokens = seq["tokens"]
-        self._prefetch(seq, CacheRequestHandle(f"produce-{seq['name']}", 0))
+        if not seq.get("decoded"):
+            self._prefetch(seq, CacheRequestHandle(f"produce-{seq['name']}", 0))
         self._insert(seq)
         leaf = self._match(seq).last_device_node
         idx = cache.path_device_indices(leaf)
-        kv = expected_kv(
-            tokens, self._ns(seq), cfg.num_layers, cfg.head_num, cfg.head_dim, cfg.page_size
-        )
-        pool = kit._get_full_kv_pool(self.alloc)
-        kv = kv.to(pool.get_key_buffer(0).device)
+        kv = self._expected(seq)
         for layer in range(cfg.num_layers):
-            pool.get_key_buffer(layer)[idx] = kv[layer, 0]
-            pool.get_value_buffer(layer)[idx] = kv[layer, 1]
+            for buf, dev in enumerate(self._device_buffers(layer)):
+                dev[idx] = kv[layer, buf].to(dev.device)
         keys = kit._all_page_hashes(cache, leaf)
         if policy == "write_through_selective":
             # A second hit reaches the threshold of two.
@@ -192,7 +319,15 @@ class Worker:
         if policy == "write_back":
             cache.evict(EvictParams(num_tokens=len(tokens)))
         cache.writing_check(write_back=True)
-        kit._flush_l3_backups(cache, timeout=60.0)
+        if self.tp_size == 1:
+            kit._flush_l3_backups(cache, timeout=60.0)
+        else:
+            flushed = self._until(
+                cache.drain_storage_control_queues,
+                lambda: not kit._ongoing_l3_backups(cache),
+                60.0,
+            )
+            assert flushed, "L3 backups did not complete in time"
         return {"keys": keys}
 
     # ------------------------------------------------------------ consumer
@@ -200,18 +335,43 @@ class Worker:
     def _prefetch(self, seq: dict[str, Any], rid: CacheRequestHandle) -> bool:
         """What SGLang's scheduler does for every new request: look its
         tokens up in L3 and prefetch what is there (``_prefetch_kvcache``);
-        False when the prefetch did not finish.
+        False when the prefetch did not finish. From the root, or with
+        ``"anchored": true`` as the scheduler anchors it: after what the
+        tree already holds, chained from that node's last key (a
+        conversation's next turn).
         """
         cache, tokens = self.cache, seq["tokens"]
+        anchor, matched, last_hash, prefix_keys = cache.root_node_handle(), 0, None, None
+        if seq.get("anchored"):
+            m = self._match(seq)
+            anchor = m.last_host_node
+            if not (cache.is_backuped(anchor) or cache.is_root(anchor)):
+                return True  # the scheduler looks nothing up past an unsaved node
+            matched = m.device_prefix_len + m.host_hit_length
+            last_hash = cache.get_last_hash_value(anchor)
+            if cache.hicache_storage_pass_prefix_keys:
+                prefix_keys = cache.get_prefix_hash_values(anchor)
         cache.prefetch_from_storage(
             rid,
-            cache.root_node_handle(),
-            array("q", tokens),
-            None,
-            None,
+            anchor,
+            array("q", tokens[matched:]),
+            last_hash,
+            prefix_keys,
+            matched_prefix_tokens=list(tokens[:matched]),
             extra_key=seq.get("extra_key"),
             cache_salt=seq.get("cache_salt"),
         )
+        if self.tp_size > 1:
+            # The scheduler's loop on every rank, in step (wait_complete:
+            # completion comes from the rank-MIN acknowledgements).
+            assert cache.prefetch_stop_policy == "wait_complete", "ranks run wait_complete"
+            state = {"done": False}
+
+            def step() -> None:
+                cache.check_hicache_events()
+                state["done"] = state["done"] or cache.check_prefetch_progress(rid)
+
+            return self._until(step, lambda: state["done"], 60.0)
         if rid in cache.ongoing_prefetch and cache.prefetch_stop_policy == "best_effort":
             # best_effort takes what arrived when the scheduler asks; a busy
             # scheduler asks after the transfer had time to run.
@@ -239,8 +399,8 @@ class Worker:
     def loaded(self, seq: dict[str, Any]) -> torch.Tensor | None:
         """Prefetches ``seq`` from L3 as SGLang's scheduler does, loads what
         its tree then holds onto the device, and returns that K/V as SGLang's
-        device pool holds it, ``[layers, 2, tokens, heads, dim]``; None when
-        the prefetch did not finish.
+        device pool holds it, ``[layers, buffers, tokens, heads, dim]``; None
+        when the prefetch did not finish.
         """
         kit, cache, cfg = self.kit, self.cache, self.cfg
         if not self._prefetch(seq, CacheRequestHandle(f"consume-{seq['name']}", 0)):
@@ -250,14 +410,13 @@ class Worker:
             kit._load_back_node(cache, m.best_match_node)
             m = self._match(seq)
         n = m.device_prefix_len
-        shape = (cfg.num_layers, 2, 0, cfg.head_num, cfg.head_dim)
+        shape = (cfg.num_layers, self.buffers, 0, self.heads, self.head_dim)
         if n == 0:
             return torch.empty(shape, dtype=torch.bfloat16)
         idx = cache.path_device_indices(m.last_device_node)[:n]
-        pool = kit._get_full_kv_pool(self.alloc)
         return torch.stack(
             [
-                torch.stack([pool.get_key_buffer(i)[idx], pool.get_value_buffer(i)[idx]]).cpu()
+                torch.stack([b[idx] for b in self._device_buffers(i)]).cpu()
                 for i in range(cfg.num_layers)
             ]
         )
@@ -268,9 +427,7 @@ class Worker:
         if got is None:
             return {"hit_pages": -1, "error": "prefetch did not finish"}
         n = got.shape[2]
-        want = expected_kv(
-            seq["tokens"], self._ns(seq), cfg.num_layers, cfg.head_num, cfg.head_dim, cfg.page_size
-        )[:, :, :n]
+        want = self._expected(seq)[:, :, :n]
         wrong = int((got.view(torch.int16) != want.view(torch.int16)).sum())
         return {"hit_pages": n // cfg.page_size, "wrong_bytes": wrong}
 
@@ -297,9 +454,17 @@ def run_stage(spec: dict[str, Any]) -> dict[str, Any]:
     ):
         w = Worker(spec)
     try:
-        role = getattr(w, spec["role"])
-        results = {s["name"]: role(s) for s in spec["seqs"]}
         backend = getattr(w.backend, "_backend", w.backend)
+        results = {}
+        for s in spec["seqs"]:
+            before = dict(backend.counters)
+            # A sequence may take a role of its own in the stage's worker.
+            results[s["name"]] = getattr(w, s.get("role", spec["role"]))(s)
+            if spec.get("trace"):
+                # What this sequence's calls did in the backend.
+                results[s["name"]]["calls"] = {
+                    k: v - before[k] for k, v in backend.counters.items()
+                }
         return {"results": results, "counters": dict(backend.counters)}
     finally:
         w.close()
@@ -307,11 +472,23 @@ def run_stage(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     """argv[1]: ``{"stages": [stage, ...], ...}``; each stage has the keys
-    Worker and run_stage read, plus any the run gives all stages.
+    Worker and run_stage read, plus any the run gives all stages. With
+    ``"tp_size"`` > 1 this process is rank ``"tp_rank"`` of a group that
+    meets through the file ``"store"`` (a gloo group on CPU, as SGLang's
+    cache controller syncs storage hits on gloo groups).
     """
     run = json.loads(sys.argv[1])
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    common = {k: v for k, v in run.items() if k != "stages"}
+    size = int(run.get("tp_size", 1))
+    if size > 1:
+        dist.init_process_group(
+            "gloo",
+            init_method=f"file://{run['store']}",
+            rank=int(run["tp_rank"]),
+            world_size=size,
+            timeout=datetime.timedelta(seconds=_GROUP_TIMEOUT_S),
+        )
+    common = {k: v for k, v in run.items() if k not in ("stages", "store")}
     print(json.dumps([run_stage({**common, **stage}) for stage in run["stages"]]))
 
 

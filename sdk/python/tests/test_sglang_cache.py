@@ -22,6 +22,9 @@ pytest.importorskip("sglang", reason="SGLang is not installed here: make test-sg
 
 from sglang_support import run_worker, seq
 
+from kvpilot.engine import EngineClient
+from kvpilot.layout import Buffer, Layout, RopeConfig, RopeSlice
+
 PAGE = 16
 GEOMETRY = {"page_size": PAGE, "layers": 2, "heads": 2, "head_dim": 8, "kv_size": 512}
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
@@ -97,3 +100,47 @@ def test_pages_cross_workers_in_every_layout_and_policy(kvpilot_host: Any) -> No
 
     hits = [r["hit_pages"] for out in consumed[-2:] for r in out["results"].values()]
     assert 0 < sum(hits) < 3 * len(hits), hits
+
+
+MLA = {"kv_lora_rank": 16, "rope_dim": 8}
+MLA_LAYOUTS = ("layer_first", "page_first", "page_first_direct")
+
+
+def test_mla_pages_cross_workers_in_every_layout(kvpilot_host: Any) -> None:
+    """An MLA model's cache (SGLang's MLATokenToKVPool, so its host pool is
+    SGLang's MLATokenToKVPoolHost): a producer process writes latent rows
+    (kv_c then k_pe, one head a token) under each layout SGLang's MLA pool
+    has, through the v1 and the generic calls; a consumer process with fresh
+    pools prefetches every one under each layout and loads it onto its
+    device, bit for bit. The host holds one fused buffer per layer, the
+    rotated part after the latent, paired adjacent as DeepSeek rotates.
+    """
+    written, stages = [], []
+    for i, layout in enumerate(MLA_LAYOUTS):
+        for v1 in (1, 0):
+            s = seq(f"mla/{layout}/v{v1}", 200_000 + 1000 * (2 * i + v1), 3, PAGE)
+            written.append(s)
+            stages.append({"role": "produce", "layout": layout, "interface_v1": v1, "seqs": [s]})
+    extra = {"rope_theta": 10000.0, "model": "mla-test"}
+    produced = _run(kvpilot_host, stages, mla=MLA, extra=extra)
+    assert sum(p["counters"]["stored_pages"] for p in produced) == 3 * len(written), produced
+    stages = [
+        {"role": "consume", "layout": layout, "interface_v1": v1, "seqs": written}
+        for layout in MLA_LAYOUTS
+        for v1 in (1, 0)
+    ]
+    for stage, out in zip(stages, _run(kvpilot_host, stages, mla=MLA, extra=extra), strict=True):
+        for name, r in out["results"].items():
+            assert r == {"hit_pages": 3, "wrong_bytes": 0}, (stage, name, r)
+    # The workers' registration is still the host's: a process naming the
+    # same engine, layout and RoPE joins it, so that is what they registered.
+    rope = RopeSlice(0, MLA["kv_lora_rank"], MLA["rope_dim"], "interleaved")
+    layout = Layout("mla-test", PAGE, "bf16", 2, (Buffer("kv", 1, 24),), rope)
+    with EngineClient(
+        kvpilot_host.engine_socket,
+        layout,
+        RopeConfig(base=10000.0),
+        engine_id="sglang:mla-test:mla-tp1:pp0:dp0",
+        mode="connector",
+    ) as probe:
+        assert probe.registration.joined, probe.registration

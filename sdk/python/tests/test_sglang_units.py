@@ -117,6 +117,57 @@ def test_attach_refuses_a_layout_it_cannot_serve(kvpilot_host: Any) -> None:
     assert "layer_first, page_first, page_first_direct, page_head" in str(e.value)
 
 
+MLA = {"kv_lora_rank": 16, "rope_dim": 8}
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        # SGLang's MLA pool has this layout, but describes no pages in it.
+        ({"layout": "page_unified"}, "one of layer_first, page_first, page_first_direct"),
+        # The rotated part of an MLA row is its qk_rope_head_dim, no other.
+        ({"extra": {"rope_theta": 1e4, "rope_dim": 4}}, "rotates the last 8 elements"),
+    ],
+)
+def test_mla_attach_refuses_what_its_rows_cannot_be(
+    kvpilot_host: Any, spec: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(StorageConfigError, match=says):
+        _worker(kvpilot_host.engine_socket, mla=MLA, **spec)
+
+
+def test_an_mla_rank_that_is_not_the_writer_never_writes(
+    kvpilot_host: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SGLang backs an MLA pool up from rank 0 only; a write that reached
+    another rank anyway is refused by the backend, saying why, and nothing
+    reaches the host."""
+    from kvpilot.sglang import KvpilotStorage
+
+    w = _worker(kvpilot_host.engine_socket, mla=MLA)
+    try:
+        group = w.cache.cache_controller.mem_pool_host
+        rows = group.alloc(2 * PAGE)
+        pool = group.anchor_entry.host_pool
+        extra = {"backend_name": "kvpilot", "socket": kvpilot_host.engine_socket}
+        other = KvpilotStorage(
+            _storage_config(is_mla_model=True, tp_rank=1, extra_config=extra), {}
+        )
+        other.register_mem_pool_host(pool)
+        try:
+            keys = [f"{i:064x}" for i in range(2)]
+            with caplog.at_level("WARNING", logger="sglang.kvpilot"):
+                assert other.batch_set_v1(keys, rows) == [False, False]
+                assert not other.batch_set(keys, [pool.get_data_page(0)] * 2)
+            assert "is not SGLang's storage writer" in caplog.text
+            assert other.counters["set_pages"] == 0
+            assert other.client is not None and other.client.layout.buffers[0].name == "kv"
+        finally:
+            other.close()
+    finally:
+        w.close()
+
+
 def test_attach_refuses_a_socket_without_a_host(tmp_path: Any) -> None:
     with pytest.raises(StorageConfigError, match="no kvpilot host at socket="):
         _worker(str(tmp_path / "none.sock"))
@@ -246,15 +297,20 @@ def _storage_config(**over: Any) -> Any:
 
 def test_storage_config_fields() -> None:
     """SGLang's HiCacheStorageConfig as its controller fills it: tp_lcm_size
-    None (the default) and the rank fields are taken; what one registration
-    per rank cannot hold is refused, naming it."""
+    None (the default) and the rank fields are taken; an MLA model's ranks
+    all use the writer's (rank 0's) host, and only rank 0 writes; what no
+    registration holds whole is refused, naming it."""
     from kvpilot.sglang import KvpilotStorage
 
     b = KvpilotStorage(_storage_config(tp_lcm_size=None), {})
     assert b.settings.socket == "/run/kvp-1.sock"
+    assert b.writer and not b.replicated
     assert b.get_stats().backup_pgs == [] and b.batch_exists(["00"]) == 0
+    mla = KvpilotStorage(_storage_config(is_mla_model=True), {})
+    assert mla.settings.socket == "/run/kvp-0.sock"
+    assert mla.replicated and not mla.writer
+    assert KvpilotStorage(_storage_config(is_mla_model=True, tp_rank=0), {}).writer
     for over, says in [
-        ({"is_mla_model": True}, "MLA"),
         ({"attn_cp_size": 2}, "context parallelism"),
         ({"should_split_heads": True, "tp_lcm_size": 4}, "tp_lcm_size"),
     ]:

@@ -12,7 +12,7 @@ the request's new ``token_ids``, the key before them in ``last_hash``, and
 every key of them in ``all_hash_values``).
 
 ``learn_from_caller`` walks a few frames up for such an operation and offers
-its tokens to the ledger, which believes them only when SGLang's own hash of
+its tokens to the ledgers, which believe them only when SGLang's own hash of
 them gives the keys (kvpilot.sglang.ledger). This reads SGLang's state and
 changes none of it. When SGLang calls in another way (a later release, a
 test calling the backend directly), nothing is learnt and the call is a
@@ -33,13 +33,14 @@ from kvpilot.sglang.ledger import Ledger, Namespace
 _MAX_FRAMES = 10
 
 
-def learn_from_caller(ledger: Ledger, keys: Sequence[str], extra_info: Any) -> bool:
+def learn_from_caller(ledgers: Sequence[Ledger], keys: Sequence[str], extra_info: Any) -> bool:
     """Finds the operation serving ``keys`` up the stack and enters its
-    tokens in the ledger; returns whether the keys' tokens are now known.
+    tokens in every one of ``ledgers``; returns whether the first now knows
+    the keys' tokens.
     """
     if not keys:
         return True
-    if ledger.knows(keys[-1]):
+    if all(led.knows(keys[-1]) for led in ledgers):
         return True
     f = sys._getframe(1)
     for _ in range(_MAX_FRAMES):
@@ -49,9 +50,11 @@ def learn_from_caller(ledger: Ledger, keys: Sequence[str], extra_info: Any) -> b
         f = back
         op = f.f_locals.get("operation")
         if op is not None and hasattr(op, "token_ids"):
-            learn_operation(ledger, op, keys, extra_info)
+            for led in ledgers:
+                if not led.knows(keys[-1]):
+                    learn_operation(led, op, keys, extra_info)
             break
-    return ledger.knows(keys[-1])
+    return ledgers[0].knows(keys[-1])
 
 
 def learn_operation(ledger: Ledger, op: Any, keys: Sequence[str], extra_info: Any) -> int:

@@ -55,7 +55,10 @@ class StorageSettings:
         socket: the kvpilot host's engine socket (required). ``{tp_rank}``,
             ``{pp_rank}`` and ``{dp_rank}`` in it are replaced by the rank's
             own: each rank of a parallel SGLang has a host of its own,
-            since each holds another shard of every page.
+            since each holds another shard of every page. An MLA model's
+            tensor-parallel ranks hold the same latent rows and share one
+            registration on one host instead: ``{tp_rank}`` is then the
+            storage writer's rank (0) on every rank.
         timeout_s: seconds one call to the host may take; past it the call
             is a miss and SGLang goes on.
         load_back_deadline_ms: how long a lookup may wait for pages coming
@@ -63,14 +66,18 @@ class StorageSettings:
         retry_after_s: after a failed call the backend leaves the host alone
             this long (doubling up to a minute) and every call is a miss.
         engine_id: the id this SGLang rank registers under (default from the
-            model and the ranks).
+            model and the ranks; an MLA model's tensor-parallel ranks share
+            one, which joins them in one registration).
         model: the model name the layout registers under (default SGLang's
             model name); engines share pages only under the same name.
         reset_cache: drop every page the host holds when registering.
         rope_theta: the model's RoPE base, for splices (0: no RoPE slice is
             registered; the host then caches pages but refuses to splice).
-        rope_dim: rotated elements per key head (default the whole head).
-        rope_style: ``half_split`` (NeoX: Llama, Qwen) or ``interleaved``.
+        rope_dim: rotated elements per key head (default the whole head;
+            an MLA row's ``qk_rope_head_dim``, the only width it may be).
+        rope_style: ``half_split`` (NeoX: Llama, Qwen) or ``interleaved``
+            (GPT-J, DeepSeek); "" (the default) is ``half_split`` for K/V
+            pools and ``interleaved`` for MLA, as DeepSeek's models rotate.
         ledger_pages: how many SGLang page keys the backend remembers the
             tokens of (the newest are kept).
     """
@@ -84,7 +91,7 @@ class StorageSettings:
     reset_cache: bool = False
     rope_theta: float = 0.0
     rope_dim: int = 0
-    rope_style: str = "half_split"
+    rope_style: str = ""
     ledger_pages: int = 1 << 18
 
     @classmethod
@@ -122,7 +129,7 @@ class StorageSettings:
                 f"{{pp_rank}} and {{dp_rank}} may be filled in ({e})"
             ) from None
         style = extra.get("rope_style", cls.rope_style)
-        if style not in ROPE_STYLES:
+        if style != cls.rope_style and style not in ROPE_STYLES:
             raise StorageConfigError(
                 f"kvpilot SGLang backend: rope_style = {style!r} in {KEY_PREFIX}: want one of "
                 f"{', '.join(ROPE_STYLES)}"

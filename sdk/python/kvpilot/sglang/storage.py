@@ -23,6 +23,21 @@ Per call:
   kvpilot already holds are not written again (SGLang may write a key
   twice).
 
+Tensor parallelism follows SGLang's own rule for storage (its cache
+controller, ``HiCacheController``): before a storage hit is used, every rank
+takes the smallest hit any rank reported (an all-reduce MIN,
+``_sync_prefetch_hit_query``), and after a prefetch the smallest prefix any
+rank loaded (``_reduce_prefetch_ack``). K/V (MHA) ranks each hold a slice of
+the heads and register with a host of their own; a page one rank's host
+lacks is a miss on every rank. An MLA pool's rows are the same on every rank
+and SGLang writes them from one rank only (``is_storage_writer``, rank 0),
+so its ranks share one registration on one host, and the others never
+write. Every rank then answers a lookup from the same knowledge: what
+SGLang looked up, which every rank does alike (``batch_exists`` in the same
+order with the same tokens), never what only the writer saw in its own
+backups; so the MIN reduction sees one answer on every rank, not the
+writer's hits cut to a non-writer's misses.
+
 Nothing on the data path raises into SGLang: any failure is a miss (or a
 write that did not happen), a host that is down or slow past ``timeout_s``
 is left alone for ``retry_after_s`` (kvpilot.hosthealth), and SGLang goes
@@ -66,6 +81,11 @@ T = TypeVar("T")
 # Registering may wait for a host that is still starting.
 _REGISTER_TIMEOUT_S = 15.0
 
+# The tensor-parallel rank that writes an MLA pool's replicated pages:
+# SGLang's HiCacheStorageConfig.is_storage_writer without decode context
+# parallelism (refused here), i.e. tp_rank == dcp_rank == 0.
+_MLA_WRITER_TP_RANK = 0
+
 
 class KvpilotStorage(HiCacheStorage):
     """SGLang's HiCache storage backend on a kvpilot host (connector mode).
@@ -76,15 +96,17 @@ class KvpilotStorage(HiCacheStorage):
     """
 
     def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Any = None) -> None:
-        self.storage_config = storage_config
-        _check_parallelism(storage_config)
+        self.storage_config = cfg = storage_config
+        _check_parallelism(cfg)
+        #: The pool is rank-replicated (MLA): every tensor-parallel rank of
+        #: the engine joins one registration on one host.
+        self.replicated = bool(cfg.is_mla_model)
+        #: This rank writes pages (SGLang backs up from writer ranks only).
+        self.writer = bool(cfg.is_storage_writer)
+        tp_rank = _MLA_WRITER_TP_RANK if self.replicated else cfg.tp_rank
         self.settings = StorageSettings.from_extra_config(
-            storage_config.extra_config,
-            {
-                "tp_rank": storage_config.tp_rank,
-                "pp_rank": storage_config.pp_rank,
-                "dp_rank": storage_config.dp_rank,
-            },
+            cfg.extra_config,
+            {"tp_rank": tp_rank, "pp_rank": cfg.pp_rank, "dp_rank": cfg.dp_rank},
         )
         self.health = HostHealth(
             "storage",
@@ -94,7 +116,11 @@ class KvpilotStorage(HiCacheStorage):
             engine="SGLang",
         )
         self.pages: PoolPages | None = None
+        #: The tokens of the keys lookups and reads resolve (fed by lookups).
         self.ledger: Ledger | None = None
+        #: The tokens of the keys writes resolve (fed by lookups and writes);
+        #: the lookup ledger itself unless ranks must answer lookups alike.
+        self.write_ledger: Ledger | None = None
         self.client: EngineClient | None = None
         # SGLang's backup and prefetch threads call in at once.
         self._staging_lock = threading.Lock()
@@ -124,23 +150,40 @@ class KvpilotStorage(HiCacheStorage):
         """
         super().register_mem_pool_host(mem_pool_host)
         pages = PoolPages.of(mem_pool_host)
+        if pages.mla != self.replicated:
+            raise StorageConfigError(
+                f"kvpilot SGLang backend: SGLang's storage config says is_mla_model="
+                f"{self.replicated}, but the host pool is a {type(pages.pool).__name__}: kvpilot "
+                "cannot tell which ranks write its pages; run without the kvpilot backend"
+            )
         self.pages = pages
         self.ledger = Ledger(pages.page_size, self.settings.ledger_pages)
+        self.write_ledger = self.ledger
+        if self.replicated and self.storage_config.tp_size > 1:
+            # Only the writer sees backups: lookups must not use what they
+            # teach, or the writer would answer hits its peers cannot.
+            self.write_ledger = Ledger(pages.page_size, self.settings.ledger_pages)
         self.client = self._connect(pages)
         reg = self.client.registration
+        cfg = self.storage_config
         log.info(
-            "kvpilot SGLang backend: rank tp%d/%d registered with %s as %s (%s, %s layout, page "
-            "size %d, %d layers, %d heads of %d; %d staging slots)",
-            self.storage_config.tp_rank,
-            self.storage_config.tp_size,
+            "kvpilot SGLang backend: rank tp%d/%d registered with %s as %s (%s%s, %s layout, "
+            "page size %d, %d layers, %s; %d staging slots)",
+            cfg.tp_rank,
+            cfg.tp_size,
             self.settings.socket,
             reg.id,
             self.client.layout.model,
+            (
+                ""
+                if not self.replicated
+                else f", one registration for all {cfg.tp_size} ranks, "
+                + ("this rank writes" if self.writer else "rank 0 writes")
+            ),
             pages.layout,
             pages.page_size,
             pages.layers,
-            pages.heads,
-            pages.head_dim,
+            pages.describe(),
             self.client.device.slots,
         )
 
@@ -167,17 +210,22 @@ class KvpilotStorage(HiCacheStorage):
                 f"{KEY_PREFIX} to the socket it serves"
             )
         model = s.model or cfg.model_name or "sglang"
-        engine_id = s.engine_id or (
-            f"sglang:{model}:tp{cfg.tp_rank}of{cfg.tp_size}:pp{cfg.pp_rank}:dp{cfg.dp_rank}"
-        )
+        # The host joins connector-mode processes registering one engine id
+        # and layout into one registration: an MLA engine's ranks share it
+        # (no rank in the id); K/V ranks, on hosts of their own, do not.
+        tp = f"mla-tp{cfg.tp_size}" if self.replicated else f"tp{cfg.tp_rank}of{cfg.tp_size}"
+        engine_id = s.engine_id or f"sglang:{model}:{tp}:pp{cfg.pp_rank}:dp{cfg.dp_rank}"
+        layout = pages.kvpilot_layout(model, s)
         try:
             return EngineClient(
                 s.socket,
-                pages.kvpilot_layout(model, s),
+                layout,
                 RopeConfig(base=s.rope_theta) if s.rope_theta > 0 else None,
                 engine_id=engine_id,
                 mode="connector",
-                reset_cache=s.reset_cache,
+                # A reset registers anew, retiring the live registration: only
+                # the writer asks, so ranks joining it never drop its pages.
+                reset_cache=s.reset_cache and self.writer,
                 timeout=_REGISTER_TIMEOUT_S,
                 logger=log,
             )
@@ -300,12 +348,20 @@ class KvpilotStorage(HiCacheStorage):
         self.health.ok()
         return out
 
-    def _resolve(self, keys: Sequence[str], extra_info: Any) -> tuple[Path, int] | None:
+    def _resolve(
+        self, keys: Sequence[str], extra_info: Any, *, write: bool = False
+    ) -> tuple[Path, int] | None:
         """The tokens from the root through the last key, and the index of
         the first key's page among them; None when they are not known.
+        Lookups and reads resolve in the lookup ledger (teaching the write
+        ledger too), writes in the write ledger.
         """
-        assert self.ledger is not None
-        if not learn_from_caller(self.ledger, keys, extra_info):
+        assert self.ledger is not None and self.write_ledger is not None
+        ledger = self.write_ledger if write else self.ledger
+        ledgers = [ledger]
+        if not write and self.write_ledger is not self.ledger:
+            ledgers.append(self.write_ledger)
+        if not learn_from_caller(ledgers, keys, extra_info):
             self.counters["unknown_tokens"] += 1
             self._warn_once(
                 "tokens",
@@ -314,10 +370,10 @@ class KvpilotStorage(HiCacheStorage):
                 f'"hicache_storage_pass_prefix_keys": true in {KEY_PREFIX}); those are misses',
             )
             return None
-        path = self.ledger.path(keys[-1])
+        path = ledger.path(keys[-1])
         if path is None:
             return None
-        first = path.pages(self.ledger.page_size) - len(keys)
+        first = path.pages(ledger.page_size) - len(keys)
         return (path, first) if first >= 0 else None
 
     def _match(self, path: Path, end: int) -> MatchResult:
@@ -429,7 +485,17 @@ class KvpilotStorage(HiCacheStorage):
         """
         assert self.client is not None and self.pages is not None
         n = len(keys)
-        r = self._resolve(keys, extra_info)
+        if not self.writer:
+            # SGLang backs up from its storage writer only; a write reaching
+            # another rank of an MLA engine would race the writer's pages.
+            self._warn_once(
+                "writer",
+                f"kvpilot SGLang backend: rank tp{self.storage_config.tp_rank} is not SGLang's "
+                "storage writer for this MLA model (rank 0 writes its replicated pages); it "
+                "writes nothing",
+            )
+            return [False] * n
+        r = self._resolve(keys, extra_info, write=True)
         if r is None:
             return [False] * n
         path, first = r
@@ -488,12 +554,9 @@ class KvpilotStorage(HiCacheStorage):
 
 
 def _check_parallelism(cfg: HiCacheStorageConfig) -> None:
-    """Refuses what one kvpilot registration per rank cannot hold."""
-    if cfg.is_mla_model:
-        raise StorageConfigError(
-            "kvpilot SGLang backend: MLA models keep one latent row per token replicated on every "
-            "rank; kvpilot's SGLang backend serves MHA/GQA K/V pages only"
-        )
+    """Refuses the parallel layouts whose pages no registration holds whole:
+    one per K/V rank, or one shared by an MLA engine's ranks.
+    """
     if cfg.attn_cp_size > 1 or cfg.dcp_size > 1:
         raise StorageConfigError(
             "kvpilot SGLang backend: context parallelism splits every page across ranks; run "
