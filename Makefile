@@ -47,6 +47,9 @@ test: py-env test-go test-py test-sglang
 
 test-go:
 	$(GO) test -race -tags invariants -timeout 20m $(PKGS)
+	# The tests the race detector's and the invariant checker's allocations
+	# and slowness would make meaningless (they skip under those flags).
+	$(GO) test -count=1 -run 'TestRotateAllocatesNothing|TestMatchReusesBuffers|TestBenchIndexHasTargets|^TestRun$$' ./kernels ./host/cache ./host/cmd/kvpilot-bench ./host/bench/cachebench
 
 ## test-py: pytest against a real host built from this tree (the SGLang
 ## tests are test-sglang's)

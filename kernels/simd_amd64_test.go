@@ -79,7 +79,7 @@ func checkNarrow(t *testing.T, bits []uint32) {
 // met (bf16: the NaNs a rotation can produce, bf16Reachable). KVPILOT_EXHAUSTIVE=1 checks all 2^32 encodings instead (~1 min).
 func TestVectorNarrowingMatchesScalar(t *testing.T) {
 	if !simdSupported {
-		t.Skip("no AVX2/F16C")
+		t.Skip("this CPU has no AVX2 and F16C: the vector kernels need an x86-64 CPU with both (Haswell or later)")
 	}
 	if os.Getenv("KVPILOT_EXHAUSTIVE") == "1" {
 		exhaustiveNarrow(t)
@@ -148,7 +148,7 @@ func exhaustiveNarrow(t *testing.T) {
 // widened value is a multiplication, which quiets it identically.
 func TestVectorWideningF16(t *testing.T) {
 	if !simdSupported {
-		t.Skip("no AVX2/F16C")
+		t.Skip("this CPU has no AVX2 and F16C: the vector kernels need an x86-64 CPU with both (Haswell or later)")
 	}
 	src := make([]uint16, 1<<16)
 	for i := range src {

@@ -19,7 +19,7 @@ import (
 // contract on cached rows in every pass (a violation fails the request).
 func TestDemoThroughTheFrontDoor(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds kvpilot and runs three hosts")
+		t.Skip("-short: builds kvpilot and runs three hosts; run without -short")
 	}
 	bin := buildKvpilot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -52,7 +52,7 @@ func TestDemoThroughTheFrontDoor(t *testing.T) {
 // make test builds it before the Go tests): without one it is skipped.
 func TestDemoOnSmolLM2(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds kvpilot and runs three hosts, each with vLLM")
+		t.Skip("-short: builds kvpilot and runs three hosts, each with vLLM; run without -short")
 	}
 	py := pythonWithVLLM(t)
 	bin := buildKvpilot(t)
@@ -127,7 +127,7 @@ func pythonWithVLLM(t *testing.T) string {
 		py, _ = filepath.Abs("../../.venv/bin/python")
 	}
 	if _, err := os.Stat(py); err != nil {
-		t.Skipf("no Python environment (%s): make py-env builds it", py)
+		t.Skipf("no Python environment at %s (KVPILOT_PYTHON names another): make py-env builds .venv with vLLM", py)
 	}
 	if out, err := exec.Command(py, "-c", "import vllm").CombinedOutput(); err != nil {
 		t.Fatalf("%s cannot import vLLM: %v\n%s", py, err, out)

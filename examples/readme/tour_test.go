@@ -227,7 +227,7 @@ func (tr *tour) stop() {
 // edit starts the policies it names, and step 4's benchmarks all run.
 func TestReadmeTourRunsAsWritten(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds three binaries and runs every benchmark")
+		t.Skip("-short: builds three binaries and runs every benchmark; run without -short")
 	}
 	repo, err := filepath.Abs("../..")
 	if err != nil {

@@ -90,7 +90,7 @@ func TestLoad128SessionsReplayTracesWithPolicies(t *testing.T) {
 	// suite leaves it out. Run it with, e.g.:
 	//   KVPILOT_LOAD_DURATION=5m go test -count=1 -run TestLoad128 ./examples/refengine/
 	if os.Getenv("KVPILOT_LOAD_DURATION") == "" || testing.Short() {
-		t.Skip("the 128-session load test runs when KVPILOT_LOAD_DURATION is set (e.g. 5m)")
+		t.Skip("opt-in: the 128-session load test runs when KVPILOT_LOAD_DURATION is set (e.g. 5m) and -short is off")
 	}
 	traces := loadTraces(t)
 	dur := loadDuration(t)

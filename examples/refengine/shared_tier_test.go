@@ -183,7 +183,7 @@ func TestSharedTierOnANATSClusterSurvivesNodeLossAndRollingRestart(t *testing.T)
 // SIGKILLed and its replica takes over; host B warms and serves them.
 func TestSharedTierOnARedisClusterSurvivesAPrimaryLoss(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a six-node redis cluster")
+		t.Skip("-short: starts a six-node redis cluster; run without -short")
 	}
 	cl := redistest.StartCluster(t, 3, 1)
 	redisConfig := func(dir string, worker uint64) config.Config {

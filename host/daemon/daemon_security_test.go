@@ -125,7 +125,7 @@ func peerReachable(t *testing.T, c *config.Config) {
 // peer registers and receives its pools' descriptors.
 func TestEngineSocketRefusesDisallowedUID(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("needs root to run an engine as another uid")
+		t.Skip("needs root, to run an engine as another uid: run it as root (sudo -E env PATH=\"$PATH\" go test -run TestEngineSocketRefusesDisallowedUID ./host/daemon/)")
 	}
 	bin := copyPeerBinary(t)
 	for _, tc := range []struct {
@@ -161,7 +161,7 @@ func TestEngineSocketRefusesDisallowedUID(t *testing.T) {
 // another allowed uid that learns it cannot claim the pools.
 func TestDescriptorTokenBoundToRegisteringUID(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("needs root to claim as another uid")
+		t.Skip("needs root, to claim as another uid: run it as root (sudo -E env PATH=\"$PATH\" go test -run TestDescriptorTokenBoundToRegisteringUID ./host/daemon/)")
 	}
 	bin := copyPeerBinary(t)
 	c := modelConfig(t)

@@ -98,7 +98,7 @@ func controlPeer(arg string) []string {
 // with a bucket of its own, is still served.
 func TestControlTenancyAcrossUIDs(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("needs root to run a Control client as another uid")
+		t.Skip("needs root, to run a Control client as another uid: run it as root (sudo -E env PATH=\"$PATH\" go test -run TestControlTenancyAcrossUIDs ./host/daemon/)")
 	}
 	bin := copyPeerBinary(t)
 	c := modelConfig(t)

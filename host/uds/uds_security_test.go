@@ -14,7 +14,7 @@ import (
 // side by side like this under <data_dir>/run.
 func TestGroupedSocketBesideAPrivateOne(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("needs root to give the socket to another group")
+		t.Skip("needs root, to give the socket to another group: run it as root (sudo -E env PATH=\"$PATH\" go test -run TestGroupedSocketBesideAPrivateOne ./host/uds/)")
 	}
 	grouped := sockPath(t)
 	private := filepath.Join(filepath.Dir(grouped), "private.sock")

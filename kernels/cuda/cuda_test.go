@@ -36,7 +36,7 @@ func openOrSkip(t testing.TB) *Engine {
 		if !errors.Is(err, cudadrv.ErrNoDriver) {
 			t.Fatalf("Load: %v", err)
 		}
-		t.Skipf("no CUDA driver: %v", err)
+		t.Skipf("no usable CUDA driver (%v): run it on a machine with an NVIDIA GPU and its driver (libcuda.so.1), e.g. make gpu-check", err)
 	}
 	ctx, err := d.Open(0)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // binaries need a GPU; the summary does not.
 func TestGPUCheckSummarizes(t *testing.T) {
 	if _, err := exec.LookPath("awk"); err != nil {
-		t.Skip("no awk")
+		t.Skip("no awk on PATH: gpu-check.sh needs it (apt-get install -y gawk)")
 	}
 	dir := t.TempDir()
 	script, err := os.ReadFile("gpu-check.sh")

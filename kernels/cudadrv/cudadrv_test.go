@@ -16,7 +16,7 @@ func openOrSkip(t *testing.T) *Context {
 		if !errors.Is(err, ErrNoDriver) {
 			t.Fatalf("Load failed with %v, want an error wrapping ErrNoDriver", err)
 		}
-		t.Skipf("no CUDA driver: %v", err)
+		t.Skipf("no usable CUDA driver (%v): run it on a machine with an NVIDIA GPU and its driver (libcuda.so.1), e.g. make gpu-check", err)
 	}
 	c, err := d.Open(0)
 	if err != nil {

@@ -32,7 +32,7 @@ func goTool(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("go")
 	if err != nil {
-		t.Skipf("no go command to build or list packages with: %v", err)
+		t.Skipf("no go command on PATH to build or list packages with (%v): put the Go toolchain on PATH", err)
 	}
 	return p
 }

@@ -148,7 +148,7 @@ func TestMain(m *testing.M) {
 // this test binary re-run as another user, which needs root.
 func TestDisallowedUIDRefused(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("needs root to run a client as another uid")
+		t.Skip("needs root, to run a client as another uid: run it as root (sudo -E env PATH=\"$PATH\" go test -run TestDisallowedUIDRefused ./host/control/plane/)")
 	}
 	const uid, gid = 4243, 4242
 	bin := copyTestBinary(t)

@@ -93,7 +93,7 @@ const claimUID, claimGID = 4245, 4244
 // service by any admitted local process).
 func TestFDClaimFromWrongUIDKeepsToken(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("needs root to claim as another uid")
+		t.Skip("needs root, to claim as another uid: run it as root (sudo -E env PATH=\"$PATH\" go test -run TestFDClaimFromWrongUIDKeepsToken ./host/engine/grpcserver/)")
 	}
 	bin := copyTestBinary(t)
 	dir := t.TempDir()

@@ -121,7 +121,7 @@ cluster { name: kvpilot-test, listen: 127.0.0.1:%d, routes: [%s] }
 func ForTest(t testing.TB, n int) (cl *Cluster, ctx context.Context) {
 	t.Helper()
 	if testing.Short() {
-		t.Skipf("starts a %d-node nats-server cluster", n)
+		t.Skipf("-short: starts a %d-node nats-server cluster; run without -short", n)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)

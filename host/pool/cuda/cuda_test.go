@@ -17,7 +17,7 @@ func openOrSkip(t testing.TB) *cudadrv.Context {
 		if !errors.Is(err, cudadrv.ErrNoDriver) {
 			t.Fatalf("cudadrv.Load: %v, want ErrNoDriver when absent", err)
 		}
-		t.Skipf("no CUDA driver: %v", err)
+		t.Skipf("no usable CUDA driver (%v): run it on a machine with an NVIDIA GPU and its driver (libcuda.so.1), e.g. make gpu-check", err)
 	}
 	c, err := d.Open(0)
 	if err != nil {

@@ -31,7 +31,7 @@ func openRedis(t *testing.T, ctx context.Context, o RedisOptions) *Store {
 // through the loss of a primary: its replica takes over.
 func TestRedisClusterSurvivesAPrimaryLoss(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a six-node redis cluster")
+		t.Skip("-short: starts a six-node redis cluster; run without -short")
 	}
 	cl := redistest.StartCluster(t, 3, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -53,7 +53,9 @@ def test_pages_round_trip_in_canonical_order(arr) -> None:
 
 @pytest.mark.parametrize("arr", [PAGE_MAJOR, LAYER_MAJOR])
 def test_torch_tensor_is_a_view(arr) -> None:
-    torch = pytest.importorskip("torch", reason="torch is an optional extra (kvpilot[torch])")
+    torch = pytest.importorskip(
+        "torch", reason="torch is not installed here: pip install 'kvpilot[torch]', or make py-env"
+    )
     a = make(arr)
     for layer in range(2):
         for buf, b in enumerate(LAY.buffers):

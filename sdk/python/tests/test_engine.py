@@ -254,7 +254,9 @@ def test_arena_geometry_matches_the_host(kvpilot_host) -> None:
 
 
 def test_torch_views_alias_the_arena(kvpilot_host) -> None:
-    torch = pytest.importorskip("torch", reason="torch is an optional extra (kvpilot[torch])")
+    torch = pytest.importorskip(
+        "torch", reason="torch is not installed here: pip install 'kvpilot[torch]', or make py-env"
+    )
     with EngineClient(kvpilot_host.engine_socket, LAYOUT) as c:
         for arena in (c.device, c.host):
             assert arena is not None

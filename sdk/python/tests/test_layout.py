@@ -106,7 +106,9 @@ def test_mha_and_dtypes() -> None:
 
 
 def test_torch_dtypes() -> None:
-    torch = pytest.importorskip("torch", reason="torch is an optional extra (kvpilot[torch])")
+    torch = pytest.importorskip(
+        "torch", reason="torch is not installed here: pip install 'kvpilot[torch]', or make py-env"
+    )
     from kvpilot.layout import torch_dtype
 
     for name, td in [

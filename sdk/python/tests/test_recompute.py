@@ -16,8 +16,13 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+torch = pytest.importorskip(
+    "torch", reason="torch is not installed here: pip install 'kvpilot[torch]', or make py-env"
+)
+pytest.importorskip(
+    "transformers",
+    reason="transformers is not installed here: pip install 'kvpilot[torch]', or make py-env",
+)
 
 from kvbench.localcache import LocalCache, read_cached_layers  # noqa: E402
 from kvbench.scenario import host_config  # noqa: E402

@@ -19,8 +19,13 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+pytest.importorskip(
+    "torch", reason="torch is not installed here: pip install 'kvpilot[torch]', or make py-env"
+)
+pytest.importorskip(
+    "transformers",
+    reason="transformers is not installed here: pip install 'kvpilot[torch]', or make py-env",
+)
 
 ARMS = {
     "control", "reprefill", "splice", "splice_gap", "recompute_first_16", "recompute_first_64",

@@ -25,8 +25,13 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+torch = pytest.importorskip(
+    "torch", reason="torch is not installed here: pip install 'kvpilot[torch]', or make py-env"
+)
+pytest.importorskip(
+    "transformers",
+    reason="transformers is not installed here: pip install 'kvpilot[torch]', or make py-env",
+)
 
 from kvbench.scenario import host_config, splice_session  # noqa: E402
 from kvbench.traces import (  # noqa: E402

@@ -20,8 +20,13 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+torch = pytest.importorskip(
+    "torch", reason="torch is not installed here: pip install 'kvpilot[torch]', or make py-env"
+)
+pytest.importorskip(
+    "transformers",
+    reason="transformers is not installed here: pip install 'kvpilot[torch]', or make py-env",
+)
 
 from kvbench.scenario import host_config  # noqa: E402
 from kvpilot.torchengine import logits, models  # noqa: E402

