@@ -51,6 +51,10 @@ func FuzzEngineCalls(f *testing.F) {
 		{1, &pb.AllocateRequest{RegistrationId: "REG", RequestId: "r1", Pages: 3}},
 		{2, &pb.CommitRequest{RegistrationId: "REG", RequestId: "r1", Tokens: toks, PageSlots: []uint32{0, 1, 2}}},
 		{2, &pb.CommitRequest{RegistrationId: "REG", RequestId: "r1", Tokens: toks, PageSlots: []uint32{2}, FirstPage: 2}},
+		// A tensor-parallel rank's calls (parts.go): refused on this
+		// one-part registration, accepted on a connector one of two parts.
+		{1, &pb.AllocateRequest{RegistrationId: "REG", RequestId: "r1", Pages: 2, Part: 1, FirstPage: 1}},
+		{2, &pb.CommitRequest{RegistrationId: "REG", RequestId: "r1", Tokens: toks, PageSlots: []uint32{3, 4}, FirstPage: 1, Part: 2}},
 		{3, &pb.ReleaseRequest{RegistrationId: "REG", RequestId: "r2"}},
 		{4, &pb.FinishRequest{RegistrationId: "REG", RequestId: "r1", Usage: &pb.Usage{InputTokens: 48},
 			CacheControl: &pb.CacheControl{Type: "ephemeral", Ttl: "5m"}}},
@@ -58,6 +62,10 @@ func FuzzEngineCalls(f *testing.F) {
 		{5, &pb.RegisterRequest{ApiVersion: 1, EngineId: "fuzz", Model: "tiny-gqa", PageSize: 16, Dtype: "fp32", Layers: 2,
 			Buffers:   []*pb.KVBuffer{{Name: "k", Heads: 2, HeadDim: 8}, {Name: "v", Heads: 2, HeadDim: 8}},
 			RopeSlice: &pb.RopeSlice{Buffer: 0, Offset: 0, Dim: 8, Style: "half_split"}, Rope: &pb.RopeConfig{Base: 10000}}},
+		{5, &pb.RegisterRequest{ApiVersion: 1, EngineId: "fuzz-tp", Model: "tiny-gqa", PageSize: 16, Dtype: "fp32", Layers: 2,
+			Buffers:   []*pb.KVBuffer{{Name: "k", Heads: 2, HeadDim: 8}, {Name: "v", Heads: 2, HeadDim: 8}},
+			RopeSlice: &pb.RopeSlice{Buffer: 0, Offset: 0, Dim: 8, Style: "half_split"}, Rope: &pb.RopeConfig{Base: 10000},
+			Mode: pb.EngineMode_ENGINE_MODE_CONNECTOR, Parts: 2}},
 	}
 	for _, s := range seeds {
 		b, err := proto.Marshal(s.m)
