@@ -73,7 +73,16 @@ type GatewayReport struct {
 	// Saved is 1 - splice's edit cost / re-prefill's edit cost.
 	Saved   float64       `json:"saved"`
 	Targets SavingTargets `json:"targets"`
+	// Recompute says what the splices recomputed of the tokens they kept:
+	// the host's defaults (config.DefaultMaxKL, DefaultRecomputeFirst) need
+	// an engine that recomputes, and the reference engine registers none.
+	Recompute string `json:"recompute"`
 }
+
+// gatewayRecompute is GatewayReport.Recompute.
+var gatewayRecompute = fmt.Sprintf("none: the reference engine registers no recompute, so the splice defaults "+
+	"(splice.max_kl %g where the engine ranks kept tokens, splice.recompute.first %d through the front door for a "+
+	"connector engine) do not apply; make demo measures them on vLLM", config.DefaultMaxKL, config.DefaultRecomputeFirst)
 
 // Arm names.
 const (
@@ -102,7 +111,8 @@ func RunGateway(ctx context.Context, p GatewayParams, prog Progress) (*GatewayRe
 		}
 	}
 	p.DevicePages = cmp.Or(p.DevicePages, 2*len(p.Traces)*longest/p.PageSize+512)
-	rep := &GatewayReport{Scenario: "gateway", Params: p, Sessions: ids, Arms: map[string]GatewayArm{}, EditCost: map[string]int{}}
+	rep := &GatewayReport{Scenario: "gateway", Params: p, Sessions: ids, Arms: map[string]GatewayArm{}, EditCost: map[string]int{},
+		Recompute: gatewayRecompute}
 	for _, arm := range gatewayArms {
 		a, err := gatewayArm(ctx, p, arm, sessions, prog)
 		if err != nil {
