@@ -65,7 +65,8 @@ class Geometry:
     head_dim: int
     #: Processes writing each page: vLLM's tensor-parallel ranks.
     parts: int = 1
-    #: KV heads in each rank's cache (a page's whole row for MLA).
+    #: KV heads in each rank's cache (MLA: 1, its whole row); 0 for a
+    #: geometry built without parallelism in mind: every head.
     local_heads: int = 0
 
     def describe(self) -> str:

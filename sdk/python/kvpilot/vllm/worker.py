@@ -96,7 +96,8 @@ class WorkerSide:
         register with the host. Raises ConnectorConfigError or BlockMapError.
         """
         lay = self.geo.layout
-        heads, hd, page = self.geo.local_heads, lay.buffers[0].head_dim, lay.page_size
+        heads = self.geo.local_heads or lay.buffers[0].heads
+        hd, page = lay.buffers[0].head_dim, lay.page_size
         if self.geo.parts > 1:
             from vllm.distributed import get_tensor_model_parallel_rank
 
