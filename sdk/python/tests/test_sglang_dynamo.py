@@ -39,7 +39,10 @@ from sglang_support import run_worker, seq, sglang_python  # noqa: E402
 DECODE = msgpack_decoder()
 pytestmark = [
     pytest.mark.skipif(sglang_python() is None, reason="no SGLang venv: make test-sglang"),
-    pytest.mark.skipif(DECODE is None, reason="no MessagePack decoder: pip install msgspec (make py-env installs it)"),
+    pytest.mark.skipif(
+        DECODE is None,
+        reason="no MessagePack decoder: pip install msgspec (make py-env installs it)",
+    ),
 ]
 
 PAGE = 16

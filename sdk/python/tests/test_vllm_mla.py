@@ -23,19 +23,17 @@ pytest.importorskip("vllm", reason="vLLM is not installed here: make py-env inst
 
 from kvbench.vllm.models import write_random_deepseek_v2
 from kvpilot import ControlClient
-from tests.vllm_support.runner import check_hits_then_restart, kvpilot_report, run_vllm
+from tests.vllm_support.runner import (
+    check_hits_then_restart,
+    kvpilot_report,
+    restart_host_config,
+    run_vllm,
+)
 
 #: vLLM's CPU MLA kernels take 16-token blocks, and kvpilot's page is vLLM's block.
 PAGE = 16
 PROMPT_LEN = 5 * PAGE + 7
-HOST_CONFIG: dict[str, Any] = {
-    "index": {"page_size": PAGE},
-    "tiers": {
-        "device": {"capacity_pages": 16},
-        "host": {"capacity_pages": 128},
-        "disk": {"capacity_pages": 256},
-    },
-}
+HOST_CONFIG = restart_host_config(PAGE)
 
 
 def test_mla_pages_are_the_only_cache_and_answer_as_vllm(

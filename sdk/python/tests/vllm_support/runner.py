@@ -75,6 +75,21 @@ def run_vllm(
     return res
 
 
+def restart_host_config(page: int = PAGE) -> dict[str, Any]:
+    """Host config overrides for check_hits_then_restart: a staging tier of
+    a few prompts, and host and disk tiers that hold every prompt (the disk
+    tier outlives the restart).
+    """
+    return {
+        "index": {"page_size": page},
+        "tiers": {
+            "device": {"capacity_pages": 16},
+            "host": {"capacity_pages": 128},
+            "disk": {"capacity_pages": 256},
+        },
+    }
+
+
 def kvpilot_report(output: dict[str, Any]) -> dict[str, Any]:
     """What the connector reported for a request (its output's
     ``kv_transfer_params["kvpilot"]``).
