@@ -7,8 +7,9 @@ kv_hints: an envelope's fields, sent through ``LLMEngine.add_request``, the
 way vLLM 0.32 takes KV hints offline) and the JSON file to write; optionally
 ``kv_events_endpoint`` (where vLLM's ZMQ KV event publisher binds),
 ``kv_cache_memory_bytes``, ``max_model_len``, ``max_num_seqs``,
-``max_num_batched_tokens``, ``kv_cache_dtype``, ``tensor_parallel_size`` (vLLM's
-multiprocess executor, a worker process per rank), ``start_after``: a file whose creation the
+``max_num_batched_tokens``, ``kv_cache_dtype``, ``tensor_parallel_size`` and
+``pipeline_parallel_size`` (vLLM's multiprocess executor, a worker process
+per rank), ``start_after``: a file whose creation the
 prompts wait for once vLLM is up; ``batch``: all prompts in one generate
 call, so vLLM runs them at once (scheduling, chunking and preempting them
 as it must), ``batch_rounds`` times (default 1), or each list of prompts
@@ -48,6 +49,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         kwargs["kv_cache_dtype"] = spec["kv_cache_dtype"]
     if spec.get("tensor_parallel_size"):
         kwargs["tensor_parallel_size"] = spec["tensor_parallel_size"]
+        kwargs["distributed_executor_backend"] = "mp"
+    if spec.get("pipeline_parallel_size"):
+        kwargs["pipeline_parallel_size"] = spec["pipeline_parallel_size"]
         kwargs["distributed_executor_backend"] = "mp"
     if spec.get("max_num_batched_tokens"):
         kwargs["max_num_batched_tokens"] = spec["max_num_batched_tokens"]
