@@ -127,16 +127,12 @@ func (s Splice) For(tenant string, can Recomputes) SpliceRule {
 // is refused for.
 func (s Splice) Explicit(tenant string) SpliceRule { return s.For(tenant, RecomputesNothing) }
 
-// Defaulted reports whether an engine that can recompute can gets a
-// default for some tenant (a setting nobody configured): an engine that
-// can do nothing is then told once what it gets instead.
+// Defaulted reports whether the host leaves max_kl and recompute.first
+// to their defaults (a tenant's unset key inherits the host's, so a default
+// reaches a tenant only through an unset host key): an engine that can do
+// neither is then told once what it gets instead.
 func (s Splice) Defaulted() (maxKL, first bool) {
-	maxKL, first = s.MaxKL == nil, s.Recompute.First == nil
-	for _, t := range s.Tenants {
-		maxKL = maxKL || (t.MaxKL == nil && s.MaxKL == nil)
-		first = first || (t.Recompute.First == nil && s.Recompute.First == nil)
-	}
-	return maxKL, first
+	return s.MaxKL == nil, s.Recompute.First == nil
 }
 
 // Rules lists the host's explicit rule and every tenant's (the host's
