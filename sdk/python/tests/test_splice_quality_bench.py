@@ -43,6 +43,9 @@ def test_bench_two_cases(kvpilot_host_factory) -> None:  # type: ignore[no-untyp
     h = kvpilot_host_factory(
         index={"page_size": 16, "write_policy": "none", "sink_tokens": 0},
         tiers={"device": {"capacity_pages": 512}, "host": {"capacity_pages": 0}},
+        # The arms say what they recompute: the host's defaults would run the
+        # guard on the plain splice too.
+        splice={"max_kl": 0, "recompute": {"first": 0}},
     )
     repo = Path(__file__).resolve().parents[3]
     path = [str(repo / "sdk" / "python"), str(repo / "host" / "bench" / "python")]

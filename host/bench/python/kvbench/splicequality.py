@@ -1,7 +1,10 @@
 r"""The Python side of ``kvpilot bench splice-quality``: what a splice costs
 the model's answers, and what recompute and the quality guard buy back.
 
-Against an already running kvpilot host, on SmolLM2-135M-Instruct in fp32
+Against an already running kvpilot host whose splice defaults are off
+(``splice.max_kl: 0``, ``splice.recompute.first: 0``: each arm says what it
+recomputes, and the host's defaults would run the guard on the plain splice
+too; ``kvpilot bench splice-quality`` starts one so), on SmolLM2-135M-Instruct in fp32
 (kvpilot.smollm2, the trained model from PyPI), for every case of
 kvbench.editcases (a real edit of a real agent session: a truncated tool
 output, stripped reasoning, cleared tool uses), the next assistant turn of
