@@ -13,9 +13,11 @@ events are the only kvpilot pages the router hears of. The relay connects
 once vLLM's publisher is bound, as Dynamo's vLLM integration starts it
 (connecting first, ai-dynamo 1.6.1's relay was measured to catch only the
 stream's tail). Skipped without vLLM or ai-dynamo-runtime; about one vLLM
-start per configuration: a bf16 cache, an fp8 one, and an MLA model (a
+start per configuration: a bf16 cache, an fp8 one, an MLA model (a
 DeepSeek-V2 geometry), whose prefix vLLM does not cache on CPU, so the
-pages kvpilot holds are the only ones the router hears of.
+pages kvpilot holds are the only ones the router hears of, two
+tensor-parallel ranks (one worker, its scheduler's stream), and a model with
+a sliding window on every other layer.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ dynamo_core = pytest.importorskip(
 
 from ports import free_port  # noqa: E402
 
-from kvbench.vllm.models import write_random_deepseek_v2  # noqa: E402
+from kvbench.vllm.models import write_random_deepseek_v2, write_random_llama  # noqa: E402
 from tests.vllm_support.runner import PAGE, run_vllm  # noqa: E402
+from tests.vllm_support.tiny_model import CONFIG as TINY_LLAMA  # noqa: E402
 from tests.vllm_support.tiny_model import write_tiny_llama  # noqa: E402
 
 NS, COMPONENT, ENDPOINT = "kvpvllm", "backend", "generate"
@@ -81,6 +84,8 @@ class Case:
     kv_dtype: str | None
     mla: bool = False
     tp: int = 1
+    #: A sliding window (tokens) on every other layer: a hybrid model.
+    window: int = 0
 
 
 #: The tiny Llama: 2 layers, 2 KV heads of 32; DeepSeek-V2's rows of 576.
@@ -94,6 +99,9 @@ CASES = {
     # Two ranks, a KV head each: one engine, one event stream (its
     # scheduler's), whole pages in kvpilot.
     "tp2": Case(PAGE, 12 * 2 * PAGE * 1 * 32 * 2 * 2, None, tp=2),
+    # Sliding-window layers beside full ones: vLLM keeps every layer's KV
+    # on CPU, so the pages and their hashes are the full model's.
+    "swa": Case(PAGE, 12 * 2 * PAGE * 2 * 32 * 2 * 2, None, window=64),
 }
 
 
@@ -111,6 +119,7 @@ CASES = {
         ),
         "mla",
         "tp2",
+        "swa",
     ],
 )
 def test_vllm_events_carry_kvpilot_pages_to_dynamo(
@@ -120,6 +129,10 @@ def test_vllm_events_carry_kvpilot_pages_to_dynamo(
     page = c.page
     if c.mla:
         model = write_random_deepseek_v2(tmp_path / "model")
+    elif c.window:
+        layers = ["sliding_attention", "full_attention"]
+        hybrid = {"layer_types": layers, "sliding_window": c.window}
+        model = write_random_llama(tmp_path / "model", {**TINY_LLAMA, **hybrid})
     else:
         model = write_tiny_llama(tmp_path / "model")
     port, zport = free_port(), free_port()
