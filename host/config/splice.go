@@ -28,7 +28,7 @@ type Splice struct {
 }
 
 // Recompute names the kept tokens a splice prefills again. A key left
-// unset takes its default (SpliceRule.Defaults).
+// unset takes its default (Splice.For).
 type Recompute struct {
 	// First recomputes the first First tokens after each edit. Unset:
 	// DefaultRecomputeFirst on an engine that recomputes only a fixed
@@ -47,7 +47,7 @@ type SpliceTenant struct {
 
 // The measured settings a splice recomputes with unless a configuration
 // says otherwise (README, "What a splice costs the answers"; a test holds
-// these to the figures there):
+// these to the settings the README reports as measured):
 //
 //   - DefaultMaxKL: the guard's budget; on SmolLM2 over the benchmark's 30
 //     real edits, 0.0039 mean KL per token and 98.8% top-1 against a
