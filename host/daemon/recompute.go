@@ -11,7 +11,7 @@ import (
 // per host and per tenant and done by the engine: an engine that cannot do
 // what the configuration asks is refused at registration, never served
 // without it. What nobody configured takes the measured default the engine
-// can honour (config.SpliceRule.For): the guard where the engine ranks kept
+// can honour (config.Splice.For): the guard where the engine ranks kept
 // tokens, the first tokens where the front door prefills them for a
 // connector engine; an engine that can do neither is told so once, at
 // info, and its splices stay uncorrected.
