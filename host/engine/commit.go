@@ -48,12 +48,26 @@ func (s *Service) CommitFrom(regID, reqID string, tokens []uint32, first int, sl
 		return Committed{}, err
 	}
 	defer r.leave()
-	ps := s.cfg.Index.PageSize()
-	if err := s.checkCommit(len(tokens), first, len(slots), ps); err != nil {
+	h, err := s.commitHashes(r, tokens, first, len(slots))
+	if err != nil {
 		return Committed{}, err
 	}
+	return s.commitFrom(r, tokens, h, first, slots)
+}
+
+// commitHashes checks a Commit's sizes and returns the hashes of the full
+// pages it reaches, [0, first+slots).
+func (s *Service) commitHashes(r *request, tokens []uint32, first, slots int) (blockid.Hashes, error) {
+	ps := s.cfg.Index.PageSize()
+	if err := s.checkCommit(len(tokens), first, slots, ps); err != nil {
+		return blockid.Hashes{}, err
+	}
+	return blockid.Compute(tokens[:(first+slots)*ps], ps, r.salt), nil
+}
+
+// commitFrom is CommitFrom on the open request r, with the pages' hashes h.
+func (s *Service) commitFrom(r *request, tokens []uint32, h blockid.Hashes, first int, slots []uint32) (Committed, error) {
 	n := first + len(slots)
-	h := blockid.Compute(tokens[:n*ps], ps, r.salt)
 	if err := r.checkEarlier(h, first); err != nil {
 		return Committed{}, err
 	}
@@ -61,6 +75,7 @@ func (s *Service) CommitFrom(regID, reqID string, tokens []uint32, first int, sl
 	capSlots := p.Set.Memory(tier.Device).Stats().Capacity
 
 	var (
+		err     error
 		res     cache.CommitResult
 		cerr    error
 		deepest int

@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 
-	"github.com/kvpilot/kvpilot/host/blockid"
 	"github.com/kvpilot/kvpilot/sdk/errcode"
 )
 
@@ -118,24 +117,23 @@ func (s *Service) CommitPart(regID, reqID string, tokens []uint32, first int, sl
 	if part == 0 {
 		return s.CommitFrom(regID, reqID, tokens, first, slots)
 	}
-	r, err := s.requestOf(regID, reqID)
+	r, err := s.enter(regID, reqID)
 	if err != nil {
 		return Committed{}, err
 	}
+	defer r.leave()
 	if err := checkPart(r, part); err != nil {
 		return Committed{}, err
 	}
-	ps := s.cfg.Index.PageSize()
-	if err := s.checkCommit(len(tokens), first, len(slots), ps); err != nil {
+	h, err := s.commitHashes(r, tokens, first, len(slots))
+	if err != nil {
 		return Committed{}, err
 	}
-	n := first + len(slots)
-	last := blockid.Compute(tokens[:n*ps], ps, r.salt).Sequence[n-1]
-	waiting, err := r.partCommitted(first, slots, last, part)
+	waiting, err := r.partCommitted(first, slots, h.Sequence[len(h.Sequence)-1], part)
 	if err != nil || waiting > 0 {
 		return Committed{PartsWaiting: waiting}, err
 	}
-	return s.CommitFrom(regID, reqID, tokens, first, slots)
+	return s.commitFrom(r, tokens, h, first, slots)
 }
 
 // partCommitted records part's commit of the save from page first and
