@@ -58,9 +58,13 @@ test-py: py-env build
 
 ## test-sglang: the SGLang backend (kvpilot.sglang) on SGLang 0.5.23's own
 ## radix cache and HiCache controller on CPU, workers in processes of their
-## own, in .venv-sglang; then, from the main venv, Dynamo's RadixTree fed
-## the events of the pages an SGLang worker wrote
-test-sglang: sglang-env py-env build
+## own, then Dynamo's RadixTree fed the events of the pages an SGLang worker
+## wrote. SGLang's cache code is in .venv (requirements.txt); SGLANG_PY=
+## .venv-sglang/bin/python runs them on SGLang's full stack (make sglang-env,
+## examples/sglang/gpu-check.sh on a GPU)
+SGLANG_PY ?= $(PY)
+
+test-sglang: py-env build
 	KVPILOT_BIN=$(CURDIR)/$(BIN) $(SGLANG_PY) -m pytest -q -rs sdk/python/tests/test_sglang_units.py sdk/python/tests/test_sglang_cache.py sdk/python/tests/test_sglang_pin.py sdk/python/tests/test_sglang_splice.py sdk/python/tests/test_sglang_nats.py sdk/python/tests/test_sglang_tp.py
 	KVPILOT_BIN=$(CURDIR)/$(BIN) KVPILOT_SGLANG_PYTHON=$(CURDIR)/$(SGLANG_PY) $(PY) -m pytest -q -rs sdk/python/tests/test_sglang_dynamo.py
 
@@ -80,25 +84,21 @@ $(VENV)/.installed: $(PYREQS) sdk/python/pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e sdk/python
 	touch $@
 
-## sglang-env: SGLang's venv in .venv-sglang: every package pinned in
-## sdk/python/requirements-sglang.txt (SGLang pins its own torch), installed
-## without resolving, then the kvpilot package, editable
+## sglang-env: SGLang's full serving stack in .venv-sglang (its kernels,
+## flashinfer, its own torch 2.14.1, about 11 GB): every package pinned in
+## sdk/python/requirements-sglang.txt, installed without resolving, then the
+## kvpilot package, editable. Only for a GPU (examples/sglang/gpu-check.sh):
+## make test runs SGLang's cache code from .venv
 SGLANG_VENV := .venv-sglang
-SGLANG_PY   := $(SGLANG_VENV)/bin/python
 SGLANG_REQS := sdk/python/requirements-sglang.txt
 
 sglang-env: $(SGLANG_VENV)/.installed
 
-# Under a lock, and skipped when another run finished it meanwhile: .ci/run
-# builds it in the background while the Go tests run (its download takes
-# minutes), and make test's own prerequisite then waits for that build.
 $(SGLANG_VENV)/.installed: $(SGLANG_REQS) sdk/python/pyproject.toml
-	flock $(SGLANG_VENV).lock sh -c '\
-	  [ $@ -nt $(SGLANG_REQS) ] && [ $@ -nt sdk/python/pyproject.toml ] && exit 0; \
-	  $(PYTHON) -m venv $(SGLANG_VENV) && \
-	  $(SGLANG_PY) -m pip install --quiet --disable-pip-version-check --no-deps -r $(SGLANG_REQS) && \
-	  $(SGLANG_PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e sdk/python && \
-	  touch $@'
+	$(PYTHON) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r $(SGLANG_REQS)
+	$(SGLANG_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e sdk/python
+	touch $@
 
 ## bench: Go benchmarks for every package (one round each)
 bench:

@@ -31,7 +31,7 @@ import torch
 assert torch.cuda.is_available(), "torch sees no GPU in .venv-sglang"
 print("device:", torch.cuda.get_device_name(0))
 PY
-make test-sglang
+make test-sglang SGLANG_PY=.venv-sglang/bin/python
 
 if [ -z "${MODEL:-}" ]; then
   MODEL=$(.venv/bin/python -c 'from kvpilot.smollm2 import model_dir; print(model_dir())')

@@ -1,7 +1,7 @@
 """Running SGLang workers (tests/sglang_worker.py) against a test's kvpilot host.
 
-Each call starts one worker process with the SGLang venv's Python (this
-interpreter when it has SGLang, else ``$KVPILOT_SGLANG_PYTHON`` or the
+Each call starts one worker process with a Python that has SGLang (this
+interpreter when it has it, else ``$KVPILOT_SGLANG_PYTHON`` or the
 repository's ``.venv-sglang``), so a producer and a consumer never share a
 process, and returns what it printed. ``run_ranks`` starts one process per
 tensor-parallel rank of one engine instead.
@@ -41,7 +41,7 @@ def sglang_python() -> str | None:
 
 def _command(run: dict[str, Any], env: dict[str, str] | None) -> tuple[list[str], dict[str, str]]:
     py = sglang_python()
-    assert py is not None, "no Python with SGLang: make test-sglang builds .venv-sglang"
+    assert py is not None, "no Python with SGLang: make py-env installs it in .venv"
     e = dict(os.environ, **(env or {}))
     e["PYTHONPATH"] = os.pathsep.join([str(SDK), str(TESTS), e.get("PYTHONPATH", "")])
     return [py, "-W", "ignore", str(TESTS / "sglang_worker.py"), json.dumps(run)], e

@@ -1,6 +1,6 @@
 """One SGLang worker's cache in a process of its own, with kvpilot as its L3.
 
-Run by the SGLang tests with the SGLang venv's Python::
+Run by the SGLang tests with a Python that has SGLang::
 
     python sglang_worker.py '{"role": "produce", "socket": ..., "layout": ...}'
 

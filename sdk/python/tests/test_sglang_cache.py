@@ -8,8 +8,7 @@ with the kvpilot backend attached as SGLang's server attaches it
 consumers run in separate processes (tests/sglang_worker.py) against one
 real kvpilot host; nothing of kvpilot is replaced.
 
-Run by ``make test-sglang`` with the SGLang venv (.venv-sglang); skipped in
-the main venv, which has no SGLang.
+Run by ``make test-sglang``; skipped where SGLang is not installed.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Pages an SGLang worker wrote to kvpilot reach Dynamo's router as kvpilot's.
 
-An SGLang worker (SGLang's own cache and controller, in the SGLang venv:
-tests/sglang_worker.py) writes pages to its L3 tier, the kvpilot backend.
+An SGLang worker (SGLang's own cache and controller in a process of
+its own: tests/sglang_worker.py) writes pages to its L3 tier, the kvpilot backend.
 kvpilot computes its block identity from the tokens behind SGLang's page
 keys, so the host's Dynamo events carry kvpilot's sequence hashes and
 Dynamo's own tokens hashes, and Dynamo's RadixTree (the indexer the router
@@ -9,8 +9,8 @@ keeps per storage tier) scores the SGLang worker for the prefix it wrote.
 Dynamo's router then pins that prefix through the worker's cache_control
 endpoint, and kvpilot pins the pages the SGLang worker wrote.
 
-Runs in the main venv (ai-dynamo-runtime) and starts the SGLang worker with
-the SGLang venv's Python; skipped without either (make test-sglang has both).
+Needs ai-dynamo-runtime in this interpreter and a Python with SGLang for the
+worker; skipped without either (make test-sglang has both).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from sglang_support import run_worker, seq, sglang_python  # noqa: E402
 
 DECODE = msgpack_decoder()
 pytestmark = [
-    pytest.mark.skipif(sglang_python() is None, reason="no SGLang venv: make test-sglang"),
+    pytest.mark.skipif(sglang_python() is None, reason="no Python with SGLang: make test-sglang"),
     pytest.mark.skipif(
         DECODE is None,
         reason="no MessagePack decoder: pip install msgspec (make py-env installs it)",

@@ -9,7 +9,7 @@ SGLang worker (SGLang's own cache and controller in this process, tests/
 sglang_worker.py) wrote to its L3 tier, and a fresh SGLang worker's
 prefetch finds them where the directives left them.
 
-Run by ``make test-sglang`` with the SGLang venv; skipped without SGLang.
+Run by ``make test-sglang``; skipped without SGLang.
 """
 
 from __future__ import annotations

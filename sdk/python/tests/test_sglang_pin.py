@@ -10,7 +10,7 @@ restart of the kvpilot host, and each hit refreshes the pin.
 The SGLang workers here are fresh caches in this process (tests/
 sglang_worker.py's Worker): the producer's, then, after the flood and the
 restart, a consumer's that never saw the pages. Run by ``make
-test-sglang`` with the SGLang venv; skipped without SGLang.
+test-sglang``; skipped without SGLang.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ sequence from the pages the SGLang worker wrote (nothing is copied), and
 then sends the Splice directive on the Control socket.
 
 The SGLang workers are SGLang's own cache and controller in this process
-(tests/sglang_worker.py's Worker). Run by ``make test-sglang`` with the
-SGLang venv; skipped without SGLang.
+(tests/sglang_worker.py's Worker). Run by ``make test-sglang``;
+skipped without SGLang.
 """
 
 from __future__ import annotations

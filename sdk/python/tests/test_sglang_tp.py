@@ -9,7 +9,7 @@ smallest (``_sync_prefetch_hit_query``) and every rank's loaded prefix to
 the smallest (``_reduce_prefetch_ack``); the ranks run the same steps in
 step, as SGLang's scheduler ranks do. Nothing of kvpilot is replaced.
 
-Run by ``make test-sglang`` with the SGLang venv; skipped without SGLang.
+Run by ``make test-sglang``; skipped without SGLang.
 """
 
 from __future__ import annotations

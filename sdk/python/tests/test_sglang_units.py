@@ -3,7 +3,7 @@ attaching refuses, the generic (non-v1) calls, and a host that goes away.
 
 SGLang's own cache code runs in this process here (tests/sglang_worker.py's
 Worker, on CPU through tests/sglang_cpu.py) against a real kvpilot host.
-Run by ``make test-sglang`` with the SGLang venv; skipped without SGLang.
+Run by ``make test-sglang``; skipped without SGLang.
 """
 
 from __future__ import annotations
