@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvpilot/kvpilot/examples/refengine"
 	"github.com/kvpilot/kvpilot/host/bench/scenario"
+	"github.com/kvpilot/kvpilot/host/bench/vllmserver"
 	"github.com/kvpilot/kvpilot/sdk/controlclient"
 )
 
@@ -70,7 +71,7 @@ func profileOf(engine string) (engineProfile, error) {
 			// need, not the reference engine's.
 			hostEnv: []string{"KVPILOT_ENGINE__TOKENIZER=", "KVPILOT_TIERS__DEVICE__CAPACITY_PAGES=512",
 				"KVPILOT_TIERS__HOST__CAPACITY_PAGES=1024", "KVPILOT_TIERS__DISK__CAPACITY_PAGES=2048"},
-			model:        smolLM2Model,
+			model:        vllmserver.Model,
 			systemTokens: 800, messageBytes: 1200, requests: 8,
 			idleAfter: "60s", idleWait: 65,
 		}, nil
@@ -87,7 +88,7 @@ func profileOf(engine string) (engineProfile, error) {
 type engines struct {
 	// dir outlives the passes: vLLM's log is there.
 	dir  string
-	vllm *vllmServer
+	vllm *vllmserver.Server
 }
 
 func (en *engines) start(ctx context.Context, o options, socket, control string) (backend, error) {
@@ -96,7 +97,10 @@ func (en *engines) start(ctx context.Context, o options, socket, control string)
 	}
 	if en.vllm == nil {
 		fmt.Fprintf(os.Stderr, "demo: starting vLLM (SmolLM2-135M-Instruct, kvpilot's connector): a minute or more\n")
-		v, err := startVLLM(ctx, o.python, socket, o.pageSize, en.dir)
+		// Its own prefix cache off: every token a request does not compute
+		// is kvpilot's, so a usage's cached tokens are kvpilot's pages.
+		v, err := vllmserver.Start(ctx, vllmserver.Options{Python: o.python, Socket: socket, RetryAfterS: 0.5,
+			PageSize: o.pageSize, Dir: en.dir})
 		if err != nil {
 			return nil, err
 		}
@@ -106,7 +110,7 @@ func (en *engines) start(ctx context.Context, o options, socket, control string)
 	if err := en.rejoin(ctx, control); err != nil {
 		return nil, err
 	}
-	u, err := url.Parse(en.vllm.url)
+	u, err := url.Parse(en.vllm.URL)
 	if err != nil {
 		return nil, err
 	}
@@ -123,11 +127,11 @@ func (en *engines) rejoin(ctx context.Context, control string) error {
 		return err
 	}
 	defer c.Close()
-	body := []byte(`{"model":"` + smolLM2Model + `","prompt":"` + strings.Repeat("kvpilot demo warm-up. ", 20) +
+	body := []byte(`{"model":"` + vllmserver.Model + `","prompt":"` + strings.Repeat("kvpilot demo warm-up. ", 20) +
 		`","max_tokens":1,"temperature":0}`)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		resp, err := http.Post(en.vllm.url+"/v1/completions", "application/json", bytes.NewReader(body))
+		resp, err := http.Post(en.vllm.URL+"/v1/completions", "application/json", bytes.NewReader(body))
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -147,14 +151,14 @@ func (en *engines) rejoin(ctx context.Context, control string) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("vLLM's connector did not register with the new host within 2m (%s)", en.vllm.log)
+			return fmt.Errorf("vLLM's connector did not register with the new host within 2m (%s)", en.vllm.Log)
 		}
 	}
 }
 
 func (en *engines) close() {
 	if en.vllm != nil {
-		en.vllm.close()
+		en.vllm.Close()
 	}
 }
 

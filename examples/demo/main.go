@@ -36,7 +36,6 @@ import (
 	"syscall"
 
 	"github.com/kvpilot/kvpilot/host/bench/scenario"
-	"github.com/kvpilot/kvpilot/sdk/chat"
 )
 
 func main() {
@@ -170,29 +169,7 @@ func demoSessions(o options) ([]session, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, session{id: s.id, turns: scenario.ChatTurns(cutTrace(ts[0], o.messageBytes), system, s.n)})
+		out = append(out, session{id: s.id, turns: scenario.ChatTurns(scenario.CutTrace(ts[0], o.messageBytes), system, s.n)})
 	}
 	return out, nil
-}
-
-// cutTrace cuts every message to its first n bytes (a rune boundary), so a
-// session fits the demo's tiers and the model's context.
-func cutTrace(tr scenario.Trace, n int) scenario.Trace {
-	out := tr
-	out.Messages = make([]chat.Message, len(tr.Messages))
-	for i, m := range tr.Messages {
-		m.Content, m.ThinkingText = cut(m.Content, n), cut(m.ThinkingText, n)
-		out.Messages[i] = m
-	}
-	return out
-}
-
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && (s[n]&0xC0) == 0x80 {
-		n--
-	}
-	return s[:n]
 }

@@ -50,6 +50,12 @@ type Gateway struct {
 	// front door only, not as plugins on the cache). A prefix cache that
 	// receives the same edits as a kvpilot host is configured so.
 	Policies []Policy `koanf:"policies"`
+	// AwaitSaves bounds how long an edited turn waits for the saves of its
+	// session's previous turn before the front door splices it, on an
+	// engine whose connector saves behind the response (vLLM's): a splice
+	// planned before they land keeps only the pages already saved, and the
+	// engine prefills the rest. 0 does not wait.
+	AwaitSaves time.Duration `koanf:"await_saves"`
 }
 
 // EditPolicies are the policies whose rules decide the front door's edits.
@@ -63,9 +69,16 @@ func (g Gateway) EditPolicies(all []Policy) []Policy {
 	return all
 }
 
+// DefaultAwaitSaves is gateway.await_saves's default. On two busy cores
+// (kvpilot bench agents, eight sessions on vLLM) a turn's saves land
+// within a few hundred milliseconds of its response; a wait past this
+// costs the turn more than the prefill it would save.
+const DefaultAwaitSaves = 500 * time.Millisecond
+
 // DefaultGateway is the gateway's built-in configuration (off).
 func DefaultGateway() Gateway {
-	return Gateway{Timeout: 120 * time.Second, TenantHeader: "x-kvpilot-tenant", MaxSessions: 10000, PolicyEdits: true}
+	return Gateway{Timeout: 120 * time.Second, TenantHeader: "x-kvpilot-tenant", MaxSessions: 10000, PolicyEdits: true,
+		AwaitSaves: DefaultAwaitSaves}
 }
 
 // validateGateway checks the gateway section when it is on.
@@ -90,6 +103,9 @@ func (c Config) validateGateway(bad func(key, format string, args ...any)) {
 	}
 	if g.Timeout <= 0 {
 		bad("gateway.timeout", "must be positive, got %v", g.Timeout)
+	}
+	if g.AwaitSaves < 0 {
+		bad("gateway.await_saves", "must not be negative, got %v (0 does not wait)", g.AwaitSaves)
 	}
 	if g.TenantHeader == "" {
 		bad("gateway.tenant_header", "must not be empty")

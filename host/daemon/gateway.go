@@ -57,7 +57,7 @@ func (d *Daemon) buildGateway() error {
 	}
 	cfg := gateway.Config{Upstream: g.Upstream, UpstreamAPIKey: g.UpstreamAPIKey, Timeout: g.Timeout, TenantHeader: g.TenantHeader,
 		Tenants: g.Tenants, MaxSessions: g.MaxSessions, Policy: rules, StickyClears: g.StickyClears, PageSize: d.cfg.Index.PageSize,
-		Log: d.log.Named("gateway"), Metrics: &d.metrics.Gateway,
+		AwaitSaves: g.AwaitSaves, Log: d.log.Named("gateway"), Metrics: &d.metrics.Gateway,
 		Engine: gatewayEngine{d}, RecomputeFirst: func(tenant string) int { return d.cfg.Splice.For(tenant, config.RecomputesFirst).First }}
 	if tok := d.tokenize; tok != nil {
 		cfg.Tokenize = func(s string) []uint32 { t, _ := tok(s); return t }

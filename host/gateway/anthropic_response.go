@@ -83,6 +83,7 @@ func (s *Server) relayAnthropic(w http.ResponseWriter, resp *http.Response, t *t
 	}
 	sr := stopReason(finish)
 	rep := t.report()
+	s.noteUsage(t, c.Usage)
 	writeJSON(w, http.StatusOK, anthropicMessageOut{ID: messageID(c.ID), Type: "message", Role: "assistant", Model: model, Content: content,
 		StopReason: &sr, Usage: usageOf(c.Usage), ContextManagement: &rep, KVPilot: c.KVPilot, KVTransferParams: c.KVTransferParams})
 }

@@ -75,6 +75,7 @@ func (s *Server) relayAnthropicStream(w http.ResponseWriter, resp *http.Response
 		}
 		if c.Usage != nil {
 			a.usage = c.Usage
+			s.noteUsage(t, c.Usage)
 		}
 		for _, ch := range c.Choices {
 			a.choice(ch)

@@ -93,6 +93,9 @@ type Config struct {
 	// that needs the front door's prefill, that request runs that many
 	// tokens past the replacement, so the splice keeps them fresh (nil: 0).
 	RecomputeFirst func(tenant string) int
+	// AwaitSaves bounds an edited turn's wait for the saves of its
+	// session's previous turn (prefill.go; 0: no wait).
+	AwaitSaves time.Duration
 	// MaxBodyBytes bounds a request body (default 32 MiB).
 	MaxBodyBytes int64
 	Log          hclog.Logger

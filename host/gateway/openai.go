@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/kvpilot/kvpilot/sdk/chat"
 	"github.com/kvpilot/kvpilot/sdk/chatwire"
@@ -142,6 +143,12 @@ func (s *Server) relayOpenAI(w http.ResponseWriter, resp *http.Response, t *turn
 		writeOpenAI(w, &apiError{status: http.StatusBadGateway, err: errcode.Wrap(errcode.Unavailable, err, "upstream sent an unreadable completion")})
 		return
 	}
+	var u struct {
+		Usage *chatwire.Usage `json:"usage"`
+	}
+	if raw, ok := out["usage"]; ok && json.Unmarshal(raw, &u.Usage) == nil {
+		s.noteUsage(t, u.Usage)
+	}
 	out["context_management"], _ = json.Marshal(t.report())
 	writeJSON(w, http.StatusOK, out)
 }
@@ -174,6 +181,12 @@ func (s *Server) relayOpenAIStream(w http.ResponseWriter, resp *http.Response, t
 		if first {
 			if b, ok := withField(ev.data, "context_management", t.report()); ok {
 				ev.data, first = string(b), false
+			}
+		}
+		if strings.Contains(ev.data, `"usage"`) {
+			var c chatwire.Response
+			if json.Unmarshal([]byte(ev.data), &c) == nil {
+				s.noteUsage(t, c.Usage)
 			}
 		}
 		sw.send(ev.name, []byte(ev.data))

@@ -91,6 +91,7 @@ func (s *Server) prefillEdits(ctx context.Context, t *turn, raw map[string]json.
 	if !ok || page <= 0 {
 		return
 	}
+	s.awaitSaves(ctx, t, page)
 	old, cached, ok := s.cfg.Engine.SessionTokens(t.tenant, t.sess.id)
 	if !ok || cached < page {
 		return
@@ -171,6 +172,47 @@ func (s *Server) awaitStaged(ctx context.Context, tenant string, tokens []uint32
 	return true
 }
 
+// noteUsage records the prompt tokens the engine counted for t's request:
+// the next turn of the session waits for their saves (awaitSaves).
+func (s *Server) noteUsage(t *turn, u *chatwire.Usage) {
+	if u != nil && u.PromptTokens > 0 {
+		s.sessions.setPrompt(t.sess.key, u.PromptTokens)
+	}
+}
+
+// awaitSaves waits, up to Config.AwaitSaves, until the host holds the
+// session's previous request in full pages: its connector saves behind
+// the response, and a splice planned before the saves land keeps only the
+// pages already saved (the engine prefills the rest).
+func (s *Server) awaitSaves(ctx context.Context, t *turn, page int) {
+	want := t.sess.prompt / page * page
+	if s.cfg.AwaitSaves <= 0 || want == 0 {
+		return
+	}
+	saved := func() bool {
+		_, cached, ok := s.cfg.Engine.SessionTokens(t.tenant, t.sess.id)
+		return ok && cached >= want
+	}
+	start := time.Now()
+	outcome := outcomeReady
+	for !saved() {
+		outcome = outcomeWaited
+		if time.Since(start) >= s.cfg.AwaitSaves || ctx.Err() != nil {
+			outcome = outcomeGaveUp
+			s.cfg.Log.Debug("splicing before the previous turn's saves landed", "session", t.sess.id, "tokens", want, "waited", s.cfg.AwaitSaves)
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(savedPoll):
+		}
+	}
+	if m := s.cfg.Metrics; m != nil {
+		m.SaveWaits.WithLabelValues(outcome).Inc()
+		m.SaveWaitSeconds.Add(time.Since(start).Seconds())
+	}
+}
+
 func (s *Server) recomputeFirst(tenant string) int {
 	if s.cfg.RecomputeFirst == nil {
 		return 0
@@ -234,6 +276,13 @@ const (
 	outcomePrefill  = "prefill"
 	outcomeUnsaved  = "unsaved"
 	outcomeSplice   = "splice"
+)
+
+// The outcomes of awaitSaves (kvpilot_gateway_save_waits_total).
+const (
+	outcomeReady  = "ready"
+	outcomeWaited = "waited"
+	outcomeGaveUp = "gave_up"
 )
 
 func (s *Server) countEngineSplice(outcome string, prefilled int) {

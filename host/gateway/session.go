@@ -44,6 +44,9 @@ type session struct {
 	// history is the hashes of the last request's messages as the client
 	// sent them (before edits), to tell an extension from a divergence.
 	history []uint64
+	// prompt is the last request's prompt tokens, as the engine counted
+	// them (its usage): what its saves cover.
+	prompt int
 }
 
 // store holds sessions, least recently used forgotten first.
@@ -72,7 +75,17 @@ func (s *store) snapshot(tenant, id string) session {
 	for k, v := range cur.sticky {
 		st[k] = v
 	}
-	return session{key: key, id: id, sticky: st, history: append([]uint64(nil), cur.history...)}
+	return session{key: key, id: id, sticky: st, history: append([]uint64(nil), cur.history...), prompt: cur.prompt}
+}
+
+// setPrompt records the prompt tokens of the session's last request, once
+// its response reported them.
+func (s *store) setPrompt(key string, tokens int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if el, ok := s.m[key]; ok {
+		el.Value.(*session).prompt = tokens
+	}
 }
 
 // save stores a session's new state (after its request succeeded).

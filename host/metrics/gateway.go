@@ -26,6 +26,12 @@ type Gateway struct {
 	EngineSplices *prometheus.CounterVec
 	// PrefilledTokens counts the tokens of those splices' prefill requests.
 	PrefilledTokens prometheus.Counter
+	// SaveWaits counts the edited turns that looked for the saves of their
+	// session's previous turn before splicing, by outcome: ready (saved
+	// already), waited (saved within gateway.await_saves), gave_up.
+	SaveWaits *prometheus.CounterVec
+	// SaveWaitSeconds sums the time those turns waited.
+	SaveWaitSeconds prometheus.Counter
 }
 
 // requestBuckets span a front-door request: a cached turn's first token
@@ -52,7 +58,13 @@ func (m *Metrics) newGateway() {
 		PrefilledTokens: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvpilot_gateway_prefilled_tokens_total", Help: "Tokens of the prefill requests the front door sent ahead of its splices.",
 		}),
+		SaveWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvpilot_gateway_save_waits_total", Help: "Edited turns that looked for their session's previous saves before splicing, by outcome (ready, waited, gave_up).",
+		}, []string{"outcome"}),
+		SaveWaitSeconds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvpilot_gateway_save_wait_seconds_total", Help: "Time edited turns waited for their session's previous saves.",
+		}),
 	}
 	m.Registry.MustRegister(m.Gateway.Requests, m.Gateway.Duration, m.Gateway.Clears, m.Gateway.ClearedTokens,
-		m.Gateway.EngineSplices, m.Gateway.PrefilledTokens)
+		m.Gateway.EngineSplices, m.Gateway.PrefilledTokens, m.Gateway.SaveWaits, m.Gateway.SaveWaitSeconds)
 }

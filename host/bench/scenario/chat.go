@@ -41,6 +41,7 @@ func readChatStream(r io.Reader, start time.Time) (ChatResult, error) {
 			res.TTFTms = float64(time.Since(start).Microseconds()) / 1e3
 		}
 		if line == "[DONE]" {
+			res.E2Ems = float64(time.Since(start).Microseconds()) / 1e3
 			res.Text = text.String()
 			return res, nil
 		}
@@ -177,12 +178,44 @@ func joined(a, b string) string {
 
 // ChatResult is one streamed answer as the client saw it: the prompt and
 // cached tokens of its usage, the tool uses its applied_edits report
-// cleared, the time to its first chunk, the engine's modelled TTFT (the
-// reference engine's) and the answer's text.
+// cleared, the time to its first chunk and to its end, the engine's
+// modelled TTFT (the reference engine's) and the answer's text.
 type ChatResult struct {
-	Prompt, Cached, Cleared int
-	TTFTms, ModelledMs      float64
-	Text                    string
+	Prompt, Cached, Cleared   int
+	TTFTms, E2Ems, ModelledMs float64
+	Text                      string
+}
+
+// HTTPError is a request the server answered with an error status: its
+// status, the error's code or type from an OpenAI error body, and the body.
+type HTTPError struct {
+	Status int
+	Code   string
+	Body   string
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("server answered %d (%s): %s", e.Status, e.Code, e.Body)
+}
+
+// httpError reads an error response.
+func httpError(resp *http.Response) *HTTPError {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	e := &HTTPError{Status: resp.StatusCode, Body: strings.TrimSpace(string(b))}
+	var body struct {
+		Error struct {
+			Code any    `json:"code"`
+			Type string `json:"type"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &body) == nil {
+		if c, ok := body.Error.Code.(string); ok && c != "" {
+			e.Code = c
+		} else {
+			e.Code = body.Error.Type
+		}
+	}
+	return e
 }
 
 // RefModel is the model name the reference engine serves.
@@ -192,9 +225,19 @@ const RefModel = "ref-gqa"
 // tokens, greedy) through the front door at url, in session, and reads it
 // to the end.
 func StreamChat(ctx context.Context, url, model, session string, msgs []chat.Message) (ChatResult, error) {
+	return StreamChatWith(ctx, url, model, session, msgs, nil)
+}
+
+// StreamChatWith is StreamChat with extra fields in the request's body
+// (kv_transfer_params for vLLM's KV connector, say).
+func StreamChatWith(ctx context.Context, url, model, session string, msgs []chat.Message, extra map[string]any) (ChatResult, error) {
 	var res ChatResult
-	body, _ := json.Marshal(map[string]any{"model": model, "messages": msgs, "max_tokens": 16, "temperature": 0,
-		"stream": true, "stream_options": map[string]bool{"include_usage": true}})
+	fields := map[string]any{"model": model, "messages": msgs, "max_tokens": 16, "temperature": 0,
+		"stream": true, "stream_options": map[string]bool{"include_usage": true}}
+	for k, v := range extra {
+		fields[k] = v
+	}
+	body, _ := json.Marshal(fields)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return res, err
@@ -208,8 +251,7 @@ func StreamChat(ctx context.Context, url, model, session string, msgs []chat.Mes
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return res, fmt.Errorf("front door answered %d: %s", resp.StatusCode, b)
+		return res, httpError(resp)
 	}
 	return readChatStream(resp.Body, start)
 }

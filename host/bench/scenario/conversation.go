@@ -166,6 +166,17 @@ func stripSpans(sess *policytest.Session, spans []chat.Span) {
 	}
 }
 
+// CutTrace cuts every message of tr to its first n bytes (a rune
+// boundary), so a session fits a small engine's context and tiers.
+func CutTrace(tr Trace, n int) Trace {
+	out := tr
+	out.Messages = make([]chat.Message, len(tr.Messages))
+	for i, m := range tr.Messages {
+		out.Messages[i] = cut(m, n)
+	}
+	return out
+}
+
 func cut(m chat.Message, n int) chat.Message {
 	m.Content = cutString(m.Content, n)
 	m.ThinkingText = cutString(m.ThinkingText, n)

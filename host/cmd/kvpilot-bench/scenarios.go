@@ -7,6 +7,27 @@ package main
 // --check, progress, the report's output) is benchScenario.run.
 var scenarios = []benchScenario{
 	{
+		Name:     "agents",
+		Summary:  "many agent sessions at once on a KV cache smaller than their working set: engine alone, bigger engine, kvpilot, kvpilot + policies",
+		Synopsis: "[--engine vllm|refengine] [--sessions N] [--turns N] [--fault sigkill|sigterm] [--arms A,...]",
+		Help: "Replays --sessions agent sessions at once (the traces round-robin, behind one\n" +
+			"shared system block), each a client that resends its whole history every turn,\n" +
+			"streamed, then waits a seeded tool time. Arms, each on a fresh engine with the\n" +
+			"same requests: engine-small (the engine's own prefix cache, KV memory at\n" +
+			"--kv-fraction of the working set), engine-big (memory for the whole working set),\n" +
+			"kvpilot (engine-small with the connector and a host tier for the working set)\n" +
+			"and kvpilot-policies (the same through the front door, the four built-in\n" +
+			"policies on). On vLLM a reference pass (every request alone, no cache) gives the\n" +
+			"greedy answers each arm is held to. Reports TTFT and end-to-end p50/p95/p99,\n" +
+			"requests/s, prompt tokens computed and cached by source, errors by kind, the\n" +
+			"host's memory and pages per tier over time, and with --fault, a SIGKILL or\n" +
+			"SIGTERM of the host halfway through and how long its hits took to come back.\n" +
+			"Targets: kvpilot's TTFT p50 and p99 <= 0.5x engine-small's and <= 1.3x\n" +
+			"engine-big's, no failed request, answers at the engine's own noise floor.",
+		Plot:  true,
+		Flags: agentsFlags,
+	},
+	{
 		Name:     "control",
 		Summary:  "directive round trip over the Control socket (gRPC) and NATS request/reply",
 		Synopsis: "[--iters N] [--warmup N]",
