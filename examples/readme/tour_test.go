@@ -111,6 +111,8 @@ var notRunHere = map[string]string{
 		"sdk/python/tests/test_vllm_*.py and host/bench/scenario TestPyReport",
 	"go run ./examples/refengine/cmd/refengine --socket kvpilot-data/run/engine.sock --page-size 64 --listen ": "serves HTTP until interrupted; " +
 		"examples/refengine/gateway_test.go and sdk/python/tests/test_gateway_*.py run the front door against it",
+	"bin/kvpilot bench agents": "starts vLLM five times and loads it for minutes; host/bench/agents TestRefengineForm " +
+		"runs its arms on the reference engine",
 	"bin/kvpilot bench real-model": "three minutes of CPU on two cores (SmolLM2-135M-Instruct, 4,096 tokens, three runs " +
 		"of each arm); sdk/python/tests/test_torchengine_bench.py runs its driver on a 1,200-token prompt",
 }

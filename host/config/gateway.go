@@ -69,10 +69,12 @@ func (g Gateway) EditPolicies(all []Policy) []Policy {
 	return all
 }
 
-// DefaultAwaitSaves is gateway.await_saves's default. On two busy cores
-// (kvpilot bench agents, eight sessions on vLLM) a turn's saves land
-// within a few hundred milliseconds of its response; a wait past this
-// costs the turn more than the prefill it would save.
+// DefaultAwaitSaves is gateway.await_saves's default. A turn's saves land
+// milliseconds after its response on an idle machine, and under load
+// (kvpilot bench agents: eight sessions on vLLM's CPU build, tool times of
+// 1 s and 100 ms) every edited turn found them landed, queued behind the
+// other sessions' prefills; the bound keeps a turn whose saves were
+// skipped from waiting longer than a short prefill takes.
 const DefaultAwaitSaves = 500 * time.Millisecond
 
 // DefaultGateway is the gateway's built-in configuration (off).

@@ -124,6 +124,13 @@ func (g gatewayEngine) SessionTokens(tenant, session string) ([]uint32, int, boo
 	return s.Tokens, s.CachedTokens, true
 }
 
+// MakeRoom frees device slots for a splice's fresh pages.
+func (g gatewayEngine) MakeRoom(ctx context.Context, pages int) {
+	if mv := g.d.meta.mover.Load(); mv != nil {
+		mv.MakeRoom(ctx, tier.Device, pages)
+	}
+}
+
 // StagedPages counts the leading full pages of tokens on the device tier.
 func (g gatewayEngine) StagedPages(tenant string, tokens []uint32) int {
 	ix := g.d.core.index

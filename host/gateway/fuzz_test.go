@@ -22,6 +22,7 @@ func FuzzParseOpenAI(f *testing.F) {
 		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}]}`,
 		`{"model":"m","messages":[],"context_management":{"edits":[{"type":"clear_tool_uses_20250919","keep":{"type":"tool_uses","value":0}}]}}`,
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`,
+		`{"model":"m","prompt_cache_options":{"mode":"implicit","ttl":"30m"},"prompt_cache_retention":"24h","messages":[{"role":"user","content":[{"type":"text","text":"a","prompt_cache_breakpoint":{"mode":"explicit","ttl":"12h"}}]}]}`,
 		`{"model":1}`, `[]`, `{`, `null`,
 	} {
 		f.Add([]byte(s))
@@ -36,6 +37,16 @@ func FuzzParseOpenAI(f *testing.F) {
 		if err != nil {
 			requireRegistry(t, err)
 			return
+		}
+		breaks, err := openAIBreakpoints(raw, len(req.Messages))
+		if err != nil {
+			requireRegistry(t, err)
+			return
+		}
+		for _, b := range breaks {
+			if b.Msg < 0 || b.Msg >= len(req.Messages) || b.TTL < 0 {
+				t.Fatalf("breakpoint %+v of %d messages", b, len(req.Messages))
+			}
 		}
 		exercise(t, raw, req.Messages, rules)
 	})

@@ -267,8 +267,36 @@ func (s *Server) pin(ctx context.Context, t *turn) {
 	if len(ds) == 0 {
 		return
 	}
-	if reply := s.dirs.Submit(ctx, t.tenant, ds); reply.Status != directive.StatusOK {
+	reply := s.dirs.Submit(ctx, t.tenant, ds)
+	if reply.Status != directive.StatusOK {
 		s.cfg.Log.Warn("cache_control breakpoints not pinned", "session", t.sess.id, "tenant", t.tenant, "error", reply.Error)
+		s.countPins(pinRefused, len(ds))
+		return
+	}
+	for i, res := range reply.Results {
+		asked := ds[i].(directive.Pin).TTL.Duration()
+		if got := res.Effect.TTL.Duration(); got > 0 && got != asked {
+			// The host's pins.min_ttl or pins.max_ttl: said, as the pin
+			// lands after the response went out.
+			s.cfg.Log.Info("breakpoint pinned with a clamped TTL", "session", t.sess.id, "tenant", t.tenant,
+				"asked", asked, "granted", got)
+			s.countPins(pinClamped, 1)
+			continue
+		}
+		s.countPins(pinPinned, 1)
+	}
+}
+
+// The outcomes of a breakpoint's pin (kvpilot_gateway_pins_total).
+const (
+	pinPinned  = "pinned"
+	pinClamped = "clamped"
+	pinRefused = "refused"
+)
+
+func (s *Server) countPins(outcome string, n int) {
+	if m := s.cfg.Metrics; m != nil {
+		m.Pins.WithLabelValues(outcome).Add(float64(n))
 	}
 }
 

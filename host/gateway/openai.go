@@ -109,7 +109,12 @@ func (s *Server) openAI(w http.ResponseWriter, r *http.Request) {
 		writeOpenAI(w, badRequest(err))
 		return
 	}
-	t, e := s.prepare(r, req.Messages, own, nil)
+	breaks, err := openAIBreakpoints(raw, len(req.Messages))
+	if err != nil {
+		writeOpenAI(w, badRequest(err))
+		return
+	}
+	t, e := s.prepare(r, req.Messages, own, breaks)
 	if e != nil {
 		writeOpenAI(w, e)
 		return

@@ -65,6 +65,9 @@ type Engine interface {
 	// Stage brings the pages of tokens that the host holds for tenant on
 	// colder tiers back onto its device tier, within ctx.
 	Stage(ctx context.Context, tenant string, tokens []uint32) error
+	// MakeRoom frees pages slots on the device tier for a splice's fresh
+	// pages, evicting what the tier's policy lets it, within ctx.
+	MakeRoom(ctx context.Context, pages int)
 }
 
 // savedWait bounds step 4's wait for the prefill's pages. A save lands
@@ -136,6 +139,11 @@ func (s *Server) prefillEdits(ctx context.Context, t *turn, raw map[string]json.
 		// The splice then keeps the rows that are on the device tier.
 		log.Warn("the session's cached pages did not all come back to the device tier before its splice", "error", err)
 	}
+	// The splice takes a fresh device page for each page it moves, from
+	// the page the edit starts in to the end of what is cached: on a busy
+	// engine the staging tier sits just under its high watermark, with
+	// fewer free pages than that.
+	s.cfg.Engine.MakeRoom(ctx, (cached-e.Start/page*page+page-1)/page+1)
 	sp := directive.Splice{Session: t.sess.id, Start: int64(e.Start), End: int64(e.End),
 		Replacement: directive.Replacement{Tokens: e.Replacement}}
 	reply := s.dirs.Submit(ctx, t.tenant, []directive.Directive{sp})

@@ -92,8 +92,9 @@ type connectorEngine struct {
 	saveDelay time.Duration
 	noSave    bool
 	mu        sync.Mutex
-	// staged records Stage's calls.
+	// staged records Stage's calls, room MakeRoom's.
 	staged [][]uint32
+	room   []int
 }
 
 func (e *connectorEngine) PrefillPage() (int, bool) { return prefillPage, true }
@@ -121,6 +122,12 @@ func (e *connectorEngine) Stage(_ context.Context, _ string, tokens []uint32) er
 	defer e.mu.Unlock()
 	e.staged = append(e.staged, slices.Clone(tokens))
 	return nil
+}
+
+func (e *connectorEngine) MakeRoom(_ context.Context, pages int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.room = append(e.room, pages)
 }
 
 func (e *connectorEngine) stagedCalls() [][]uint32 {
@@ -301,6 +308,10 @@ func TestConnectorSpliceWaitsForThePrefillsPages(t *testing.T) {
 	cached := len(old) / prefillPage * prefillPage
 	if len(stageCalls) != 1 || !slices.Equal(stageCalls[0], old[:cached]) {
 		t.Fatalf("staged %d times before the splice, want once, the session's %d cached tokens", len(stageCalls), cached)
+	}
+	sp := dirs.turns[0][0].(directive.Splice)
+	if moved := (cached - int(sp.Start)/prefillPage*prefillPage) / prefillPage; len(eng.room) != 1 || eng.room[0] <= moved {
+		t.Fatalf("room asked for %v before the splice, want once, more than the %d pages it moves", eng.room, moved)
 	}
 	if n := counted(t, m.EngineSplices.WithLabelValues(outcomeSpliced)); n != 1 {
 		t.Fatalf("%v splices counted, want 1", n)

@@ -32,6 +32,10 @@ type Gateway struct {
 	SaveWaits *prometheus.CounterVec
 	// SaveWaitSeconds sums the time those turns waited.
 	SaveWaitSeconds prometheus.Counter
+	// Pins counts the pins of breakpoints (Anthropic's cache_control,
+	// OpenAI's prompt caching fields), by outcome: pinned, clamped (the
+	// host's pins.min_ttl or max_ttl changed the TTL asked for), refused.
+	Pins *prometheus.CounterVec
 }
 
 // requestBuckets span a front-door request: a cached turn's first token
@@ -64,7 +68,10 @@ func (m *Metrics) newGateway() {
 		SaveWaitSeconds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvpilot_gateway_save_wait_seconds_total", Help: "Time edited turns waited for their session's previous saves.",
 		}),
+		Pins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvpilot_gateway_pins_total", Help: "Pins of request breakpoints (cache_control, prompt caching fields), by outcome (pinned, clamped, refused).",
+		}, []string{"outcome"}),
 	}
 	m.Registry.MustRegister(m.Gateway.Requests, m.Gateway.Duration, m.Gateway.Clears, m.Gateway.ClearedTokens,
-		m.Gateway.EngineSplices, m.Gateway.PrefilledTokens, m.Gateway.SaveWaits, m.Gateway.SaveWaitSeconds)
+		m.Gateway.EngineSplices, m.Gateway.PrefilledTokens, m.Gateway.SaveWaits, m.Gateway.SaveWaitSeconds, m.Gateway.Pins)
 }

@@ -17,17 +17,22 @@ import (
 // slots while evictable pages sit there: the pinned prefix of a session
 // that was demoted under pressure could never come back.
 func (m *Mover) makeRoom(ctx context.Context, ts []cache.Transition, to tier.Tier) {
-	pool := m.pools.Memory(to)
-	if pool == nil {
-		return
-	}
 	need := 0
 	for _, t := range ts {
 		if t.Kind == cache.Copy && t.To == to {
 			need++
 		}
 	}
-	if need == 0 || pool.Stats().Free >= int64(need) {
+	m.MakeRoom(ctx, to, need)
+}
+
+// MakeRoom frees need slots in tier to's memory pool, as a load-back does
+// (makeRoom), for a caller about to take them outside a transition: a
+// splice's fresh device pages, which a staging tier held just under its
+// high watermark by a connector's saves would otherwise refuse.
+func (m *Mover) MakeRoom(ctx context.Context, to tier.Tier, need int) {
+	pool := m.pools.Memory(to)
+	if pool == nil || need <= 0 || pool.Stats().Free >= int64(need) {
 		return
 	}
 	var reserved bool

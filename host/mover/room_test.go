@@ -35,3 +35,22 @@ func TestLoadBackMakesRoomInFullDevice(t *testing.T) {
 	h.verify(a, tier.Device)
 	h.check()
 }
+
+// MakeRoom frees device slots for a caller that takes them itself (a
+// splice's fresh pages) on a device that sits just under its high
+// watermark, where the mover's own steps evict nothing.
+func TestMakeRoomFreesSlotsBelowTheWatermark(t *testing.T) {
+	ctx := context.Background()
+	h := newHost(t, hostConfig{dataDir: t.TempDir(), device: 8, hostPages: 64, diskPgs: 128, deviceHigh: 1, deviceLow: 0.5})
+	h.commit("t", 0, 4)
+	h.commit("t", 1000, 4)
+	h.mv.Step(ctx) // written through to host; the device is full but not over its watermark
+	if free := h.pools.Device.Stats().Free; free != 0 {
+		t.Fatalf("setup: %d device slots free, want 0", free)
+	}
+	h.mv.MakeRoom(ctx, tier.Device, 3)
+	if free := h.pools.Device.Stats().Free; free < 3 {
+		t.Fatalf("%d device slots free after MakeRoom(3)", free)
+	}
+	h.check()
+}

@@ -67,8 +67,25 @@ type Arm struct {
 	EngineKVBytes int64 `json:"engine_kv_bytes,omitempty"`
 	EnginePages   int   `json:"engine_pages,omitempty"`
 	HostPages     int   `json:"host_pages,omitempty"`
+	// PerRequest is every request in the order it finished: what the
+	// quantiles and the agreement are made of.
+	PerRequest []Request `json:"per_request"`
 
 	results []result
+}
+
+// Request is one request of an arm as its client saw it.
+type Request struct {
+	Session int     `json:"session"`
+	Turn    int     `json:"turn"`
+	StartS  float64 `json:"start_s"`
+	TTFTms  float64 `json:"ttft_ms"`
+	E2Ems   float64 `json:"e2e_ms"`
+	Prompt  int     `json:"prompt_tokens"`
+	Cached  int     `json:"cached_tokens"`
+	Edited  bool    `json:"edited,omitempty"`
+	Answer  string  `json:"answer"`
+	Error   string  `json:"error,omitempty"`
 }
 
 // Agreement counts the requests whose greedy answer is the reference's.
@@ -84,6 +101,9 @@ func summarize(rs []result, wall time.Duration) Arm {
 	a := Arm{Requests: len(rs), WallS: round(wall.Seconds()), ErrorsByKind: map[string]int{}, results: rs}
 	var ttft, e2e []float64
 	for _, r := range rs {
+		a.PerRequest = append(a.PerRequest, Request{Session: r.session, Turn: r.turn, StartS: round(r.start.Seconds()),
+			TTFTms: r.chat.TTFTms, E2Ems: r.chat.E2Ems, Prompt: r.chat.Prompt, Cached: r.chat.Cached,
+			Edited: r.chat.Cleared > 0, Answer: r.chat.Text, Error: r.err})
 		if r.errKind != "" {
 			a.Failed++
 			a.ErrorsByKind[r.errKind]++
@@ -141,7 +161,10 @@ type Report struct {
 	// greedy answer (the engine-small and engine-big arms against the
 	// reference): what a kvpilot hit must match, not beat.
 	NoiseFloor *Agreement `json:"noise_floor,omitempty"`
-	Targets    Targets    `json:"targets"`
+	// Reference is the reference pass's answer to each request, by
+	// "session/turn".
+	Reference map[string]string `json:"reference_answers,omitempty"`
+	Targets   Targets           `json:"targets"`
 	// Flood is the VIP session under the flood, per arm (--flood).
 	Flood        map[string]*FloodVIP `json:"flood,omitempty"`
 	FloodTargets *FloodTargets        `json:"flood_targets,omitempty"`

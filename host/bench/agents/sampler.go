@@ -26,12 +26,29 @@ type HostSample struct {
 // memory grew with the requests served (the second half's peak against
 // the first half's).
 type HostTrace struct {
-	CapacityPages     map[string]int64 `json:"capacity_pages"`
+	CapacityPages map[string]int64 `json:"capacity_pages"`
+	// MemoryBoundBytes is what the host's memory tiers may hold (its
+	// staging and host tiers at capacity, vLLM's page size), and
+	// WithinBound whether its resident memory stayed under that plus
+	// hostBaseBytes for the process itself (0: not known here).
+	MemoryBoundBytes  int64            `json:"memory_bound_bytes,omitempty"`
+	WithinBound       *bool            `json:"rss_within_bound,omitempty"`
 	PeakPages         map[string]int64 `json:"peak_pages"`
 	PeakRSSBytes      int64            `json:"peak_rss_bytes,omitempty"`
 	FirstHalfPeakRSS  int64            `json:"first_half_peak_rss_bytes,omitempty"`
 	SecondHalfPeakRSS int64            `json:"second_half_peak_rss_bytes,omitempty"`
 	Samples           []HostSample     `json:"samples"`
+}
+
+// hostBaseBytes is the host process's own memory beside its tiers' (its
+// code, index and buffers; about 30 MiB idle), allowed over the bound.
+const hostBaseBytes = 128 << 20
+
+// bound sets the memory bound from the pages the tiers hold in memory.
+func (tr *HostTrace) bound(pageBytes int64) {
+	tr.MemoryBoundBytes = (tr.CapacityPages["device"] + tr.CapacityPages["host"]) * pageBytes
+	ok := tr.PeakRSSBytes <= tr.MemoryBoundBytes+hostBaseBytes
+	tr.WithinBound = &ok
 }
 
 // sampler polls a host while an arm runs.

@@ -19,7 +19,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "  %s\n", n)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "arm\trequests\tfailed\tTTFT p50\tp95\tp99 ms\te2e p50 ms\treq/s\tcomputed\tcached\tof it kvpilot\tsame answer\thost RSS MiB\thits back s\t")
+	fmt.Fprintln(tw, "arm\trequests\tfailed\tTTFT p50\tp95\tp99 ms\te2e p50 ms\treq/s\tcomputed\tcached\tof it kvpilot\tsame answer\thost RSS MiB (bound)\thits back s\t")
 	for _, name := range p.Arms {
 		a, ok := r.Arms[name]
 		if !ok {
@@ -34,6 +34,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		if a.Host != nil && a.Host.PeakRSSBytes > 0 {
 			rss = fmt.Sprintf("%.0f", float64(a.Host.PeakRSSBytes)/(1<<20))
+			if a.Host.MemoryBoundBytes > 0 {
+				rss += fmt.Sprintf(" of %.0f", float64(a.Host.MemoryBoundBytes+hostBaseBytes)/(1<<20))
+			}
 		}
 		if a.Fault != nil {
 			back = fmt.Sprintf("%s %g", a.Fault.Kind, a.Fault.HitsResumedAfterS)

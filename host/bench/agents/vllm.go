@@ -84,7 +84,10 @@ func runVLLM(ctx context.Context, p Params, ss []session, prog scenario.Progress
 		ArmKvpilot: int64(smallTokens) * vllmserver.TokenBytes, ArmPolicies: int64(smallTokens) * vllmserver.TokenBytes,
 	}
 	hostPages := (ws+ws/4)/p.PageSize + 64
-	rep := &Report{Scenario: "agents", Params: p, WorkingSetTokens: ws, Arms: map[string]Arm{}}
+	rep := &Report{Scenario: "agents", Params: p, WorkingSetTokens: ws, Arms: map[string]Arm{}, Reference: map[string]string{}}
+	for k, v := range answers {
+		rep.Reference[fmt.Sprintf("%d/%d", k[0], k[1])] = v
+	}
 	rep.Notes = append(rep.Notes, fmt.Sprintf("engine-small holds %d tokens (%.2f of the working set), max_model_len %d",
 		smallTokens, float64(smallTokens)/float64(ws), maxLen))
 	for _, arm := range p.Arms {
@@ -163,33 +166,14 @@ func vllmArm(ctx context.Context, p Params, arm string, ss []session, dir string
 	} else {
 		close(sampled)
 	}
-	var fault *FaultReport
-	var finished func(int)
-	faulted := make(chan struct{})
+	var (
+		fault    *FaultReport
+		finished func(int)
+		faulted  = make(chan struct{})
+	)
 	if withHost && p.Fault != FaultNone {
 		fault = &FaultReport{Kind: p.Fault}
-		half := requests(ss) / 2
-		midway := func() {
-			defer close(faulted)
-			fault.AtS = round(time.Since(started).Seconds())
-			say(prog, "agents %s: %s to the host at %.1fs", arm, p.Fault, fault.AtS)
-			sig := syscall.SIGKILL
-			if p.Fault == FaultSIGTERM {
-				sig = syscall.SIGTERM
-			}
-			h.signal(sig)
-			sleep(ctx, p.FaultDown)
-			if err := h.start(ctx); err != nil {
-				fault.Error = err.Error()
-			}
-			fault.RestartedAtS = round(time.Since(started).Seconds())
-		}
-		// Halfway through the load, while the other sessions keep going.
-		finished = func(n int) {
-			if n == half {
-				go midway()
-			}
-		}
+		finished = faultHalfway(ctx, p, h, fault, requests(ss)/2, started, faulted)
 	} else {
 		close(faulted)
 	}
@@ -210,6 +194,7 @@ func vllmArm(ctx context.Context, p Params, arm string, ss []session, dir string
 	a.CachedBy = map[string]int{"device": int(c.LocalHits), "kvpilot": int(c.ExternalHits)}
 	if withHost {
 		a.Host = smp.trace()
+		a.Host.bound(int64(p.PageSize) * vllmserver.TokenBytes)
 		a.HostPages = hostPages
 		a.HostCounters = hostCounters(ctx, "http://"+hostHTTP+"/metrics")
 	}
@@ -218,6 +203,32 @@ func vllmArm(ctx context.Context, p Params, arm string, ss []session, dir string
 		a.Fault = fault
 	}
 	return a, nil
+}
+
+// faultHalfway returns what drive tells of each finished request: once
+// half are done it hits the host with the fault (while the other sessions
+// keep going), keeps it down for p.FaultDown, starts it again, records
+// when in f and closes done.
+func faultHalfway(ctx context.Context, p Params, h *hostProc, f *FaultReport, half int, started time.Time, done chan struct{}) func(int) {
+	hit := func() {
+		defer close(done)
+		f.AtS = round(time.Since(started).Seconds())
+		sig := syscall.SIGKILL
+		if p.Fault == FaultSIGTERM {
+			sig = syscall.SIGTERM
+		}
+		h.signal(sig)
+		sleep(ctx, p.FaultDown)
+		if err := h.start(ctx); err != nil {
+			f.Error = err.Error()
+		}
+		f.RestartedAtS = round(time.Since(started).Seconds())
+	}
+	return func(n int) {
+		if n == half {
+			go hit()
+		}
+	}
 }
 
 // vllmHostConfig is a kvpilot arm's host: connector mode (vLLM tokenizes:

@@ -13,6 +13,8 @@ import openai
 import pytest
 from gateway_support import MODEL, FrontDoor, tool_output
 
+from kvpilot import ControlClient
+
 SESSION = {"x-kvpilot-session": "oa-1", "x-kvpilot-tenant": "acme"}
 TOOLS: list[Any] = [
     {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
@@ -189,3 +191,41 @@ def test_prompt_too_long_is_400(front_door: FrontDoor) -> None:
             model=MODEL, messages=[{"role": "user", "content": "x" * (5 << 20)}]
         )
     assert e.value.status_code == 400 and e.value.code == "context_length_exceeded"
+
+
+def test_prompt_cache_fields_pin(front_door: FrontDoor) -> None:
+    """OpenAI's prompt caching fields, as the SDK's own types write them:
+    an explicit breakpoint on a content part pins the prefix through its
+    message; the fields never reach the engine.
+    """
+    c = client(front_door)
+    system: Any = [
+        {
+            "type": "text",
+            "text": "A long shared system prompt. " * 40,
+            "prompt_cache_breakpoint": {"mode": "explicit", "ttl": "12h"},
+        }
+    ]
+    session = {"x-kvpilot-session": "oa-pin", "x-kvpilot-tenant": "pins"}
+    reply = c.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi."}],
+        prompt_cache_options={"mode": "explicit", "ttl": "30m"},
+        prompt_cache_retention="in_memory",
+        extra_headers=session,
+    )
+    assert reply.choices[0].message.content
+    with ControlClient(front_door.host.control_socket) as ctl:
+        st = ctl.stats("pins")
+    assert st.tiers["device"].pinned_pages > 0
+
+
+def test_prompt_cache_fields_refused(front_door: FrontDoor) -> None:
+    with pytest.raises(openai.BadRequestError) as e:
+        client(front_door).chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Hi."}],
+            extra_body={"prompt_cache_retention": "7d"},
+            extra_headers=SESSION,
+        )
+    assert "prompt_cache_retention" in str(e.value)
