@@ -358,16 +358,26 @@ func TestTenantRefusalShapes(t *testing.T) {
 }
 
 // A prompt longer than the engine's context is the client's to fix: 400
-// in both APIs (SDKs retry a 5xx), and OpenAI's context_length_exceeded
-// code where the engine names it.
+// in both APIs (SDKs retry a 5xx), with OpenAI's context_length_exceeded
+// code whether the engine names it so or says it as vLLM does.
 func TestPromptTooLongIs400(t *testing.T) {
-	up := &fakeUpstream{mode: "toolong-ref"}
-	_, url := startGateway(t, up, Rules{})
-	status, b := post(t, url+"/v1/chat/completions", oaBody)
-	var e chatwire.ErrorBody
-	if err := json.Unmarshal(b, &e); err != nil || status != 400 || e.Error.Code != "context_length_exceeded" ||
-		!strings.HasPrefix(e.Error.Message, "prompt_too_long: prompt too long for the engine: upstream: 5000 tokens") {
-		t.Fatalf("%d %s", status, b)
+	for mode, says := range map[string]string{"toolong-ref": "5000 tokens", "toolong": "This model's maximum context length is 1024"} {
+		up := &fakeUpstream{mode: mode}
+		_, url := startGateway(t, up, Rules{})
+		status, b := post(t, url+"/v1/chat/completions", oaBody)
+		var e chatwire.ErrorBody
+		if err := json.Unmarshal(b, &e); err != nil || status != 400 || e.Error.Code != "context_length_exceeded" ||
+			!strings.HasPrefix(e.Error.Message, "prompt_too_long: prompt too long for the engine: upstream: "+says) {
+			t.Fatalf("%s: %d %s", mode, status, b)
+		}
+		status, b = post(t, url+"/v1/messages", anBody)
+		var ae struct {
+			Error struct{ Type, Message string } `json:"error"`
+		}
+		if err := json.Unmarshal(b, &ae); err != nil || status != 400 || ae.Error.Type != "invalid_request_error" ||
+			!strings.Contains(ae.Error.Message, "prompt too long") {
+			t.Fatalf("%s, Anthropic: %d %s", mode, status, b)
+		}
 	}
 }
 

@@ -82,9 +82,9 @@ func transportError(err error) *apiError {
 // are (404 is an unknown model), 503 as overloaded, other 5xx as 502.
 func statusError(resp *http.Response) *apiError {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	msg, code := upstreamMessage(b)
+	msg, code, param := upstreamMessage(b)
 	switch s := resp.StatusCode; {
-	case s == http.StatusBadRequest && (code == contextLengthExceeded || code == string(errcode.PromptTooLong)):
+	case s == http.StatusBadRequest && tooLong(msg, code, param):
 		return &apiError{status: s, err: errcode.New(errcode.PromptTooLong, "upstream: %s", msg), openAICode: contextLengthExceeded}
 	case s == http.StatusNotFound:
 		return &apiError{status: s, err: errcode.New(errcode.BadRequest, "upstream: %s", msg), openAICode: "model_not_found"}
@@ -102,28 +102,39 @@ func statusError(resp *http.Response) *apiError {
 // model's context, which the front door answers with it too.
 const contextLengthExceeded = "context_length_exceeded"
 
-// upstreamMessage reads an OpenAI error's message and its code, when a
-// string, or the body's start.
-func upstreamMessage(b []byte) (msg, code string) {
+// tooLong tells a prompt longer than the engine's context from the other
+// 400s: by OpenAI's code or kvpilot's, or as vLLM says it (a numeric code,
+// the input_tokens or input_text parameter, "maximum context length" in
+// vllm/renderers/params.py's messages).
+func tooLong(msg, code, param string) bool {
+	return code == contextLengthExceeded || code == string(errcode.PromptTooLong) ||
+		param == "input_tokens" || param == "input_text" || strings.Contains(msg, "maximum context length")
+}
+
+// upstreamMessage reads an OpenAI error's message, its code when a string
+// and its param, or the body's start.
+func upstreamMessage(b []byte) (msg, code, param string) {
 	var e struct {
 		Error struct {
 			Message string          `json:"message"`
 			Code    json.RawMessage `json:"code"`
+			Param   json.RawMessage `json:"param"`
 		} `json:"error"`
 		Message string `json:"message"`
 	}
 	if json.Unmarshal(b, &e) == nil {
 		_ = json.Unmarshal(e.Error.Code, &code) // vLLM sends a number
+		_ = json.Unmarshal(e.Error.Param, &param)
 		if e.Error.Message != "" {
-			return e.Error.Message, code
+			return e.Error.Message, code, param
 		}
 		if e.Message != "" {
-			return e.Message, code
+			return e.Message, code, param
 		}
 	}
 	s := strings.TrimSpace(string(b))
 	if len(s) > 200 {
 		s = s[:200] + "..."
 	}
-	return s, ""
+	return s, "", ""
 }

@@ -183,6 +183,26 @@ def test_sdks_through_the_front_door_to_vllm(vllm_front_door: tuple[Any, int, in
 QUESTION = "What is the capital of France? Answer in one word."
 
 
+def test_a_prompt_over_vllms_context_keeps_its_meaning(
+    vllm_front_door: tuple[Any, int, int],
+) -> None:
+    """vLLM refuses a prompt over its max_model_len with a 400 of its own
+    shape (a numeric code, param input_tokens); through the front door it is
+    OpenAI's context_length_exceeded, and Anthropic's invalid_request_error
+    saying the prompt is too long.
+    """
+    _, port, _ = vllm_front_door
+    long: Any = [{"role": "user", "content": "cache page token agent " * 1200}]
+    oa = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.chat.completions.create(model=MODEL, messages=long, max_tokens=4, extra_headers=SESSION)
+    assert e.value.code == "context_length_exceeded", e.value.body
+    an = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="unused", max_retries=0)
+    with pytest.raises(anthropic.BadRequestError) as ae:
+        an.messages.create(model=MODEL, max_tokens=4, messages=long, extra_headers=SESSION)
+    assert "prompt too long" in str(ae.value), ae.value.body
+
+
 def test_a_real_chat_answers_the_same_from_kvpilots_prefix(
     vllm_front_door: tuple[Any, int, int],
 ) -> None:
