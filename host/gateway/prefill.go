@@ -19,6 +19,9 @@ import (
 // not message spans) and a splice cannot have its replacement prefilled,
 // so the front door does both around the request that carries a new edit:
 //
+//  0. it waits, up to gateway.await_saves, until the host holds the
+//     session's previous request in full pages (the connector saves them
+//     behind the response; a splice planned before keeps fewer);
 //  1. it tokenizes the edited messages with the engine's own chat template
 //     (vLLM: POST /tokenize, beside /v1);
 //  2. it diffs them against the session's cached sequence
@@ -41,9 +44,11 @@ import (
 //     tier is a staging area that keeps a page only while it is in
 //     flight, so a session that waited behind others, or that idle-pause
 //     moved to disk, would keep only what is still staged;
-//  6. it submits a Splice of the session: the splicer adopts the pages the
-//     prefill cached and moves the old branch after them by the edit's Δ,
-//     re-rotating their keys;
+//  6. it has the host free a device page for each page the splice will
+//     move (a busy engine's staging tier sits just under its high
+//     watermark), then submits a Splice of the session: the splicer
+//     adopts the pages the prefill cached and moves the old branch after
+//     them by the edit's Δ, re-rotating their keys;
 //  7. it forwards the request, whose prefix the engine then loads from
 //     kvpilot up to the end of the old branch: only the new turn is
 //     prefilled.

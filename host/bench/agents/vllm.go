@@ -3,6 +3,7 @@ package agents
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -109,7 +110,7 @@ func runVLLM(ctx context.Context, p Params, ss []session, prog scenario.Progress
 		}
 	}
 	if floor.Compared > 0 {
-		floor.Share = float64(int(float64(floor.Same)/float64(floor.Compared)*1000)) / 1000
+		floor.Share = math.Round(float64(floor.Same)/float64(floor.Compared)*1000) / 1000
 		rep.NoiseFloor = floor
 	}
 	rep.judge()
