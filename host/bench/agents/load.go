@@ -44,6 +44,9 @@ func drive(ctx context.Context, t target, ss []session, started time.Time, finis
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if len(s.turns) == 0 {
+				return
+			}
 			// Sessions arrive over the first tool time, not all in one instant.
 			if !sleep(ctx, time.Duration(si)*s.tool[0]/time.Duration(len(ss))) {
 				return

@@ -49,7 +49,7 @@ func runRef(ctx context.Context, p Params, ss []session, prog scenario.Progress)
 		case ArmKvpilot, ArmPolicies:
 			host = big
 		}
-		a, err := refArm(ctx, p, arm, ss, device, host, prog)
+		a, err := refArm(ctx, p, arm, ss, device, host, max(1, device/(2*longest)), prog)
 		if err != nil {
 			return nil, fmt.Errorf("agents %s: %w", arm, err)
 		}
@@ -63,8 +63,12 @@ func runRef(ctx context.Context, p Params, ss []session, prog scenario.Progress)
 }
 
 // refArm starts a host with the front door and the reference engine's
-// HTTP server behind it, and runs the load through the front door.
-func refArm(ctx context.Context, p Params, arm string, ss []session, device, host int, prog scenario.Progress) (Arm, error) {
+// HTTP server behind it, and runs the load through the front door. The
+// engine serves admitted requests at once and queues the rest: it fails a
+// request its device tier cannot hold beside the others (arena mode),
+// where vLLM's scheduler would queue it, so the arm admits as many as the
+// tier holds at twice the longest prompt (a splice takes fresh pages too).
+func refArm(ctx context.Context, p Params, arm string, ss []session, device, host, admitted int, prog scenario.Progress) (Arm, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return Arm{}, err
@@ -90,7 +94,7 @@ func refArm(ctx context.Context, p Params, arm string, ss []session, device, hos
 		return Arm{}, err
 	}
 	defer rig.Close()
-	srv := &http.Server{Handler: refengine.NewServer(rig.Engine, refengine.ServerOptions{TimeScale: p.TimeScale}).Handler()}
+	srv := &http.Server{Handler: queued(refengine.NewServer(rig.Engine, refengine.ServerOptions{TimeScale: p.TimeScale}).Handler(), admitted)}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 
@@ -106,6 +110,21 @@ func refArm(ctx context.Context, p Params, arm string, ss []session, device, hos
 	a := summarize(rs, wall)
 	a.Host = smp.trace()
 	return a, nil
+}
+
+// queued serves at most n requests of h at once; the others wait their
+// turn (their time to first token counts the wait, as an engine's queue's).
+func queued(h http.Handler, n int) http.Handler {
+	slots := make(chan struct{}, n)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+		case <-r.Context().Done():
+			return
+		}
+		defer func() { <-slots }()
+		h.ServeHTTP(w, r)
+	})
 }
 
 func say(prog scenario.Progress, format string, args ...any) {
