@@ -47,7 +47,11 @@ func readChatStream(r io.Reader, start time.Time) (ChatResult, error) {
 		}
 		var c struct {
 			chatwire.Response
-			Error             *chatwire.ErrorDetail `json:"error"`
+			// vLLM's error event carries a numeric code: only the
+			// message is read.
+			Error *struct {
+				Message string `json:"message"`
+			} `json:"error"`
 			ContextManagement *struct {
 				AppliedEdits []struct {
 					ClearedToolUses int `json:"cleared_tool_uses"`

@@ -107,8 +107,10 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		if o.RetryAfterS > 0 {
 			extra["retry_after_s"] = o.RetryAfterS
 		}
+		// A load the host cannot serve (it restarted between the match and
+		// the load) is recomputed, not failed: vLLM's default fails it.
 		ktc, err := json.Marshal(map[string]any{"kv_connector": "KvpilotConnector", "kv_connector_module_path": "kvpilot.vllm",
-			"kv_role": "kv_both", "kv_connector_extra_config": extra})
+			"kv_role": "kv_both", "kv_connector_extra_config": extra, "kv_load_failure_policy": "recompute"})
 		if err != nil {
 			return nil, err
 		}
