@@ -101,7 +101,18 @@ func TestJetStreamAfterAPlainRunReplaysNothingItHeld(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	js := h.js()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: DefaultStream, Subjects: []string{"kv-control-3", "kv-control-broadcast"}})
+	// The plain run deleted the stream; nats-server removes its store
+	// behind the reply, and creating it again at once can meet that
+	// removal (err_code 10049, "error creating store for stream").
+	var stream jetstream.Stream
+	var err error
+	for {
+		stream, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: DefaultStream, Subjects: []string{"kv-control-3", "kv-control-broadcast"}})
+		if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "error creating store") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
