@@ -14,9 +14,6 @@ import (
 // kvpilot arms hit more than the small engine alone, and the host's tiers
 // stay within their capacities.
 func TestRefengineForm(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts four hosts")
-	}
 	traces, err := scenario.LoadTraces(scenario.TraceDebugGym, scenario.TraceSWEAgent)
 	if err != nil {
 		t.Fatal(err)

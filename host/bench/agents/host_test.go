@@ -14,9 +14,6 @@ import (
 // memory and tiers, a SIGKILL takes it down, and it starts again on the
 // same data directory and sockets, which the sampler finds again.
 func TestHostProcSurvivesItsFaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs kvpilot")
-	}
 	bin := filepath.Join(t.TempDir(), "kvpilot")
 	build := exec.Command("go", "build", "-o", bin, "./host/cmd/kvpilot")
 	build.Dir = "../../.."

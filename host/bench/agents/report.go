@@ -70,8 +70,6 @@ type Arm struct {
 	// PerRequest is every request in the order it finished: what the
 	// quantiles and the agreement are made of.
 	PerRequest []Request `json:"per_request"`
-
-	results []result
 }
 
 // Request is one request of an arm as its client saw it.
@@ -98,7 +96,7 @@ type Agreement struct {
 
 // summarize fills an arm's client-side figures from its results.
 func summarize(rs []result, wall time.Duration) Arm {
-	a := Arm{Requests: len(rs), WallS: round(wall.Seconds()), ErrorsByKind: map[string]int{}, results: rs}
+	a := Arm{Requests: len(rs), WallS: round(wall.Seconds()), ErrorsByKind: map[string]int{}}
 	var ttft, e2e []float64
 	for _, r := range rs {
 		a.PerRequest = append(a.PerRequest, Request{Session: r.session, Turn: r.turn, StartS: round(r.start.Seconds()),
@@ -133,13 +131,13 @@ func summarize(rs []result, wall time.Duration) Arm {
 // agree holds an arm's answers to the reference's, request by request.
 func agree(a *Arm, ref map[[2]int]string) {
 	ag := &Agreement{}
-	for _, r := range a.results {
-		want, ok := ref[[2]int{r.session, r.turn}]
-		if !ok || r.errKind != "" || r.chat.Cleared > 0 {
+	for _, r := range a.PerRequest {
+		want, ok := ref[[2]int{r.Session, r.Turn}]
+		if !ok || r.Error != "" || r.Edited {
 			continue
 		}
 		ag.Compared++
-		if r.chat.Text == want {
+		if r.Answer == want {
 			ag.Same++
 		}
 	}
@@ -224,9 +222,9 @@ func (r *Report) Charts() []scenario.Chart {
 			continue
 		}
 		s := scenario.Series{Name: name}
-		for _, x := range a.results {
-			if x.errKind == "" {
-				s.Points = append(s.Points, scenario.Point{X: x.start.Seconds(), Y: x.chat.TTFTms})
+		for _, x := range a.PerRequest {
+			if x.Error == "" {
+				s.Points = append(s.Points, scenario.Point{X: x.StartS, Y: x.TTFTms})
 			}
 		}
 		slices.SortFunc(s.Points, func(a, b scenario.Point) int { return int(math.Copysign(1, a.X-b.X)) })

@@ -2,6 +2,7 @@ package agents
 
 import (
 	"testing"
+	"time"
 
 	"github.com/kvpilot/kvpilot/host/bench/scenario"
 )
@@ -42,12 +43,12 @@ func TestFaultResumed(t *testing.T) {
 
 // Edited and failed requests are not held to the reference.
 func TestAgreeSkipsEditedAndFailed(t *testing.T) {
-	a := Arm{results: []result{
+	a := summarize([]result{
 		{session: 0, turn: 0, chat: scenario.ChatResult{Text: "a"}},
 		{session: 0, turn: 1, chat: scenario.ChatResult{Text: "x"}},
 		{session: 1, turn: 0, chat: scenario.ChatResult{Text: "b", Cleared: 2}},
-		{session: 1, turn: 1, errKind: "transport"},
-	}}
+		{session: 1, turn: 1, errKind: "transport", err: "connection refused"},
+	}, time.Second)
 	agree(&a, map[[2]int]string{{0, 0}: "a", {0, 1}: "b", {1, 0}: "b", {1, 1}: "c"})
 	if a.Answers.Compared != 2 || a.Answers.Same != 1 || a.Answers.Share != 0.5 {
 		t.Fatalf("%+v, want 1 of 2", *a.Answers)
